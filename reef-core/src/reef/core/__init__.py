@@ -1,0 +1,1 @@
+"""Values and rules shared by every layer of Reef: records, trajectories, settings, plugins."""
