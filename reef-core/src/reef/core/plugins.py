@@ -1,0 +1,207 @@
+"""Plugins: the settings every stage parses, and the errors a bad configuration raises.
+
+A stage never reads a raw mapping. It declares its keys as a frozen attrs class that extends
+:class:`PluginSettings` (fields made with :func:`reef.core.config.config_option`) and parses its
+config with ``Settings.parse(config, plugin_class=cls)``, which refuses an unknown key (with the
+closest valid one), a wrong type or a bad value, reporting every problem at once.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Self
+
+import attrs
+import cattrs
+
+from reef.core.config import config_option, option_help
+from reef.core.converters import describe, make_converter
+
+# --------------------------------------------------------------------------------------------
+# errors
+# --------------------------------------------------------------------------------------------
+
+
+class PluginConfigError(ValueError):
+    """A plugin's config is wrong: ``plugin`` names the plugin class, ``key`` the path of the key
+    (``$.pipeline.sample2job.config.job_samples``) and ``reason`` what is wrong with it.
+
+    One error can carry several problems of the same config: ``errors`` holds each of them as
+    a single-problem error (the first is this error's own ``plugin``, ``key`` and ``reason``).
+    """
+
+    plugin: str
+    key: str
+    reason: str
+    errors: tuple[PluginConfigError, ...]
+
+    def __init__(
+        self,
+        plugin: str,
+        key: str,
+        reason: str,
+        *,
+        errors: Sequence[PluginConfigError] = (),
+    ) -> None:
+        self.plugin = plugin
+        self.key = key
+        self.reason = reason
+        self.errors = tuple(errors) or (self,)
+        super().__init__("\n".join(f"{e.plugin}: {e.reason} @ {e.key}" for e in self.errors))
+
+    @classmethod
+    def of(cls, errors: Sequence[PluginConfigError]) -> Self:
+        """One error that reports every problem of ``errors`` (at least one)."""
+        first = errors[0]
+        return cls(first.plugin, first.key, first.reason, errors=errors)
+
+
+class RecipeConfigError(PluginConfigError):
+    """A recipe cannot be built from the deployment, for a reason of the recipe as a whole (a
+    weight recipe whose deployment sets no ``job_samples``); ``plugin`` names the recipe."""
+
+
+# --------------------------------------------------------------------------------------------
+# settings
+# --------------------------------------------------------------------------------------------
+
+
+def _strict(kind: type[Any], accepted: tuple[type[Any], ...]) -> Any:
+    # cattrs coerces ("3" -> 3, 2.7 -> 2); a configuration key of the wrong type is a mistake
+    # the user must see, so scalars structure only from values of their own type.
+    def structure(value: Any, _: Any) -> Any:
+        if isinstance(value, bool) and kind is not bool:
+            raise TypeError(f"expected {kind.__name__}, got bool {value!r}")
+        if not isinstance(value, accepted):
+            raise TypeError(f"expected {kind.__name__}, got {type(value).__name__} {value!r}")
+        return kind(value)
+
+    return structure
+
+
+def _settings_converter() -> cattrs.Converter:
+    converter = make_converter()
+    converter.register_structure_hook(int, _strict(int, (int,)))
+    converter.register_structure_hook(float, _strict(float, (int, float)))
+    converter.register_structure_hook(str, _strict(str, (str,)))
+    converter.register_structure_hook(bool, _strict(bool, (bool,)))
+    return converter
+
+
+_CONVERTER = _settings_converter()
+
+
+def _unknown_key_reason(key: str, valid: Sequence[str]) -> str:
+    if not valid:
+        return f"unknown key {key!r}: this plugin takes no keys"
+    close = difflib.get_close_matches(key, valid, n=1)
+    if close:
+        return f"unknown key {key!r}, did you mean {close[0]!r}?"
+    return f"unknown key {key!r}; valid keys: {', '.join(sorted(valid))}"
+
+
+def _split_described(line: str) -> tuple[str, str]:
+    """A line of :func:`describe` (``<reason> @ <path>``) as a (path, reason) pair."""
+    reason, _, key = line.rpartition(" @ ")
+    return key, reason
+
+
+@attrs.frozen
+class PluginSettings:
+    """The base of every plugin's settings: a frozen attrs class parsed from a raw mapping."""
+
+    @classmethod
+    def parse(
+        cls,
+        config: Mapping[str, Any] | None,
+        *,
+        plugin_class: type[Any],
+        path: str = "$",
+    ) -> Self:
+        """Structure ``config`` (a mapping from the deployment; ``None`` reads as ``{}``).
+
+        :param plugin_class: the plugin (stage, recipe) that owns these settings; errors name it.
+        :param path: where ``config`` sits in its document, the prefix of every error's key.
+        :raises PluginConfigError: listing every unknown key (with the closest valid one), every
+            missing required key, every value of the wrong type and every value a validator
+            refuses, each at its own path.
+        """
+        plugin = plugin_class.__name__
+        values: dict[str, Any] = {}
+        problems = [
+            PluginConfigError(plugin, key, reason)
+            for key, reason in cls._structure_into(values, config, path)
+        ]
+        if problems:
+            raise PluginConfigError.of(problems)
+        try:
+            return cls(**values)
+        except (ValueError, TypeError) as exc:  # a check across keys, in __attrs_post_init__
+            raise PluginConfigError(plugin, path, str(exc)) from exc
+
+    @classmethod
+    def _structure_into(
+        cls, values: dict[str, Any], config: object, path: str
+    ) -> Iterator[tuple[str, str]]:
+        """Structure each key of ``config`` into ``values``; yield every problem found, as
+        (key path, reason) pairs."""
+        if config is None:
+            config = {}
+        if not isinstance(config, Mapping):
+            yield path, f"expected a mapping of settings, got {type(config).__name__}"
+            return
+        attrs.resolve_types(cls)  # settings modules may write annotations as strings
+        fields = {f.alias: f for f in attrs.fields(cls) if f.init}
+        for key in config:
+            if not isinstance(key, str):
+                yield path, f"keys must be strings, got {type(key).__name__} {key!r}"
+            elif key not in fields:
+                yield f"{path}.{key}", _unknown_key_reason(key, list(fields))
+        for name, field in fields.items():
+            key_path = f"{path}.{name}"
+            if name not in config:
+                if field.default is attrs.NOTHING:
+                    helptext = option_help(field)
+                    yield key_path, "required key missing" + (f" ({helptext})" if helptext else "")
+                continue
+            try:
+                value = _CONVERTER.structure(config[name], field.type)
+            except cattrs.BaseValidationError as exc:
+                yield from (_split_described(line) for line in describe(exc, root=key_path))
+                continue
+            except (ValueError, TypeError) as exc:
+                yield key_path, str(exc)
+                continue
+            if field.validator is not None:
+                try:
+                    # attrs validators read the attribute and the value, never the instance,
+                    # which does not exist yet: each key is checked on its own so that every
+                    # bad value is reported, not only the first.
+                    field.validator(None, field, value)
+                except (ValueError, TypeError) as exc:
+                    yield key_path, str(exc)
+                    continue
+            values[name] = value
+
+
+@attrs.frozen
+class NoSettings(PluginSettings):
+    """The settings of a stage that takes no config: any key is refused."""
+
+
+@attrs.frozen
+class Record2SampleSettings(PluginSettings):
+    """The settings of a record-to-sample stage that holds units: its staleness limit.
+
+    A stage with more keys extends this class, so ``max_staleness`` sits beside its own keys.
+    """
+
+    max_staleness: int = config_option(
+        default=0,
+        help=(
+            "how many artifacts behind the served one a sample's data may be and still train;"
+            " 0 trains only data of the artifact the scenario serves"
+        ),
+        validator=attrs.validators.ge(0),
+    )
