@@ -1,0 +1,148 @@
+"""The hooks a Reef plugin implements: read this first when you write one.
+
+A plugin is a module (or any object) with functions marked ``@reef.hookimpl`` whose names are
+the hook names below. A distribution makes its plugin known through one entry point in the
+group ``reef.plugins``, under a short, user-facing name (``sft``, ``distill``, ``ecc``)::
+
+    [project.entry-points."reef.plugins"]
+    sft = "reef_sft.plugin"
+
+Two families of hooks:
+
+- **Discovery hooks** run once per plugin, when :meth:`reef.core.plugins.Plugins.load`
+  registers it. Each receives a :class:`reef.core.plugins.PluginRegistrar` bound to one kind of
+  contribution; the plugin calls ``registry.register("short-name", TheClass)`` for each class
+  it contributes. A deployment then names the class by that short name.
+- **Event hooks** run at fixed points of a training job's life, for every scenario and
+  trainer. They are called by the trainer on its own thread and must not block on the network
+  for long: the trainer holds its lock.
+
+An implementation may take any subset of a hook's parameters, by name.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pluggy
+
+if TYPE_CHECKING:
+    from reef.core.job_data import JobData, JobOutcome
+    from reef.core.plugins import PluginRegistrar
+
+#: The pluggy project name: every Reef hook and implementation marker carries it.
+PROJECT_NAME = "reef"
+
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+#: What a plugin imports (as ``reef.hookimpl``) to mark its hook implementations.
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+
+# --------------------------------------------------------------------------------------------
+# discovery: what a distribution contributes, each under a short name
+# --------------------------------------------------------------------------------------------
+
+
+@hookspec
+def reef_register_recipes(registry: PluginRegistrar) -> None:
+    """Register recipes: classes extending :class:`reef.recipe.Recipe`.
+
+    Called once for this plugin when it is loaded. A deployment's ``scenarios.<name>.recipe``
+    names a recipe by the short name given here.
+
+    :param registry: ``registry.register(name, cls)`` adds one recipe under ``name``. A name
+        another distribution already registered for recipes is an error naming both.
+    """
+
+
+@hookspec
+def reef_register_record2sample(registry: PluginRegistrar) -> None:
+    """Register record-to-sample stages: classes extending ``reef.record2sample.Record2Sample``.
+
+    Called once for this plugin when it is loaded. A deployment's
+    ``pipeline.record2sample.class`` names a stage by the short name given here.
+
+    :param registry: ``registry.register(name, cls)`` adds one stage under ``name``.
+    """
+
+
+@hookspec
+def reef_register_sample2job(registry: PluginRegistrar) -> None:
+    """Register sample-to-job stages: classes extending ``reef.sample2job.Sample2Job``.
+
+    Called once for this plugin when it is loaded. A deployment's
+    ``pipeline.sample2job.class`` names a stage by the short name given here.
+
+    :param registry: ``registry.register(name, cls)`` adds one stage under ``name``.
+    """
+
+
+@hookspec
+def reef_register_task_generators(registry: PluginRegistrar) -> None:
+    """Register task generators: classes implementing ``reef.recipe.generated_tasks.TaskGenerator``.
+
+    Called once for this plugin when it is loaded. The generated-task recipe's
+    ``pipeline.record2sample.config.generator`` names a generator by the short name given here.
+
+    :param registry: ``registry.register(name, cls)`` adds one generator under ``name``.
+    """
+
+
+@hookspec
+def reef_register_components(registry: PluginRegistrar) -> None:
+    """Register training components: the classes that train a job's data.
+
+    Called once for this plugin when it is loaded. A deployment's
+    ``scenarios.<name>.training.component`` names a component by the short name given here.
+
+    :param registry: ``registry.register(name, cls)`` adds one component under ``name``.
+    """
+
+
+# --------------------------------------------------------------------------------------------
+# events: the points a job's data passes, in order
+# --------------------------------------------------------------------------------------------
+
+
+@hookspec
+def reef_job_data_built(scenario: str, trainer: str, job_data: JobData) -> None:
+    """The pipeline built a job's data and the trainer validated it against the output schema.
+
+    Called before the job is submitted and before :func:`reef_before_submit`. The data is
+    reserved: it trains only if the submission's commit follows.
+
+    :param scenario: the scenario's name in the deployment.
+    :param trainer: the trainer's name (its training component's name).
+    :param job_data: the job's data, as the sample-to-job stage made it.
+    """
+
+
+@hookspec(firstresult=True)
+def reef_before_submit(scenario: str, trainer: str, job_data: JobData) -> JobData | None:
+    """The trainer is about to submit a job's data to its training component.
+
+    This is where a plugin that must change what trains does so (Agent ECC seals the rewards of
+    the job's data here). An exception refuses the submission: the data is released to the
+    buffer and nothing is submitted.
+
+    :param scenario: the scenario's name in the deployment.
+    :param trainer: the trainer's name (its training component's name).
+    :param job_data: the job's data that will be submitted.
+    :return: replacement job data to submit instead, or ``None`` to submit ``job_data`` as it
+        is. Stops at the first non-``None`` result.
+    """
+
+
+@hookspec
+def reef_job_ended(scenario: str, trainer: str, outcome: JobOutcome) -> None:
+    """A training job ended (finished or failed), and the commit of its end is durable.
+
+    Called after the record-to-sample stage's ``job_ended``; a trainer that restarts with no
+    running job calls it again for the last job that ended, so an implementation must accept
+    the same outcome twice.
+
+    :param scenario: the scenario's name in the deployment.
+    :param trainer: the trainer's name (its training component's name).
+    :param outcome: the job's id, component, event (``finished`` or ``failed``), metrics and,
+        exactly when it failed, its error.
+    """

@@ -1,0 +1,59 @@
+"""Recipes: a training method names the default class of each stage of its pipeline.
+
+A recipe is registered under a short name (``reef_register_recipes``) and named by a
+deployment's ``scenarios.<name>.recipe``. The deployment's ``pipeline`` section gives each stage
+its config and may name another class; without one, the recipe's :meth:`Recipe.pipeline_spec`
+decides.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import attrs
+
+from reef.core.plugins import NoSettings, PluginSettings, RecipeConfigError
+
+
+@attrs.frozen
+class PipelineSpec:
+    """The default class of each stage: a registered name or a ``module:Class`` reference."""
+
+    record2sample: str
+    sample2job: str
+
+
+class Recipe(abc.ABC):
+    """The base of every recipe.
+
+    :cvar Settings: the recipe's own settings (``scenarios.<name>.recipe_config``); a recipe
+        without any keeps :class:`reef.core.plugins.NoSettings`.
+    :cvar requires_job_samples: a weight recipe has no default ``job_samples``: a deployment
+        that does not set ``pipeline.sample2job.config.job_samples`` fails its build.
+    """
+
+    Settings: ClassVar[type[PluginSettings]] = NoSettings
+    requires_job_samples: ClassVar[bool] = False
+
+    @classmethod
+    @abc.abstractmethod
+    def pipeline_spec(cls) -> PipelineSpec:
+        """The default class of each stage, used where the deployment names none."""
+
+    @classmethod
+    def check_pipeline(cls, sample2job_config: Mapping[str, Any] | None, *, path: str) -> None:
+        """Refuse a pipeline section this recipe cannot build, before any stage is built.
+
+        :param sample2job_config: the raw ``pipeline.sample2job.config`` of the deployment.
+        :param path: the path of that config in its document.
+        :raises RecipeConfigError: naming the recipe, the key and the reason.
+        """
+        if cls.requires_job_samples and "job_samples" not in (sample2job_config or {}):
+            raise RecipeConfigError(
+                cls.__name__,
+                f"{path}.job_samples",
+                "a weight recipe has no default job_samples: set it (usually to the training"
+                " component's batch size, so one job is one optimizer step)",
+            )

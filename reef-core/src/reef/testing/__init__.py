@@ -1,0 +1,82 @@
+"""Helpers for testing Reef and its plugins the way Reef tests itself.
+
+:func:`inline_plugin` builds a plugin in a test, so that a stage or recipe under test is
+registered in-process exactly as an installed distribution's would be::
+
+    plugins = Plugins(blocked=())
+    plugins.register(inline_plugin(record2sample={"MySamples": MySamples}), "mine")
+    assert plugins.resolve(PluginKind.RECORD2SAMPLE, "MySamples") is MySamples
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from reef.core.plugins import PluginRegistrar
+from reef.hookspecs import hookimpl
+
+_Classes = Mapping[str, type[Any]]
+
+
+class InlinePlugin:
+    """A plugin made of classes given by kind; see :func:`inline_plugin`."""
+
+    def __init__(
+        self,
+        *,
+        recipes: _Classes,
+        record2sample: _Classes,
+        sample2job: _Classes,
+        task_generators: _Classes,
+        components: _Classes,
+    ) -> None:
+        self._recipes = dict(recipes)
+        self._record2sample = dict(record2sample)
+        self._sample2job = dict(sample2job)
+        self._task_generators = dict(task_generators)
+        self._components = dict(components)
+
+    @staticmethod
+    def _register(registry: PluginRegistrar, classes: _Classes) -> None:
+        for name, cls in classes.items():
+            registry.register(name, cls)
+
+    @hookimpl
+    def reef_register_recipes(self, registry: PluginRegistrar) -> None:
+        self._register(registry, self._recipes)
+
+    @hookimpl
+    def reef_register_record2sample(self, registry: PluginRegistrar) -> None:
+        self._register(registry, self._record2sample)
+
+    @hookimpl
+    def reef_register_sample2job(self, registry: PluginRegistrar) -> None:
+        self._register(registry, self._sample2job)
+
+    @hookimpl
+    def reef_register_task_generators(self, registry: PluginRegistrar) -> None:
+        self._register(registry, self._task_generators)
+
+    @hookimpl
+    def reef_register_components(self, registry: PluginRegistrar) -> None:
+        self._register(registry, self._components)
+
+
+def inline_plugin(
+    *,
+    recipes: _Classes | None = None,
+    record2sample: _Classes | None = None,
+    sample2job: _Classes | None = None,
+    task_generators: _Classes | None = None,
+    components: _Classes | None = None,
+) -> InlinePlugin:
+    """A plugin object contributing the given classes (name -> class) of each kind, for
+    :meth:`reef.core.plugins.Plugins.register`."""
+    return InlinePlugin(
+        recipes=recipes or {},
+        record2sample=record2sample or {},
+        sample2job=sample2job or {},
+        task_generators=task_generators or {},
+        components=components or {},
+    )
