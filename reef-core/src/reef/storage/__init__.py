@@ -1,0 +1,1 @@
+"""Reef storage (placeholder docstring, filled below)."""

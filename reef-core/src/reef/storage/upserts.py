@@ -1,0 +1,59 @@
+"""Inserts that meet an existing row: the only dialect-specific statements of the stores.
+
+Ids in Reef are deterministic, so most writes may find their row already there. SQLite and
+PostgreSQL both speak ``INSERT ... ON CONFLICT``; SQLAlchemy spells it through each dialect's
+own ``insert``, chosen here once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import Connection, Table
+from sqlalchemy.dialects import postgresql, sqlite
+
+__all__ = ["add_counts", "insert_or_ignore", "insert_or_replace"]
+
+
+def _insert(connection: Connection, table: Table) -> Any:
+    if connection.dialect.name == "postgresql":
+        return postgresql.insert(table)
+    if connection.dialect.name == "sqlite":
+        return sqlite.insert(table)
+    raise NotImplementedError(
+        f"Reef's stores support sqlite and postgresql, not {connection.dialect.name}"
+    )
+
+
+def insert_or_ignore(
+    connection: Connection, table: Table, rows: Sequence[Mapping[str, Any]]
+) -> None:
+    """Insert ``rows``, leaving alone any row whose key is already stored."""
+    if rows:
+        connection.execute(_insert(connection, table).on_conflict_do_nothing(), list(rows))
+
+
+def insert_or_replace(
+    connection: Connection, table: Table, row: Mapping[str, Any], *, key: Sequence[str]
+) -> None:
+    """Insert ``row``, or overwrite the other columns of the row stored under ``key``."""
+    statement = _insert(connection, table)
+    changed = {name: statement.excluded[name] for name in row if name not in key}
+    connection.execute(statement.on_conflict_do_update(index_elements=key, set_=changed), row)
+
+
+def add_counts(
+    connection: Connection,
+    table: Table,
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    key: Sequence[str],
+    columns: Sequence[str],
+) -> None:
+    """Add each row's ``columns`` to the stored counts under its ``key`` (a new row starts them)."""
+    if not rows:
+        return
+    statement = _insert(connection, table)
+    totals = {name: table.c[name] + statement.excluded[name] for name in columns}
+    connection.execute(statement.on_conflict_do_update(index_elements=key, set_=totals), list(rows))
