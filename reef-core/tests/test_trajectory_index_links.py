@@ -1,0 +1,326 @@
+"""The trajectory index against a literal, brute-force reading of the longest-prefix rule.
+
+rule: P-SET-2 (a call's parent is the earlier call with the same API format and tools whose
+request is the longest prefix of its own), with DECISIONS.md points 1-4: requests compared as
+normalised messages, proper prefixes only (a retry is a sibling), ties between retries broken
+by the reply the child continues with, else the most recent.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from reef.core.records import CHAT_COMPLETIONS, InferenceRecord
+from reef.core.trajectory_index import LinkEntry, TrajectoryIndex, normalise_message
+
+# -- the reference ----------------------------------------------------------------------------
+
+
+def _canon(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def _request(record: InferenceRecord) -> list[str]:
+    return [_canon(normalise_message(m)) for m in record.messages]
+
+
+def reference_parents(records: Sequence[InferenceRecord]) -> dict[str, str | None]:
+    """The rule read literally, in O(n^2): compare each call with every earlier call."""
+    parents: dict[str, str | None] = {}
+    for i, record in enumerate(records):
+        request = _request(record)
+        best = -1
+        candidates: list[InferenceRecord] = []
+        for earlier in records[:i]:
+            if earlier.api_format != record.api_format:
+                continue
+            if _canon(earlier.tools) != _canon(record.tools):
+                continue
+            prefix = _request(earlier)
+            if len(prefix) >= len(request) or request[: len(prefix)] != prefix:
+                continue
+            if len(prefix) > best:
+                best, candidates = len(prefix), [earlier]
+            elif len(prefix) == best:
+                candidates.append(earlier)
+        if not candidates:
+            parents[record.id] = None
+            continue
+        following = request[best]
+        matching = [
+            c
+            for c in candidates
+            if any(_canon(normalise_message(reply)) == following for reply in c.reply_messages)
+        ]
+        parents[record.id] = (matching[0] if len(matching) == 1 else candidates[-1]).id
+    return parents
+
+
+def reference_answers(
+    parents: dict[str, str | None], ids: Sequence[str]
+) -> tuple[dict[str, Any], ...]:
+    """Children, trajectories, last calls and inside-ness, from the parent map alone."""
+    children = {i: tuple(c for c in ids if parents[c] == i) for i in ids}
+
+    def path(call: str) -> tuple[str, ...]:
+        up: list[str] = []
+        current: str | None = call
+        while current is not None:
+            up.append(current)
+            current = parents[current]
+        return tuple(reversed(up))
+
+    trajectories = {i: path(i) for i in ids}
+    leaves = {i: frozenset(c for c in ids if not children[c] and i in trajectories[c]) for i in ids}
+    return children, trajectories, leaves
+
+
+# -- random call trees ------------------------------------------------------------------------
+
+TOOLS = [
+    [],
+    [{"type": "function", "function": {"name": "ls", "parameters": {"type": "object"}}}],
+    [
+        {"type": "function", "function": {"name": "ls", "parameters": {"type": "object"}}},
+        {"type": "function", "function": {"name": "cat", "parameters": {"type": "object"}}},
+    ],
+]
+FORMATS = [CHAT_COMPLETIONS, "openai.responses"]
+WORDS = ["a", "b", "c"]
+
+
+def assistant_message(draw: st.DrawFn) -> dict[str, Any]:
+    """An assistant reply as an engine returns it: sometimes a tool call, null fields."""
+    if draw(st.booleans()):
+        call_id = draw(st.sampled_from(["c1", "c2"]))
+        return {
+            "role": "assistant",
+            "content": None,
+            "refusal": None,
+            "tool_calls": [
+                {
+                    "id": call_id,
+                    "type": "function",
+                    "function": {"name": "ls", "arguments": draw(st.sampled_from(["{}", "[1]"]))},
+                }
+            ],
+        }
+    return {"role": "assistant", "content": draw(st.sampled_from(WORDS)), "refusal": None}
+
+
+def as_client_sends(message: dict[str, Any]) -> dict[str, Any]:
+    """The same message as a client sends it back: null fields dropped."""
+    return {k: v for k, v in message.items() if v is not None}
+
+
+def follow_up(draw: st.DrawFn) -> dict[str, Any]:
+    role = draw(st.sampled_from(["user", "tool"]))
+    if role == "tool":
+        return {"role": "tool", "tool_call_id": "c1", "content": draw(st.sampled_from(WORDS))}
+    return {"role": "user", "content": draw(st.sampled_from(WORDS))}
+
+
+def make_record(
+    i: int,
+    messages: list[dict[str, Any]],
+    tools: list[Any],
+    api_format: str,
+    replies: list[dict[str, Any]],
+) -> InferenceRecord:
+    request: dict[str, Any] = {"model": "m", "messages": messages, "temperature": i % 3}
+    if tools:
+        request["tools"] = tools
+    response = {
+        "choices": [
+            {"index": n, "message": reply, "finish_reason": "stop"}
+            for n, reply in enumerate(replies)
+        ]
+    }
+    return InferenceRecord(
+        id=f"r{i}", scenario="s", request=request, response=response, api_format=api_format
+    )
+
+
+@st.composite
+def call_trees(draw: st.DrawFn, max_calls: int = 30) -> list[InferenceRecord]:
+    """Calls of a few agents: new sessions, continuations, branches, retries, changes."""
+    records: list[InferenceRecord] = []
+    for i in range(draw(st.integers(1, max_calls))):
+        kinds = ["root"] if not records else ["root", "continue", "retry", "branch", "change"]
+        kind = draw(st.sampled_from(kinds))
+        tools = draw(st.sampled_from(TOOLS))
+        api_format = draw(st.sampled_from(FORMATS)) if kind == "root" else CHAT_COMPLETIONS
+        messages: list[dict[str, Any]]
+        if kind == "root":
+            messages = [{"role": "system", "content": draw(st.sampled_from(WORDS))}]
+            messages += [follow_up(draw) for _ in range(draw(st.integers(0, 2)))]
+        else:
+            base = draw(st.sampled_from(records))
+            tools, api_format = base.tools, base.api_format
+            messages = list(base.messages)
+            if kind == "continue":
+                # The reply of one of its choices (as a client resends it), or another one.
+                replies = base.reply_messages
+                reply = (
+                    as_client_sends(draw(st.sampled_from(replies)))
+                    if replies and draw(st.booleans())
+                    else assistant_message(draw)
+                )
+                messages += [reply] + [follow_up(draw) for _ in range(draw(st.integers(1, 2)))]
+            elif kind == "branch":
+                messages = messages[: draw(st.integers(0, len(messages)))]
+                messages += [follow_up(draw) for _ in range(draw(st.integers(0, 2)))]
+            elif kind == "change":
+                if draw(st.booleans()):
+                    tools = draw(st.sampled_from(TOOLS))
+                else:
+                    api_format = draw(st.sampled_from(FORMATS))
+                messages += [follow_up(draw)]
+            # "retry": the identical request.
+        replies = [assistant_message(draw) for _ in range(draw(st.integers(0, 2)))]
+        records.append(make_record(i, messages, list(tools), api_format, replies))
+    return records
+
+
+def linked(records: Sequence[InferenceRecord]) -> tuple[TrajectoryIndex, list[LinkEntry]]:
+    index = TrajectoryIndex()
+    return index, [index.add(r) for r in records]
+
+
+def check_answers(index: TrajectoryIndex, records: Sequence[InferenceRecord]) -> None:
+    ids = [r.id for r in records]
+    parents = reference_parents(records)
+    children, trajectories, leaves = reference_answers(parents, ids)
+    assert len(index) == len(ids)
+    assert list(index) == ids
+    for i in ids:
+        assert i in index
+        assert index.parent(i) == parents[i], i
+        assert index.children(i) == children[i]
+        assert index.trajectory(i) == trajectories[i]
+        assert frozenset(index.last_calls(i)) == leaves[i]
+        assert len(index.last_calls(i)) == len(leaves[i])
+        assert index.is_last_call(i) == (not children[i])
+        for j in ids:
+            assert index.is_inside(i, j) == (i in trajectories[j][:-1])
+
+
+# -- properties -------------------------------------------------------------------------------
+
+PROPERTY = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@PROPERTY
+@given(call_trees())
+def test_links_match_the_brute_force_reference(records: list[InferenceRecord]) -> None:
+    """rule: P-SET-2, on random trees with branches, retries, tool and format changes."""
+    index, _ = linked(records)
+    check_answers(index, records)
+
+
+@PROPERTY
+@given(call_trees())
+def test_restore_from_entries_answers_like_add(records: list[InferenceRecord]) -> None:
+    """rule: P-SET-2; an index rebuilt from stored entries (no bodies) links later calls alike."""
+    split = len(records) // 2
+    first, entries = linked(records[:split])
+    rebuilt = TrajectoryIndex()
+    for entry in entries:
+        rebuilt.restore(entry)
+    for record in records[split:]:
+        assert rebuilt.add(record) == first.add(record)
+    check_answers(rebuilt, records)
+
+
+# -- worked cases -----------------------------------------------------------------------------
+
+SYSTEM = {"role": "system", "content": "be brief"}
+ASK = {"role": "user", "content": "list files"}
+CALL_LS = {
+    "role": "assistant",
+    "content": None,
+    "tool_calls": [{"id": "t1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}],
+}
+LS_RESULT = {"role": "tool", "tool_call_id": "t1", "content": "a.txt"}
+DONE = {"role": "assistant", "content": "one file: a.txt"}
+
+
+def test_a_retry_is_a_sibling_and_the_child_follows_the_reply_it_continues() -> None:
+    """rule: P-SET-2; DECISIONS 2 and 3."""
+    first = make_record(0, [SYSTEM, ASK], [], CHAT_COMPLETIONS, [CALL_LS])
+    retry = make_record(1, [SYSTEM, ASK], [], CHAT_COMPLETIONS, [DONE])
+    child = make_record(2, [SYSTEM, ASK, CALL_LS, LS_RESULT], [], CHAT_COMPLETIONS, [DONE])
+    index, _ = linked([first, retry, child])
+    assert index.parent("r1") is None  # identical request: sibling, not child
+    assert index.parent("r2") == "r0"  # not the most recent retry: its reply is what r2 continues
+    assert index.trajectory("r2") == ("r0", "r2")
+    assert index.last_calls("r0") == ("r2",)
+    assert index.is_inside("r0", "r2")
+    assert not index.is_inside("r1", "r2")
+    assert not index.is_inside("r2", "r2")
+
+
+def test_ambiguous_retries_go_to_the_most_recent() -> None:
+    """rule: P-SET-2; DECISIONS 3: none or several matching replies -> the most recent."""
+    calls = [make_record(i, [SYSTEM, ASK], [], CHAT_COMPLETIONS, [CALL_LS]) for i in range(3)]
+    child = make_record(3, [SYSTEM, ASK, CALL_LS, LS_RESULT], [], CHAT_COMPLETIONS, [])
+    other = make_record(4, [SYSTEM, ASK, DONE, ASK], [], CHAT_COMPLETIONS, [])
+    index, _ = linked([*calls, child, other])
+    assert index.parent("r3") == "r2"
+    assert index.parent("r4") == "r2"
+    assert index.children("r2") == ("r3", "r4")
+    assert index.last_calls("r2") == ("r3", "r4")
+
+
+def test_tools_and_format_must_be_equal() -> None:
+    """rule: P-SET-2; DECISIONS 1: the same prefix under other tools or format does not link."""
+    root = make_record(0, [SYSTEM, ASK], TOOLS[1], CHAT_COMPLETIONS, [CALL_LS])
+    other_tools = make_record(1, [SYSTEM, ASK, CALL_LS], TOOLS[2], CHAT_COMPLETIONS, [])
+    reordered = make_record(2, [SYSTEM, ASK, CALL_LS], TOOLS[2][::-1], CHAT_COMPLETIONS, [])
+    other_format = make_record(3, [SYSTEM, ASK, CALL_LS], TOOLS[1], "openai.responses", [])
+    same = make_record(4, [SYSTEM, ASK, CALL_LS], TOOLS[1], CHAT_COMPLETIONS, [])
+    index, _ = linked([root, other_tools, reordered, other_format, same])
+    assert [index.parent(f"r{i}") for i in range(5)] == [None, None, None, None, "r0"]
+
+
+def test_sampling_parameters_and_null_fields_do_not_count() -> None:
+    """DECISIONS 1: messages are compared normalised; sampling parameters are ignored."""
+    root = make_record(0, [SYSTEM, ASK], [], CHAT_COMPLETIONS, [{**DONE, "refusal": None}])
+    child = make_record(
+        1, [SYSTEM, ASK, {**DONE, "annotations": []}, ASK], [], CHAT_COMPLETIONS, []
+    )
+    child.request["temperature"] = 0.9
+    child.request["max_tokens"] = 12
+    index, _ = linked([root, child])
+    assert index.parent("r1") == "r0"
+    assert normalise_message({"role": "user", "content": "", "name": None}) == {"role": "user"}
+
+
+def test_unknown_and_duplicate_ids_are_refused() -> None:
+    index, entries = linked([make_record(0, [SYSTEM], [], CHAT_COMPLETIONS, [])])
+    for question in (
+        index.parent,
+        index.children,
+        index.trajectory,
+        index.last_calls,
+        index.is_last_call,
+    ):
+        with pytest.raises(KeyError, match="nope"):
+            question("nope")
+    with pytest.raises(KeyError, match="nope"):
+        index.is_inside("r0", "nope")
+    with pytest.raises(KeyError, match="nope"):
+        index.is_inside("nope", "r0")
+    with pytest.raises(ValueError, match="r0"):
+        index.add(make_record(0, [SYSTEM], [], CHAT_COMPLETIONS, []))
+    with pytest.raises(ValueError, match="r0"):
+        index.restore(entries[0])
+    with pytest.raises(KeyError, match="gone"):
+        TrajectoryIndex().restore(LinkEntry("x", "gone", "k", ()))
+    assert "nope" not in index
