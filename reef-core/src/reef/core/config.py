@@ -1,4 +1,4 @@
-"""Configuration: the fields of a plugin's settings, and the deployment file.
+"""Configuration keys: the fields of a plugin's settings, made by :func:`config_option`.
 
 A plugin's settings are a frozen attrs class whose fields come from :func:`config_option`, so
 every key carries the help text that documentation and error messages show.

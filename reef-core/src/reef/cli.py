@@ -1,0 +1,125 @@
+"""The ``reef`` command.
+
+Each subcommand is one entry of :data:`SUBCOMMANDS`: a help line, a function that adds its
+arguments and a function that runs it and returns the exit status. A subcommand that needs
+heavy modules imports them in its ``run``, so ``reef --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import attrs
+
+from reef.core.deployment import DeploymentError, load_deployment
+from reef.core.plugins import PluginError, Plugins
+from reef.version import __version__
+
+
+@attrs.frozen
+class Subcommand:
+    """One ``reef <name>`` subcommand."""
+
+    help: str
+    configure: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+
+
+def _loaded_plugins() -> Plugins:
+    plugins = Plugins()
+    plugins.load()
+    return plugins
+
+
+def _configure_plugins(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def _run_plugins(args: argparse.Namespace) -> int:
+    plugins = _loaded_plugins()
+    rows = [
+        {
+            "name": r.name,
+            "kind": str(r.kind),
+            "class": f"{r.cls.__module__}:{r.cls.__qualname__}",
+            "plugin": r.plugin,
+            "distribution": r.distribution,
+            "version": r.version,
+        }
+        for r in plugins.registrations
+    ]
+    failed = [attrs.asdict(f) for f in plugins.failures]
+    if args.json:
+        print(
+            json.dumps(
+                {"registered": rows, "failed": failed, "blocked": sorted(plugins.blocked)}, indent=2
+            )
+        )
+        return 0
+    table = [("NAME", "KIND", "DISTRIBUTION", "VERSION", "CLASS")] + [
+        (r["name"], r["kind"], r["distribution"] or "-", r["version"] or "-", r["class"])
+        for r in rows
+    ]
+    widths = [max(len(str(row[i])) for row in table) for i in range(4)]
+    for row in table:
+        print(
+            "  ".join(str(cell).ljust(w) for cell, w in zip(row, widths, strict=False))
+            + "  "
+            + str(row[4])
+        )
+    for f in plugins.failures:
+        print(f"failed: {f.name} ({f.entry_point}, {f.distribution} {f.version}): {f.error}")
+    if plugins.blocked:
+        print(f"blocked: {', '.join(sorted(plugins.blocked))}")
+    return 0
+
+
+def _configure_check(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("deployment", type=Path, help="the deployment file (YAML)")
+
+
+def _run_check(args: argparse.Namespace) -> int:
+    try:
+        deployment = load_deployment(args.deployment, plugins=_loaded_plugins())
+    except DeploymentError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    print(f"{args.deployment}: ok ({', '.join(deployment.scenarios)})")
+    return 0
+
+
+#: Every subcommand, by name. A layer that adds one (``serve``, ``status``, ``example``) adds
+#: its entry here.
+SUBCOMMANDS: dict[str, Subcommand] = {
+    "plugins": Subcommand(
+        "list every registered name with its kind, distribution and version",
+        _configure_plugins,
+        _run_plugins,
+    ),
+    "check": Subcommand(
+        "check a deployment file and print every problem", _configure_check, _run_check
+    ),
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``reef`` with ``argv`` (default: the process's arguments); the exit status."""
+    parser = argparse.ArgumentParser(prog="reef", description="Reef: train agents on their traffic")
+    parser.add_argument("--version", action="version", version=f"reef {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, subcommand in SUBCOMMANDS.items():
+        subcommand.configure(commands.add_parser(name, help=subcommand.help))
+    args = parser.parse_args(argv)
+    try:
+        return SUBCOMMANDS[args.command].run(args)
+    except PluginError as exc:
+        print(f"reef {args.command}: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
