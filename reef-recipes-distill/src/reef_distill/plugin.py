@@ -1,0 +1,12 @@
+"""The ``distill`` plugin (entry point ``reef.plugins``)."""
+
+from __future__ import annotations
+
+from reef import hookimpl
+from reef.core.plugins import PluginRegistrar
+from reef_distill.recipe import DistillRecipe
+
+
+@hookimpl
+def reef_register_recipes(registry: PluginRegistrar) -> None:
+    registry.register("distill", DistillRecipe)

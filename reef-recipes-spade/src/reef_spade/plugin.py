@@ -1,0 +1,12 @@
+"""The ``spade`` plugin (entry point ``reef.plugins``)."""
+
+from __future__ import annotations
+
+from reef import hookimpl
+from reef.core.plugins import PluginRegistrar
+from reef_spade.recipe import SpadeRecipe
+
+
+@hookimpl
+def reef_register_recipes(registry: PluginRegistrar) -> None:
+    registry.register("spade", SpadeRecipe)
