@@ -1,1 +1,53 @@
-"""Reef storage (placeholder docstring, filled below)."""
+"""Reef's stores, on SQLAlchemy 2: SQLite by default (a file, WAL), PostgreSQL by URL.
+
+Open a database once with :func:`open_database` (it migrates the schema), then make the stores
+of each scenario on it:
+
+- :class:`RecordStore`: inference records, reports and judged records, append-only, read by a
+  gap-safe cursor, with trajectory link entries and body eviction under a capacity bound;
+- :class:`TrainerSamples`: the scenario's samples, per-trainer consumption and train counts,
+  the manual buffer, training instructions and job outcomes;
+- :class:`TaskStorage`: task stores opened by name;
+- :class:`ScenarioSettings` and :class:`DropCounters`.
+
+See ``docs/storage.md`` for the tables, transactions and durability choices.
+"""
+
+from reef.storage.database import Database, open_database
+from reef.storage.drops import DropCounters
+from reef.storage.errors import (
+    ConflictError,
+    MissingLinkError,
+    StorageError,
+    UnknownSampleError,
+    UnknownTrainerError,
+)
+from reef.storage.positions import Position
+from reef.storage.records import RecordCapacity, RecordStore, StoredRecord
+from reef.storage.samples import Instruction, NewSample, StoredSample, TrainerSamples
+from reef.storage.scenario_settings import ScenarioSettings
+from reef.storage.tasks import KeyValueStore, TaskStorage, TaskStore, TaskStores
+
+__all__ = [
+    "ConflictError",
+    "Database",
+    "DropCounters",
+    "Instruction",
+    "KeyValueStore",
+    "MissingLinkError",
+    "NewSample",
+    "Position",
+    "RecordCapacity",
+    "RecordStore",
+    "ScenarioSettings",
+    "StorageError",
+    "StoredRecord",
+    "StoredSample",
+    "TaskStorage",
+    "TaskStore",
+    "TaskStores",
+    "TrainerSamples",
+    "UnknownSampleError",
+    "UnknownTrainerError",
+    "open_database",
+]

@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Table
+from sqlalchemy import Connection, Select, Table
 from sqlalchemy.dialects import postgresql, sqlite
 
-__all__ = ["add_counts", "insert_or_ignore", "insert_or_replace"]
+__all__ = ["add_counts", "insert_or_ignore", "insert_or_replace", "insert_selected_or_ignore"]
 
 
 def _insert(connection: Connection, table: Table) -> Any:
@@ -32,6 +32,14 @@ def insert_or_ignore(
     """Insert ``rows``, leaving alone any row whose key is already stored."""
     if rows:
         connection.execute(_insert(connection, table).on_conflict_do_nothing(), list(rows))
+
+
+def insert_selected_or_ignore(
+    connection: Connection, table: Table, columns: Sequence[str], rows: Select[Any]
+) -> None:
+    """Insert the rows that ``rows`` selects (into ``columns``), skipping keys already stored."""
+    statement = _insert(connection, table).from_select(list(columns), rows)
+    connection.execute(statement.on_conflict_do_nothing())
 
 
 def insert_or_replace(

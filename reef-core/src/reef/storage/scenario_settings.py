@@ -1,0 +1,50 @@
+"""A scenario's durable settings: key → JSON value (the training mode, for one).
+
+A setting changed through the API (``POST /reef/scenarios/{scenario}/update``) is written here
+before it is acted on, so a reload or a restart applies it again (P-MODE-14).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import select
+
+from reef.storage import json_values
+from reef.storage.database import Database
+from reef.storage.tables import scenario_settings
+from reef.storage.upserts import insert_or_replace
+
+__all__ = ["ScenarioSettings"]
+
+
+class ScenarioSettings:
+    """The settings of one scenario."""
+
+    def __init__(self, database: Database, scenario: str) -> None:
+        self._database = database
+        self.scenario = scenario
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """The value of ``key``, or ``default`` when it was never set."""
+        query = select(scenario_settings.c.value).where(
+            scenario_settings.c.scenario == self.scenario, scenario_settings.c.key == key
+        )
+        with self._database.read() as connection:
+            text = connection.execute(query).scalar_one_or_none()
+        return default if text is None else json_values.load(text)
+
+    def set(self, key: str, value: Any) -> None:
+        """Set ``key`` to ``value`` (durable on return)."""
+        row = {"scenario": self.scenario, "key": key, "value": json_values.dump(value)}
+        with self._database.write() as connection:
+            insert_or_replace(connection, scenario_settings, row, key=("scenario", "key"))
+
+    def items(self) -> dict[str, Any]:
+        """Every setting of the scenario."""
+        query = select(scenario_settings.c.key, scenario_settings.c.value).where(
+            scenario_settings.c.scenario == self.scenario
+        )
+        with self._database.read() as connection:
+            rows = connection.execute(query).tuples().all()
+        return {key: json_values.load(text) for key, text in rows}
