@@ -1,0 +1,7 @@
+"""Training components: what trains a job's data and publishes the weights it makes.
+
+:mod:`reef.components.interface` is the contract every component meets (submit a job's data,
+learn how it ended, publish weights as an artifact); it needs nothing beyond reef-core. The
+built-in ``local`` component (:mod:`reef.components.local`) and its engine
+(:mod:`reef.components.local_engine`) need PyTorch: install ``reef-core[torch]``.
+"""

@@ -1,0 +1,109 @@
+"""The contract of a training component, and the values it exchanges with the trainer.
+
+The trainer hands a component one job's data with the recipe's job parameters
+(:meth:`TrainingComponent.submit`), polls until the job ends (:meth:`TrainingComponent.poll`),
+commits the end, and then asks for the new weights as an artifact
+(:meth:`TrainingComponent.publish`). A component renders the samples itself (P-REND-3), cuts
+the job into optimizer steps by its own batch size (P-SIZE-6) and reports its metrics in the
+job's :class:`reef.core.job_data.JobOutcome`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal, Protocol, TypeAlias
+
+import attrs
+
+from reef.core.job_data import JobData, JobOutcome
+
+Remainder: TypeAlias = Literal["train", "drop", "pad"]
+
+
+def _positive_or_none(_: object, attribute: attrs.Attribute[Any], value: int | None) -> None:
+    if value is not None and value <= 0:
+        raise ValueError(f"{attribute.name} must be a positive int, got {value!r}")
+
+
+@attrs.frozen
+class Scheduling:
+    """The job's optional scheduling parameter (P-SIZE-6).
+
+    :ivar remainder: what a last step shorter than the batch size does: ``train`` it as a
+        partial step; ``drop`` its samples (counted in the ``dropped_samples`` metric); ``pad``
+        it with empty entries, so it trains with the weight of a full step's share (its loss
+        is divided as if the step were full).
+    :ivar packing_length: when set, a step trains batch-size *packs* of at most this many
+        tokens, each pack the next rendered sequences that fit, instead of batch-size samples.
+    """
+
+    remainder: Remainder = attrs.field(default="train")
+    packing_length: int | None = attrs.field(default=None, validator=_positive_or_none)
+
+    @remainder.validator
+    def _known_remainder(self, _: attrs.Attribute[Any], value: str) -> None:
+        if value not in ("train", "drop", "pad"):
+            raise ValueError(f"remainder must be 'train', 'drop' or 'pad', got {value!r}")
+
+
+@attrs.frozen
+class JobHandle:
+    """What :meth:`TrainingComponent.submit` returns: the job's id and its component."""
+
+    job_id: str
+    component: str
+
+
+@attrs.frozen
+class Artifact:
+    """Published weights.
+
+    :ivar artifact_id: a content hash of the weights (DECISIONS.md 7): the same weights have
+        the same id in every process and after a restart.
+    :ivar path: where the weights are (a model folder).
+    """
+
+    artifact_id: str
+    path: Path
+
+
+class TrainingComponent(Protocol):
+    """A training component, as the trainer drives it.
+
+    Jobs run one at a time, in submission order; a job id that the component already ran
+    is not trained again (:meth:`submit` returns its handle), so a trainer that resubmits after
+    a restart trains nothing twice.
+    """
+
+    @property
+    def name(self) -> str:
+        """The component's name (the ``component`` of its job outcomes)."""
+        ...
+
+    def submit(self, data: JobData, parameters: Mapping[str, Any] | None = None) -> JobHandle:
+        """Start training ``data`` with the recipe's job ``parameters``; return at once.
+
+        :raises reef.core.plugins.PluginConfigError: when ``parameters`` are not ones this
+            component takes (nothing starts).
+        """
+        ...
+
+    def poll(self, handle: JobHandle) -> JobOutcome | None:
+        """The job's outcome once it ended (``finished`` or ``failed``), else ``None``."""
+        ...
+
+    def wait(self, handle: JobHandle, timeout: float | None = None) -> JobOutcome:
+        """Block until the job ends and return its outcome.
+
+        :raises TimeoutError: when it did not end within ``timeout`` seconds.
+        """
+        ...
+
+    def publish(self) -> Artifact:
+        """Publish the current weights (those of the last job that finished) as an artifact."""
+        ...
+
+    def close(self) -> None:
+        """Stop taking jobs and wait for the running one to end."""
+        ...
