@@ -255,16 +255,15 @@ def _check_config(
 
 
 def scenario_classes(
-    deployment: Deployment, name: str, plugins: Plugins, problems: list[str] | None = None
+    name: str, scenario: ScenarioSection, plugins: Plugins, problems: list[str] | None = None
 ) -> ScenarioClasses | None:
     """Resolve the classes of scenario ``name`` and check each config against its class's
-    settings, appending every problem to ``problems`` (``None``: raise on the first).
+    settings, appending every problem to ``problems`` (``None``: raise them all).
 
     :raises DeploymentError: when ``problems`` is ``None`` and anything is wrong.
     """
     found: list[str] = [] if problems is None else problems
     before = len(found)
-    scenario = deployment.scenarios[name]
     path = f"$.scenarios.{name}"
     recipe = _resolve(plugins, PluginKind.RECIPE, scenario.recipe.class_, f"{path}.recipe", found)
     classes: dict[str, type[Any] | None] = {}
@@ -354,8 +353,15 @@ def load_deployment(
     if deployment is not None:
         if not deployment.scenarios:
             problems.append("a deployment needs at least one scenario @ $.scenarios")
-        for name in deployment.scenarios:
-            scenario_classes(deployment, name, plugins, problems)
+        for name, scenario in deployment.scenarios.items():
+            scenario_classes(name, scenario, plugins, problems)
+    elif isinstance(document, Mapping) and isinstance(document.get("scenarios"), Mapping):
+        # Another section is wrong: still check the stages of every scenario that reads, so
+        # the file's problems are all reported at once (the section's own are listed above).
+        for name, raw in document["scenarios"].items():
+            readable = ScenarioSection.structure_at(raw, f"$.scenarios.{name}", [])
+            if readable is not None:
+                scenario_classes(str(name), readable, plugins, problems)
     if problems:
         raise DeploymentError(origin, tuple(problems))
     assert deployment is not None

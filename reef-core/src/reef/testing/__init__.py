@@ -10,10 +10,12 @@ registered in-process exactly as an installed distribution's would be::
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
-from reef.core.plugins import PluginRegistrar
+from reef.core.plugins import ENTRY_POINT_GROUP, PluginRegistrar
 from reef.hookspecs import hookimpl
 
 _Classes = Mapping[str, type[Any]]
@@ -80,3 +82,30 @@ def inline_plugin(
         task_generators=task_generators or {},
         components=components or {},
     )
+
+
+def write_distribution(
+    root: Path,
+    *,
+    name: str,
+    version: str,
+    plugins: Mapping[str, str],
+    modules: Mapping[str, str],
+) -> Path:
+    """Write an installed distribution into ``root`` (a folder to put on ``sys.path``): its
+    modules (relative path -> source) and a ``dist-info`` folder whose entry points in the
+    ``reef.plugins`` group are ``plugins`` (name -> module). ``importlib.metadata`` finds it
+    like any installed distribution, so discovery is tested for real. Returns ``root``.
+    """
+    for relative, source in modules.items():
+        path = root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(source), encoding="utf-8")
+    info = root / f"{name.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n", encoding="utf-8"
+    )
+    lines = "".join(f"{plugin} = {module}\n" for plugin, module in plugins.items())
+    (info / "entry_points.txt").write_text(f"[{ENTRY_POINT_GROUP}]\n{lines}", encoding="utf-8")
+    return root

@@ -1,0 +1,173 @@
+"""The deployment file: safe YAML, ${ENV} references, and every problem reported with its path."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import attrs
+import pytest
+
+from reef.core.config import config_option
+from reef.core.deployment import DeploymentError, load_deployment
+from reef.core.plugins import Plugins, PluginSettings, Record2SampleSettings
+from reef.recipe import PipelineSpec, Recipe
+from reef.testing import inline_plugin
+
+
+class TestSamples:
+    __test__ = False
+    Settings: ClassVar[type[PluginSettings]] = Record2SampleSettings
+
+
+@attrs.frozen
+class JobSettings(PluginSettings):
+    job_samples: int = config_option(help="the fewest samples of one job")
+
+
+class TestJobData:
+    __test__ = False
+    Settings: ClassVar[type[PluginSettings]] = JobSettings
+
+
+class WeightRecipe(Recipe):
+    requires_job_samples: ClassVar[bool] = True
+
+    @classmethod
+    def pipeline_spec(cls) -> PipelineSpec:
+        return PipelineSpec(record2sample="TestSamples", sample2job="TestJobData")
+
+
+class LocalComponent:
+    pass
+
+
+@pytest.fixture
+def plugins() -> Plugins:
+    registry = Plugins(blocked=())
+    registry.register(
+        inline_plugin(
+            recipes={"weights": WeightRecipe},
+            record2sample={"TestSamples": TestSamples},
+            sample2job={"TestJobData": TestJobData},
+            components={"local": LocalComponent},
+        ),
+        "test",
+    )
+    return registry
+
+
+GOOD = f"""
+storage: {{url: "sqlite:///${{DATA}}/reef.db"}}
+serving: {{engine: "http://127.0.0.1:8001/v1", api_key: "${{ENGINE_KEY}}"}}
+auth:
+  tokens:
+    ci: {{token: "${{CI_TOKEN}}", scopes: [feedback], scenarios: [support]}}
+scenarios:
+  support:
+    recipe: weights
+    pipeline:
+      record2sample: {{config: {{max_staleness: 2}}}}
+      sample2job: {{class: "{__name__}:TestJobData", config: {{job_samples: 8}}}}
+    training: {{component: local}}
+"""
+ENV = {"DATA": "/var/reef", "ENGINE_KEY": "k", "CI_TOKEN": "secret"}
+
+
+def load(text: str, plugins: Plugins, environ: Mapping[str, str] = ENV) -> Any:
+    return load_deployment(text, plugins=plugins, environ=environ)
+
+
+def problems_of(text: str, plugins: Plugins, environ: Mapping[str, str] = ENV) -> tuple[str, ...]:
+    with pytest.raises(DeploymentError) as info:
+        load(text, plugins, environ)
+    return info.value.problems
+
+
+def test_a_good_deployment_loads_with_env_references(plugins: Plugins) -> None:
+    deployment = load(GOOD, plugins)
+    assert deployment.storage.url == "sqlite:////var/reef/reef.db"
+    assert deployment.serving_of("support").api_key == "k"
+    assert deployment.auth.tokens["ci"].token == "secret"
+    assert deployment.auth.tokens["ci"].scopes == ("feedback",)
+    scenario = deployment.scenarios["support"]
+    assert scenario.recipe.class_ == "weights"
+    assert scenario.pipeline.record2sample.config == {"max_staleness": 2}
+    assert deployment.storage_of("support") is deployment.storage
+
+
+def test_a_missing_env_variable_is_an_error_naming_it_and_its_path(plugins: Plugins) -> None:
+    problems = problems_of(GOOD, plugins, {"DATA": "/x", "ENGINE_KEY": "k"})
+    assert problems == ("environment variable CI_TOKEN is not set @ $.auth.tokens.ci.token",)
+
+
+def test_every_problem_of_the_file_is_reported_with_its_path(plugins: Plugins) -> None:
+    """rule: P-STG-13 -- reading the deployment checks the stage classes and their configs."""
+    text = """
+storage: {url: 5}
+scenarioz: {}
+scenarios:
+  support:
+    recipe: weights
+    pipeline:
+      record2sample: {config: {max_staleness: -1, job_samples: 3}}
+      sample2job: {config: {job_sample: 8}}
+    training: {component: locl}
+  other:
+    recipe: nope
+  third:
+    recipe: weights
+    pipline: {}
+"""
+    problems = problems_of(text, plugins)
+    expected = [
+        "@ $.storage.url",
+        "unknown key 'scenarioz', did you mean 'scenarios'? @ $.scenarioz",
+        "unknown key 'pipline', did you mean 'pipeline'? @ $.scenarios.third.pipline",
+        "TestSamples: 'max_staleness' must be >= 0: -1"
+        " @ $.scenarios.support.pipeline.record2sample.config.max_staleness",
+        "TestSamples: unknown key 'job_samples'; valid keys: max_staleness"
+        " @ $.scenarios.support.pipeline.record2sample.config.job_samples",
+        "TestJobData: unknown key 'job_sample', did you mean 'job_samples'?"
+        " @ $.scenarios.support.pipeline.sample2job.config.job_sample",
+        "WeightRecipe: a weight recipe has no default job_samples",
+        "unknown component 'locl'; did you mean 'local'?",
+        "unknown recipe 'nope' (installed recipe names: weights; or write module:Class)"
+        " @ $.scenarios.other.recipe",
+    ]
+    for fragment in expected:
+        assert any(fragment in p for p in problems), (fragment, problems)
+    assert any(p.endswith("@ $.scenarios.support.training.component") for p in problems)
+
+
+def test_safe_load_refuses_python_tags(plugins: Plugins) -> None:
+    text = "scenarios: !!python/object/apply:os.system ['echo pwned']\n"
+    (problem,) = problems_of(text, plugins)
+    assert problem.startswith("not valid YAML")
+
+
+def test_a_deployment_needs_a_scenario(plugins: Plugins) -> None:
+    assert "required key missing" in problems_of("storage: {url: x}", plugins)[0]
+    assert problems_of("scenarios: {}", plugins) == (
+        "a deployment needs at least one scenario @ $.scenarios",
+    )
+
+
+def test_a_scenario_can_override_storage_and_serving(plugins: Plugins) -> None:
+    text = GOOD.replace(
+        "    training: {component: local}",
+        "    training: {component: local}\n    storage: {url: 'sqlite:///s.db'}\n"
+        "    serving: {engine: 'http://e/v1'}",
+    )
+    deployment = load(text, plugins)
+    assert deployment.storage_of("support").url == "sqlite:///s.db"
+    assert deployment.serving_of("support").engine == "http://e/v1"
+
+
+def test_recipe_may_be_written_with_class_and_config(plugins: Plugins) -> None:
+    text = GOOD.replace("recipe: weights", "recipe: {class: weights, config: {x: 1}}")
+    (problem,) = problems_of(text, plugins)
+    assert problem == (
+        "WeightRecipe: unknown key 'x': this plugin takes no keys"
+        " @ $.scenarios.support.recipe.config.x"
+    )
