@@ -434,7 +434,7 @@ class TrainerSamples:
             .where(samples.c.scenario == self.scenario, samples.c.id.in_(list(sample_ids)))
         )
         with self._database.read() as connection:
-            counts = dict(connection.execute(query).tuples().all())
+            counts = dict(connection.execute(query).all())
         return {sample_id: int(counts.get(sample_id, 0)) for sample_id in sample_ids}
 
     # -- committing a submission ----------------------------------------------------------
@@ -550,7 +550,7 @@ class TrainerSamples:
                 samples.c.id.in_(list(sample_ids)),
                 samples.c.removed.is_(False),
             )
-            seqs = dict(connection.execute(query).tuples().all())
+            seqs = dict(connection.execute(query).all())
             missing = tuple(i for i in sample_ids if i not in seqs)
             if missing:
                 raise UnknownSampleError(self.scenario, missing)

@@ -46,5 +46,5 @@ class ScenarioSettings:
             scenario_settings.c.scenario == self.scenario
         )
         with self._database.read() as connection:
-            rows = connection.execute(query).tuples().all()
+            rows = [(key, text) for key, text in connection.execute(query)]
         return {key: json_values.load(text) for key, text in rows}

@@ -111,7 +111,7 @@ class TaskStore:
             .order_by(task_entries.c.seq)
         )
         with self._database.read() as connection:
-            rows = connection.execute(query).tuples().all()
+            rows = [(key, text) for key, text in connection.execute(query)]
         return iter([(key, json_values.load(text)) for key, text in rows])
 
 
