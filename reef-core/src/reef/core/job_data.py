@@ -190,7 +190,7 @@ class JobData:
     """
 
     id: str
-    samples: tuple[Sample, ...] = attrs.field(converter=tuple)
+    samples: tuple[Sample, ...] = attrs.field()
     request: TrainingInstruction | None = None
     metadata: JSON = attrs.field(factory=dict)
 

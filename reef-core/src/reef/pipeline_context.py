@@ -1,0 +1,84 @@
+"""What a scenario's stages know of where they run: :class:`PipelineContext`.
+
+The trainer builds one context per pipeline and hands it to both stages (``from_config``). A
+stage reads it, never the trainer or the deployment; when the scenario changes something a
+stage must follow (a mode switch, a wider report contract), the pipeline hands the stage an
+updated context (``context_changed``).
+"""
+
+from __future__ import annotations
+
+from typing import Final, Literal, Protocol, TypeAlias
+
+import attrs
+
+TrainingMode: TypeAlias = Literal["auto", "manual"]
+
+#: Every training mode a pipeline knows, in the order the spec names them.
+TRAINING_MODES: Final[tuple[TrainingMode, ...]] = ("auto", "manual")
+
+
+class TaskStorage(Protocol):
+    """The scenario session's task stores, by name (see the storage package)."""
+
+    def open(self, name: str) -> object:
+        """The task store ``name`` of this scenario session, created when missing."""
+        ...
+
+
+def check_training_mode(mode: str) -> TrainingMode:
+    """``mode`` as a :data:`TrainingMode`.
+
+    :raises ValueError: for a name that is no training mode (P-MODE-12).
+    """
+    if mode == "auto":
+        return "auto"
+    if mode == "manual":
+        return "manual"
+    raise ValueError(f"unknown training mode {mode!r}; expected one of {', '.join(TRAINING_MODES)}")
+
+
+@attrs.frozen
+class PipelineContext:
+    """The scenario, trainer and settings that a pipeline's stages run with.
+
+    :ivar scenario: the scenario's name.
+    :ivar component: the training component this pipeline's trainer feeds; the trainer's name.
+    :ivar trainers: the components of every trainer of the scenario (one per component). With
+        more than one, ids the trainer makes carry its component name (P-SET-18, P-PIPE-11).
+    :ivar training_mode: the initial training mode (P-MODE-1).
+    :ivar task_storage: the scenario session's task stores; ``None`` without a session
+        (P-LAYOUT-2).
+    :ivar admitted_report_types: report types of other components that the scenario admits; a
+        stage releases a report of such a type instead of failing it (P-PIPE-20).
+    :ivar has_runtime_loader: the scenario has a runtime whose surface has a component that a
+        runtime loads; without one no staleness check runs (P-STALE-10).
+    """
+
+    scenario: str
+    component: str
+    trainers: tuple[str, ...] = ()
+    training_mode: TrainingMode = attrs.field(default="auto", converter=check_training_mode)
+    task_storage: TaskStorage | None = None
+    admitted_report_types: frozenset[str] = frozenset()
+    has_runtime_loader: bool = False
+
+    @property
+    def trainer(self) -> str:
+        """The trainer's name in the sample store: its component's name."""
+        return self.component
+
+    @property
+    def shares_scenario(self) -> bool:
+        """True when the scenario has trainers of several components."""
+        return len(set(self.trainers) | {self.component}) > 1
+
+    def sample_id(self, set_id: str, index: int) -> str:
+        """The id of sample ``index`` of record set ``set_id``: ``<trainer>:<s>:<i>``, or
+        ``<s>:<i>`` for the only trainer of the scenario (P-SET-18)."""
+        return self.made_sample_id(f"{set_id}:{index}")
+
+    def made_sample_id(self, name: str) -> str:
+        """The id of a sample the stage made from no record set: ``<name>``, or
+        ``<component>:<name>`` in a scenario of several (P-PIPE-11)."""
+        return f"{self.component}:{name}" if self.shares_scenario else name

@@ -1,0 +1,316 @@
+"""Reported feedback: ``ReportSamples`` and the recipe's ``ReportGrouping`` (P-REP-*).
+
+A report references the last call of each trajectory it scores. The stage links inference
+records into trajectories as they arrive (:class:`reef.core.trajectory_index.TrajectoryIndex`),
+and for each report forms one record set: the report and every call of its trajectories
+(P-SET-3). The recipe decides, through its :class:`ReportGrouping`, which reports are its
+training data, where each report goes (a group and a slot), and when a group is complete; and,
+through :meth:`ReportSamples.make_sample`, the sample of one report.
+
+Ownership: a record is in at most one set. A report whose trajectories hold a call another set
+took ends without training (P-SET-6), whether that set waits or trained long ago. A report that
+became a set owns its calls outright, even when it ends later (a discarded group); a report
+that ends before (its slot was taken, it is no training report) leaves its calls to others,
+unless the stage has ``exclusive_sources`` (P-REP-7).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Hashable, Mapping, Sequence
+from typing import Any, ClassVar, Self
+
+import attrs
+
+from reef.core.job_data import Sample, TaskSample, TrajectorySample
+from reef.core.plugins import PluginSettings, Record2SampleSettings
+from reef.core.records import InferenceRecord, Record, Report
+from reef.core.trajectory_index import TrajectoryIndex
+from reef.pipeline_context import PipelineContext
+from reef.record2sample.assembly import SampleAssembly
+from reef.record2sample.record_sets import RecordSet, RecordSetUnit, SampleResult, SampleStatus
+from reef.record2sample.stage import Record2Sample
+
+logger = logging.getLogger(__name__)
+
+#: Reasons a report (or its records) ends without training; each is counted (never silent).
+SHARED_TRAJECTORY = "shared_trajectory"
+SLOT_TAKEN = "slot_taken"
+NOT_TRAINING_REPORT = "not_training_report"
+OTHER_COMPONENT_REPORT = "other_component_report"
+GROUP_DISCARDED = "group_discarded"
+NOT_A_REPORT = "not_a_report"
+
+#: The report metadata key that names a report's type, for scenarios of several components.
+REPORT_TYPE_KEY = "report_type"
+
+
+class ReportError(ValueError):
+    """A report the stage cannot take: names the report and why (training data errors
+    propagate, P-REP-14)."""
+
+
+class MissingScore(ReportError):
+    """``ReportContext.require_score`` found a report without a score."""
+
+
+@attrs.frozen
+class SkippedReport:
+    """``make_sample``'s answer for a valid report that cannot train (P-REP-11)."""
+
+    reason: str
+
+
+class GroupDecision(enum.Enum):
+    """What a grouping decides of a group's members (P-REP-10)."""
+
+    INCOMPLETE = "incomplete"
+    READY = "ready"
+    DISCARD = "discard"
+
+
+@attrs.frozen
+class ReportContext:
+    """One report with the records it scores, as a recipe reads it.
+
+    :ivar report: the report.
+    :ivar inferences: every call of the report's trajectories, oldest first.
+    :ivar ends: the referenced last calls, in the report's reference order; a method that
+        trains one call reads an end, whose request holds the earlier turns.
+    """
+
+    report: Report
+    inferences: tuple[InferenceRecord, ...]
+    ends: tuple[InferenceRecord, ...]
+
+    def require_score(self) -> float:
+        """The report's score, for a method that needs a reward.
+
+        :raises MissingScore: when the report has none.
+        """
+        if self.report.score is None:
+            raise MissingScore(f"report {self.report.id!r} has no score, and this method needs one")
+        return self.report.score
+
+    @property
+    def record_set(self) -> RecordSet:
+        """The report's record set: its calls, oldest first, then the report."""
+        return RecordSet(self.report.id, (*self.inferences, self.report))
+
+
+class ReportGrouping:
+    """A recipe's decisions about reports; the default trains every report by itself.
+
+    Runs on the trainer thread and reads only records (no model call, no I/O).
+    """
+
+    def is_training_report(self, report: Report) -> bool:
+        """False for a valid report that is not this method's training data (P-REP-8)."""
+        del report
+        return True
+
+    def placement(self, context: ReportContext) -> tuple[Hashable | None, str | None]:
+        """The report's (group key, slot) (P-REP-9). ``(None, None)``: an independent sample.
+
+        A ``None`` slot is the report's id; a slot already filled keeps its first report.
+        """
+        del context
+        return None, None
+
+    def decide(self, key: Hashable, members: tuple[ReportContext, ...]) -> GroupDecision:
+        """Whether the group ``key`` with ``members`` (arrival order) is complete (P-REP-10)."""
+        del key, members
+        return GroupDecision.READY
+
+
+@attrs.define
+class _Group:
+    key: Hashable
+    slots: dict[str, ReportContext] = attrs.field(factory=dict)
+    sets: list[RecordSet] = attrs.field(factory=list)
+
+
+class ReportSamples(Record2Sample):
+    """The record-to-sample stage of a reported-feedback recipe (P-REP-4).
+
+    :param context: the pipeline's context.
+    :param grouping: the recipe's grouping; ``None`` trains every valid report by itself.
+    :param exclusive_sources: a report that ends before it becomes a set takes its calls with
+        it, so no later report can train on them (P-REP-7).
+    :param max_staleness: see :class:`Record2Sample`.
+    """
+
+    Settings: ClassVar[type[PluginSettings]] = Record2SampleSettings
+
+    #: The report type this stage trains on, in a scenario whose components take reports of
+    #: several types (``metadata.report_type``); ``None`` takes reports without a type.
+    report_type: ClassVar[str | None] = None
+
+    def __init__(
+        self,
+        context: PipelineContext,
+        grouping: ReportGrouping | None = None,
+        *,
+        exclusive_sources: bool = False,
+        max_staleness: int = 0,
+    ) -> None:
+        super().__init__(context, max_staleness=max_staleness)
+        self.grouping = grouping if grouping is not None else ReportGrouping()
+        self.exclusive_sources = exclusive_sources
+        self.index = TrajectoryIndex()
+        self._order: dict[str, int] = {}
+        self._seen_reports: set[str] = set()
+        self._groups: dict[Hashable, _Group] = {}
+        self._contexts: dict[str, ReportContext] = {}
+
+    @classmethod
+    def from_config(
+        cls,
+        config: Mapping[str, Any] | None,
+        *,
+        context: PipelineContext,
+        environ: Mapping[str, str],
+    ) -> Self:
+        """Parse :class:`Record2SampleSettings`; a recipe's subclass passes its grouping."""
+        del environ
+        settings = cls.Settings.parse(config, plugin_class=cls)
+        assert isinstance(settings, Record2SampleSettings)
+        return cls(context, max_staleness=settings.max_staleness)
+
+    # -- records in ------------------------------------------------------------------------
+
+    def push(self, record: Record) -> None:
+        """Index an inference; take a report (see the module docstring); end anything else."""
+        if isinstance(record, InferenceRecord):
+            self._index(record)
+            self.hold(record)
+        elif isinstance(record, Report):
+            self._take_report(record)
+        else:
+            self.end((record,), NOT_A_REPORT)
+
+    def replay_consumed(self, record: Record) -> None:
+        """Index a consumed call, so that a later report on its trajectory sees it taken."""
+        if isinstance(record, InferenceRecord):
+            self._index(record)
+        elif isinstance(record, Report):
+            self._seen_reports.add(record.id)
+        super().replay_consumed(record)
+
+    def _index(self, record: InferenceRecord) -> None:
+        if record.id not in self.index:
+            self.index.add(record)
+            self._order[record.id] = len(self._order)
+
+    def _take_report(self, report: Report) -> None:
+        if report.id in self._seen_reports:
+            return  # the same report again (a replay): it was taken once (P-REP-12)
+        self._seen_reports.add(report.id)
+        try:
+            self._place_report(report)
+        except BaseException:
+            # Failed assembly leaves the report unprocessed and its records held (P-REP-14).
+            self._seen_reports.discard(report.id)
+            raise
+
+    def _place_report(self, report: Report) -> None:
+        report_type = report.metadata.get(REPORT_TYPE_KEY)
+        if report_type is not None and report_type != self.report_type:
+            if report_type not in self.context.admitted_report_types:
+                raise ReportError(
+                    f"report {report.id!r} has type {report_type!r}, which {type(self).__name__}"
+                    " does not train and the scenario does not admit"
+                )
+            self.end((report,), OTHER_COMPONENT_REPORT)
+            return
+        unknown = [ref for ref in report.references if ref not in self.index]
+        if unknown:
+            raise ReportError(
+                f"report {report.id!r} references calls the stage never saw: {', '.join(unknown)}"
+            )
+        call_ids = sorted(
+            {cid for ref in report.references for cid in self.index.trajectory(ref)},
+            key=self._order.__getitem__,
+        )
+        if not self.grouping.is_training_report(report):
+            self._end_before_set(report, call_ids, NOT_TRAINING_REPORT)
+            return
+        if any(self.is_taken(cid) for cid in call_ids):
+            self._end_before_set(report, call_ids, SHARED_TRAJECTORY)
+            return
+        calls = {cid: self.held_record(cid) for cid in call_ids}
+        context = ReportContext(
+            report,
+            tuple(r for r in calls.values() if isinstance(r, InferenceRecord)),
+            tuple(r for ref in report.references if isinstance(r := calls[ref], InferenceRecord)),
+        )
+        key, slot = self.grouping.placement(context)
+        if key is None:
+            record_set = self._form_report(context)
+            if record_set is not None:
+                self.make_unit_ready(RecordSetUnit.of(record_set))
+            return
+        group = self._groups.setdefault(key, _Group(key))
+        slot = report.id if slot is None else slot
+        if slot in group.slots:
+            self._end_before_set(report, call_ids, SLOT_TAKEN)
+            return
+        record_set = self._form_report(context)
+        if record_set is None:
+            return
+        group.slots[slot] = context
+        group.sets.append(record_set)
+        decision = self.grouping.decide(key, tuple(group.slots.values()))
+        if decision is GroupDecision.INCOMPLETE:
+            return
+        # Decided: the group is fixed; a later report with the same key opens a new group.
+        del self._groups[key]
+        if decision is GroupDecision.READY:
+            self.make_unit_ready(RecordSetUnit.of(*group.sets))
+        else:
+            for member in group.sets:
+                self.discard(member, GROUP_DISCARDED)
+
+    def _end_before_set(self, report: Report, call_ids: Sequence[str], reason: str) -> None:
+        # A single referenced call stays for a report that trains on it; more go with the
+        # report only when it references several calls, or under exclusive_sources (P-REP-8).
+        self.end((report,), reason)
+        if self.exclusive_sources or (reason == NOT_TRAINING_REPORT and len(report.references) > 1):
+            free = [r for cid in call_ids if (r := self.held_record(cid)) is not None]
+            self.end(free, reason)
+
+    def _form_report(self, context: ReportContext) -> RecordSet | None:
+        record_set = context.record_set
+        self._contexts[record_set.id] = context
+        try:
+            result = self.form(record_set)
+        finally:
+            del self._contexts[record_set.id]
+        return record_set if result.status is SampleStatus.READY else None
+
+    def make_samples(self, record_set: RecordSet) -> SampleResult:
+        """The report's one sample, from :meth:`make_sample`, with its source and report ids."""
+        context = self._contexts[record_set.id]
+        made = self.make_sample(context)
+        if isinstance(made, SkippedReport):
+            return SampleResult.skipped(made.reason)
+        sources = tuple(r.id for r in context.inferences)
+        if isinstance(made, TrajectorySample):
+            made = attrs.evolve(made, source_record_ids=sources, report_id=context.report.id)
+        elif isinstance(made, TaskSample):
+            metadata = {**made.metadata, "source_record_ids": list(sources)}
+            made = attrs.evolve(made, metadata={**metadata, "report_id": context.report.id})
+        return SampleResult.ready((made,))
+
+    def make_sample(self, context: ReportContext) -> Sample | SkippedReport:
+        """The sample of one report (P-REP-5); override when the default does not fit.
+
+        The default makes the report's trajectories one ATIF trajectory sample, every call of
+        them, with the report's score as reward and its feedback.
+        """
+        return SampleAssembly(accept_multi_turn_policy_samples=True).build(context)
+
+    def status(self) -> dict[str, Any]:
+        """The base status, plus the groups that wait for members."""
+        return {**super().status(), "open_groups": len(self._groups)}

@@ -1,0 +1,335 @@
+"""The record-to-sample stage: :class:`Record2Sample`, the base of every such stage.
+
+A stage decides which records train and in which record sets and units, and turns each set into
+samples (P-STG-1). It never calls the pipeline (P-STG-5): the pipeline pushes records in, asks
+for the units that became ready, stores their samples and tells the stage to consume them.
+
+The base class owns what every stage shares, so that a recipe writes only its decisions:
+
+- the record lifecycle: records the stage holds, the sets it formed (a record is in at most one
+  set, ever, P-SET-5), units that wait to be stored, and records that ended without training
+  (kept, with their reason, until ``release_records`` frees them after a commit);
+- ``form``: the engine-abort check, ``make_samples`` and ``settle``, all or nothing;
+- staleness (P-STALE-*): the artifacts the scenario served, oldest first, and ``is_stale``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, ClassVar, Self
+
+from reef.core.job_data import JobOutcome, Sample, TrajectorySample
+from reef.core.plugins import PluginSettings, Record2SampleSettings
+from reef.core.records import JSON, Record
+from reef.pipeline_context import PipelineContext
+from reef.record2sample.record_sets import (
+    RecordSet,
+    RecordSetError,
+    RecordSetOverlap,
+    RecordSetUnit,
+    SampleResult,
+    SampleStatus,
+)
+
+logger = logging.getLogger(__name__)
+
+#: The reason an engine abort rejects a whole set (P-SET-10).
+ENGINE_ABORT = "engine_abort"
+
+
+def sample_artifact_id(sample: Sample) -> str | None:
+    """The artifact that produced ``sample``'s data (P-STALE-4).
+
+    A trajectory reads its last call's artifact; a task rollout names it in
+    ``metadata.training.artifact_id``.
+    """
+    if isinstance(sample, TrajectorySample):
+        return sample.artifact_id
+    training = sample.metadata.get("training")
+    artifact = training.get("artifact_id") if isinstance(training, Mapping) else None
+    return artifact if isinstance(artifact, str) else None
+
+
+class Record2Sample:
+    """The base of a record-to-sample stage; see the module docstring.
+
+    A subclass implements :meth:`push` (and :meth:`make_samples` when it forms sets). The
+    trainer's thread calls every method, under the trainer's lock: none may block (P-SLOW-1).
+
+    :ivar context: the pipeline's context; replaced by :meth:`context_changed`.
+    :ivar max_staleness: how many served artifacts behind the current one a sample's data may
+        be and still train (P-STALE-3).
+    :ivar set_samples: the samples of each READY set whose unit is not stored yet, by set id
+        (P-SET-8).
+    """
+
+    #: The settings class the deployment loader validates this stage's config against.
+    Settings: ClassVar[type[PluginSettings]] = Record2SampleSettings
+
+    def __init__(self, context: PipelineContext, *, max_staleness: int = 0) -> None:
+        if max_staleness < 0:
+            raise ValueError(f"max_staleness must be a non-negative int, got {max_staleness}")
+        self.context = context
+        self.max_staleness = max_staleness
+        self.set_samples: dict[str, tuple[Sample, ...]] = {}
+        self._held: dict[str, Record] = {}
+        # Every record id that a set of this stage took, ever (kept after release: a later
+        # set that holds one of them is refused).
+        self._taken: set[str] = set()
+        self._sets: dict[str, RecordSet] = {}
+        self._ready_units: dict[str, RecordSetUnit] = {}
+        # Records that are done: consumed by stored samples (reason None) or ended without
+        # training (with the reason), until release_records frees them.
+        self._done: dict[str, str | None] = {}
+        self._ended_counts: Counter[str] = Counter()
+        self._artifacts: dict[str, int] = {}
+        self._artifact_count = 0
+        self._serving: str | None = None
+
+    @classmethod
+    def from_config(
+        cls,
+        config: Mapping[str, Any] | None,
+        *,
+        context: PipelineContext,
+        environ: Mapping[str, str],
+    ) -> Self:
+        """Build the stage from its deployment config (P-STG-8, P-STG-10).
+
+        The base parses :class:`Record2SampleSettings` and passes ``max_staleness``; a stage
+        with more keys extends the settings class and overrides this method.
+        """
+        del environ  # the base stage reads no environment
+        settings = cls.Settings.parse(config, plugin_class=cls)
+        assert isinstance(settings, Record2SampleSettings)
+        return cls(context, max_staleness=settings.max_staleness)
+
+    # -- records in ------------------------------------------------------------------------
+
+    def push(self, record: Record) -> None:
+        """One record arrives, in store order. Form the sets it completes (P-PIPE-3)."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement push")
+
+    def advance(self, now: float) -> None:
+        """Take in background work that ended and form the sets due at ``now`` (P-STG-6).
+
+        The default does nothing: a stage that forms every set in ``push`` needs no clock.
+        """
+        del now
+
+    def replay_consumed(self, record: Record) -> None:
+        """A record that this trainer's stored samples consumed before a restart (P-SET-20).
+
+        It never trains again, and a later set that holds it is refused, as before the
+        restart. A stage that indexes records (trajectories) overrides this to index it too,
+        then calls the base.
+        """
+        self._taken.add(record.id)
+
+    # -- sets and units --------------------------------------------------------------------
+
+    def hold(self, record: Record) -> None:
+        """Keep ``record`` until a set takes it or the stage ends it."""
+        self._held[record.id] = record
+
+    def held_record(self, record_id: str) -> Record | None:
+        """A record the stage holds and no set took yet, or ``None``."""
+        return self._held.get(record_id)
+
+    def is_taken(self, record_id: str) -> bool:
+        """True when a set of this stage took the record, now or before (P-SET-5)."""
+        return record_id in self._taken
+
+    def form(self, record_set: RecordSet) -> SampleResult:
+        """Form ``record_set`` and make its samples at once (P-SET-7).
+
+        The set takes its records (a set holding a record of another set is refused). An
+        engine abort in any of its inference responses rejects the whole set, its report and
+        every referenced inference included, without touching the stored responses (P-SET-10,
+        P-SET-11). Otherwise :meth:`make_samples` makes the samples. :meth:`settle` then
+        settles every record of the set by the result.
+
+        :raises RecordSetOverlap: when another set holds one of its records; nothing changes.
+        :raises Exception: whatever ``make_samples`` raises (training data errors propagate,
+            P-REP-14); the set is undone and its records stay held, unprocessed.
+        """
+        overlap = [rid for rid in record_set.record_ids if rid in self._taken]
+        if overlap:
+            raise RecordSetOverlap(record_set.id, overlap)
+        if record_set.id in self._sets:
+            raise RecordSetError(f"record set {record_set.id!r} is already formed")
+        if record_set.engine_aborted:
+            result = SampleResult.skipped(ENGINE_ABORT)
+        else:
+            made = self.make_samples(record_set)
+            result = made if isinstance(made, SampleResult) else SampleResult.ready(made)
+        self._taken.update(record_set.record_ids)
+        for rid in record_set.record_ids:
+            self._held.pop(rid, None)
+        self._sets[record_set.id] = record_set
+        self.settle(record_set, result)
+        return result
+
+    def make_samples(self, record_set: RecordSet) -> SampleResult | Sequence[Sample]:
+        """The samples of ``record_set`` (no sample: SKIPPED). Must not block (P-SLOW-1)."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement make_samples")
+
+    def settle(self, record_set: RecordSet, result: SampleResult) -> None:
+        """Settle every record of a formed set by its result (P-SET-8, P-SET-9).
+
+        READY: the stage holds the samples by set id until their unit is stored. SKIPPED: the
+        stage ends the set's records with the result's reason.
+        """
+        if result.status is SampleStatus.READY:
+            self.set_samples[record_set.id] = result.samples
+        else:
+            self.discard(record_set, result.reason or "skipped")
+
+    def discard(self, record_set: RecordSet, reason: str) -> None:
+        """End a formed set without training: forget its samples, end its records."""
+        self._sets.pop(record_set.id, None)
+        self.set_samples.pop(record_set.id, None)
+        self._end_ids(record_set.record_ids, reason)
+
+    def end(self, records: Iterable[Record], reason: str) -> None:
+        """End records that no set took, without training (counted under ``reason``).
+
+        The records stay taken: no later set can hold them. They appear in
+        :meth:`releasable_record_ids` until released (P-STALE-1).
+        """
+        ids = [record.id for record in records]
+        self._taken.update(ids)
+        for rid in ids:
+            self._held.pop(rid, None)
+        self._end_ids(ids, reason)
+
+    def _end_ids(self, record_ids: Iterable[str], reason: str) -> None:
+        for rid in record_ids:
+            if rid not in self._done:
+                self._done[rid] = reason
+                self._ended_counts[reason] += 1
+
+    def make_unit_ready(self, unit: RecordSetUnit) -> None:
+        """The samples of every set of ``unit`` are made: the pipeline may store it (P-SET-15).
+
+        :raises RecordSetError: when a set of the unit has no samples held.
+        """
+        missing = [s.id for s in unit.record_sets if s.id not in self.set_samples]
+        if missing:
+            raise RecordSetError(f"unit {unit.id!r}: sets without samples: {', '.join(missing)}")
+        self._ready_units[unit.id] = unit
+
+    def ready_units(self) -> tuple[RecordSetUnit, ...]:
+        """The units whose samples wait to be stored, in the order they became ready."""
+        return tuple(self._ready_units.values())
+
+    def unit_samples(self, unit: RecordSetUnit) -> tuple[tuple[str, tuple[Sample, ...]], ...]:
+        """The samples of ``unit``: (set id, the set's samples) for each of its sets."""
+        return tuple((s.id, self.set_samples[s.id]) for s in unit.record_sets)
+
+    def consume(self, unit: RecordSetUnit) -> None:
+        """The unit's samples are stored with its records: end it and forget its samples
+        (P-SET-17)."""
+        self._ready_units.pop(unit.id, None)
+        for record_set in unit.record_sets:
+            self.set_samples.pop(record_set.id, None)
+            self._sets.pop(record_set.id, None)
+            for rid in record_set.record_ids:
+                self._done.setdefault(rid, None)
+
+    # -- the record lifecycle --------------------------------------------------------------
+
+    def releasable_record_ids(self) -> tuple[str, ...]:
+        """Records that are done (stored or ended) and that no held set references.
+
+        The next commit names the ended ones, so they never train after a restart (P-STALE-1).
+        """
+        held_by_sets = {rid for s in self._sets.values() for rid in s.record_ids}
+        return tuple(rid for rid in self._done if rid not in held_by_sets)
+
+    def ended_records(self) -> Mapping[str, str]:
+        """The releasable records that ended without training, with their reasons."""
+        return {rid: reason for rid, reason in self._done.items() if reason is not None}
+
+    def release_records(self, record_ids: Iterable[str]) -> None:
+        """Free the memory of done records after a successful commit (P-PIPE-16)."""
+        for rid in record_ids:
+            self._done.pop(rid, None)
+            self._held.pop(rid, None)
+
+    # -- staleness -------------------------------------------------------------------------
+
+    def observe_serving_artifact_id(self, artifact_id: str) -> None:
+        """The scenario serves ``artifact_id`` now (P-STALE-5); artifacts are kept oldest first.
+
+        Serving the same artifact again does not age any data.
+        """
+        if artifact_id == self._serving:
+            return
+        self._serving = artifact_id
+        # An artifact served again (a rollback) counts from its latest serving.
+        self._artifacts[artifact_id] = self._artifact_count
+        self._artifact_count += 1
+
+    def is_stale(self, sample: Sample) -> bool:
+        """True when ``sample``'s data is more than ``max_staleness`` served artifacts behind the
+        current one (P-STALE-6..11).
+
+        No check runs without a runtime loader or before the first served artifact; a sample
+        naming no artifact, or one the stage did not see, is stale.
+        """
+        if not self.context.has_runtime_loader or not self._artifacts:
+            return False
+        artifact = sample_artifact_id(sample)
+        if artifact is None or artifact not in self._artifacts:
+            return True
+        lag = self._artifact_count - 1 - self._artifacts[artifact]
+        return lag > self.max_staleness
+
+    # -- samples from no record set, uploads, job ends -------------------------------------
+
+    def uploaded_sample(self, trajectory: JSON) -> Sample:
+        """The training sample of an uploaded ATIF trajectory; the default takes it as uploaded.
+
+        Must be pure: admission calls it on the request thread and the pipeline again when it
+        reads the upload (P-UP-4). Raise :class:`ValueError` naming the trajectory to refuse it.
+        """
+        return TrajectorySample(trajectory)
+
+    def made_samples(self) -> tuple[tuple[str, Sample], ...]:
+        """Samples made from no record set since the last call, as (name, sample) pairs
+        (P-PIPE-11). The default makes none."""
+        return ()
+
+    def job_ended(self, outcome: JobOutcome) -> None:
+        """A training job ended and the commit of its end is durable (P-PIPE-12)."""
+        del outcome
+
+    def context_changed(self, context: PipelineContext) -> None:
+        """The scenario changed what the stage reads (P-PIPE-20): take the new context."""
+        self.context = context
+
+    # -- observation and shutdown ----------------------------------------------------------
+
+    def status(self) -> JSON:
+        """The stage's status entries; the base reports what it holds and what ended, by
+        reason (nothing that will never train is silent)."""
+        return {
+            "held_records": len(self._held),
+            "ready_units": len(self._ready_units),
+            "ended_records": dict(sorted(self._ended_counts.items())),
+        }
+
+    def metrics(self) -> dict[str, float]:
+        """The stage's metrics, by name."""
+        return {f"records_ended.{reason}": float(n) for reason, n in self._ended_counts.items()}
+
+    def background_jobs_running(self) -> bool:
+        """True while the stage runs background work (P-SLOW-2); the default runs none."""
+        return False
+
+    def close(self, timeout: float | None = None) -> None:
+        """Stop the stage's background work (P-SLOW-3); the default has none."""
+        del timeout
