@@ -426,6 +426,7 @@ def trajectory_from_records(
     agent_name: str = "reef",
     agent_version: str = __version__,
     session_id: str | None = None,
+    keep_tokens: bool = False,
 ) -> Trajectory:
     """The ATIF trajectory of the calls of one trajectory, root first, last call last.
 
@@ -433,10 +434,14 @@ def trajectory_from_records(
     system and user messages become system and user steps, each assistant message an agent
     step with its tool calls, and each tool message an observation result of the agent step
     whose call it answers. An agent step made by one of ``records`` keeps that call's model,
-    end time, token counts and log probabilities (when the response has them), and under
+    end time and token counts (when the response has them), and under
     ``extra["reef"]`` the record id, artifact id and finish reason; an assistant message no
     record made (context the client wrote) is ``is_copied_context``. The trajectory's
     ``extra["reef"]["records"]`` lists every call, in order, with its artifact.
+
+    A sample holds no tokens and no log probabilities (P-REND-1): token ids and log
+    probabilities that an engine returned are kept only with ``keep_tokens=True``, for a
+    caller that reads them (diagnostics, an exported trace), never for a training sample.
 
     :raises AtifBuildError: when the records are not OpenAI chat-completions calls whose
         requests extend one another, or a message cannot be expressed in ATIF.
@@ -462,7 +467,10 @@ def trajectory_from_records(
             continue
         if role == "assistant":
             record = made_by.get(position)
-            steps.append(_agent_step(len(steps) + 1, message, record, where))
+            step = _agent_step(len(steps) + 1, message, record, where)
+            if not keep_tokens and step.metrics is not None:
+                step = attrs.evolve(step, metrics=_without_tokens(step.metrics))
+            steps.append(step)
         elif role in ("system", "developer", "user"):
             source: StepSource = "user" if role == "user" else "system"
             steps.append(Step(len(steps) + 1, source, _content(message.get("content"), where)))
@@ -622,6 +630,11 @@ def _metrics(response: Mapping[str, Any], choice: Any) -> Metrics | None:
         extra={k: v for k, v in usage.items() if k != "total_tokens" and v is not None} or None,
     )
     return None if metrics == Metrics() else metrics
+
+
+def _without_tokens(metrics: Metrics) -> Metrics | None:
+    counts = attrs.evolve(metrics, prompt_token_ids=None, completion_token_ids=None, logprobs=None)
+    return None if counts == Metrics() else counts
 
 
 def _observe(steps: list[Step], message: Mapping[str, Any], where: str) -> Step:
