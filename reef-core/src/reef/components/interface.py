@@ -12,13 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal, Protocol, TypeAlias
+from typing import Any, Final, Protocol
 
 import attrs
 
+from reef.core.config import config_option
 from reef.core.job_data import JobData, JobOutcome
+from reef.core.plugins import PluginSettings
 
-Remainder: TypeAlias = Literal["train", "drop", "pad"]
+#: The values of :attr:`Scheduling.remainder`.
+REMAINDERS: Final = ("train", "drop", "pad")
 
 
 def _positive_or_none(_: object, attribute: attrs.Attribute[Any], value: int | None) -> None:
@@ -26,25 +29,31 @@ def _positive_or_none(_: object, attribute: attrs.Attribute[Any], value: int | N
         raise ValueError(f"{attribute.name} must be a positive int, got {value!r}")
 
 
+def _known_remainder(_: object, __: attrs.Attribute[Any], value: str) -> None:
+    if value not in REMAINDERS:
+        raise ValueError(f"remainder must be one of {', '.join(REMAINDERS)}, got {value!r}")
+
+
 @attrs.frozen
-class Scheduling:
+class Scheduling(PluginSettings):
     """The job's optional scheduling parameter (P-SIZE-6).
 
     :ivar remainder: what a last step shorter than the batch size does: ``train`` it as a
         partial step; ``drop`` its samples (counted in the ``dropped_samples`` metric); ``pad``
         it with empty entries, so it trains with the weight of a full step's share (its loss
-        is divided as if the step were full).
+        is divided as if the step were full). A job of less than one batch always trains its
+        one partial step.
     :ivar packing_length: when set, a step trains batch-size *packs* of at most this many
         tokens, each pack the next rendered sequences that fit, instead of batch-size samples.
     """
 
-    remainder: Remainder = attrs.field(default="train")
-    packing_length: int | None = attrs.field(default=None, validator=_positive_or_none)
-
-    @remainder.validator
-    def _known_remainder(self, _: attrs.Attribute[Any], value: str) -> None:
-        if value not in ("train", "drop", "pad"):
-            raise ValueError(f"remainder must be 'train', 'drop' or 'pad', got {value!r}")
+    remainder: str = config_option(
+        "train", help="a shorter last step: train, drop or pad", validator=_known_remainder
+    )
+    packing_length: int | None = config_option(
+        None, help="tokens per pack; steps then train batch-size packs",
+        validator=_positive_or_none,
+    )  # fmt: skip
 
 
 @attrs.frozen

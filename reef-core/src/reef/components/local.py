@@ -45,7 +45,7 @@ from reef.components.artifacts import (
 )
 from reef.components.byte_tokenizer import ByteTokenizer
 from reef.components.interface import Artifact, JobHandle, Scheduling
-from reef.components.objectives import Objective, group_advantages, token_logprobs, token_loss
+from reef.components.objectives import OBJECTIVES, group_advantages, token_logprobs, token_loss
 from reef.components.scheduling import plan_steps
 from reef.components.tiny_gpt import TinyGPT, TinyGPTConfig
 from reef.core.chat_rendering import ChatRenderer, RenderedSample, render_samples
@@ -88,12 +88,19 @@ class LocalComponentSettings(PluginSettings):
     )
 
 
+def _known_objective(_: object, __: attrs.Attribute[Any], value: str) -> None:
+    if value not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, got {value!r}")
+
+
 @attrs.frozen
 class LocalJobParameters(PluginSettings):
     """The job parameters the ``local`` component takes (the recipe's ``job_parameters``)."""
 
-    objective: Objective = config_option(  # noqa: RUF009
-        "cross_entropy", help="cross_entropy (SFT) or importance_sampling (reported feedback)"
+    objective: str = config_option(
+        "cross_entropy",
+        help="cross_entropy (SFT) or importance_sampling (reported feedback)",
+        validator=_known_objective,
     )
     scheduling: Scheduling = config_option(  # noqa: RUF009
         factory=Scheduling, help="remainder (train, drop, pad) and packing_length"

@@ -14,12 +14,15 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import Literal, TypeAlias
+from typing import Final, Literal, TypeAlias
 
 import torch
 from torch import nn
 
 Objective: TypeAlias = Literal["cross_entropy", "importance_sampling"]
+
+#: Every objective, as job parameters name them.
+OBJECTIVES: Final[tuple[Objective, ...]] = ("cross_entropy", "importance_sampling")
 
 
 def group_advantages(rewards: Sequence[float], groups: Sequence[str | None]) -> list[float]:
@@ -51,7 +54,7 @@ def token_logprobs(
 
 
 def token_loss(
-    objective: Objective,
+    objective: str,
     logprobs: torch.Tensor,
     mask: torch.Tensor,
     *,
@@ -65,6 +68,8 @@ def token_loss(
     """
     if objective == "cross_entropy":
         return -(logprobs * mask).sum()
+    if objective != "importance_sampling":
+        raise ValueError(f"unknown objective {objective!r}")
     if start_logprobs is None:
         raise ValueError("importance_sampling needs the log probabilities of the start weights")
     ratio = torch.exp(logprobs - start_logprobs)
