@@ -1,0 +1,408 @@
+"""The SWE-bench adapter: checks that apply a patch, run an eval script and grade its test log.
+
+Rules (contract section 3), each named in a check's grading and in its grading identity:
+
+- ``official``: the public ``swebench`` package's end-to-end report (5.0.2): markers, the
+  recorded exit code, PASS_AND_FAIL statuses; an infrastructure error is a fail.
+- ``logical``: ``official`` with infrastructure errors kept out of the verdict.
+- ``swebench_4_1``: the report as 4.1 made it: a skipped FAIL_TO_PASS test is no failure and a
+  log whose exit code is non-zero with no failed test passes (what epoch 0 of the lifecycle
+  grades with, so that a grader fix has something to fix).
+- ``reference_set``: every test of the reference set G passes (SWE-ABS hardened suites).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+from agent_ecc.execution import ExecRequest, RawOutput, request_identity
+from agent_ecc.grading import grade_recorded
+from agent_ecc.records import Application, ExecutionRecord, Run, Verdict
+from agent_ecc.store import ContentStore, get_json, get_text, put_json, put_text
+from agent_ecc.versions import (
+    AllOf,
+    Check,
+    Entry,
+    GraderVersion,
+    execution_identity,
+    grading_identity,
+)
+
+__all__ = [
+    "RULES",
+    "SWEBenchAdapter",
+    "conjunction_version",
+    "filter_patch",
+    "grade_recorded",
+    "parse_log_pytest",
+    "reference_set",
+]
+
+RULES: Final = ("official", "logical", "swebench_4_1", "reference_set")
+
+APPLY_PATCH_FAIL: Final = ">>>>> Patch Apply Failed"
+RESET_FAILED: Final = ">>>>> Reset Failed"
+TESTS_ERROR: Final = ">>>>> Tests Errored"
+TESTS_TIMEOUT: Final = ">>>>> Tests Timed Out"
+START_TEST_OUTPUT: Final = ">>>>> Start Test Output"
+END_TEST_OUTPUT: Final = ">>>>> End Test Output"
+TEST_EXIT_CODE: Final = ">>>>> Test Exit Code"
+
+_STATUSES: Final = ("FAILED", "PASSED", "SKIPPED", "ERROR", "XFAIL")
+_PASSING: Final = ("PASSED", "XFAIL")
+_SKIP_SUMMARY = re.compile(r"^\[\d+\]$")
+_EXIT_CODE = re.compile(rf"{re.escape(TEST_EXIT_CODE)}:\s*(-?\d+)")
+# Evidence that a runner ran although no status was parsed (swebench 5.0.2's list, verbatim).
+_SUITE_RAN = re.compile(
+    r"Executed [1-9]\d* of \d+"
+    r"|TOTAL: [1-9]\d* (?:SUCCESS|FAILED)"
+    r"|[1-9]\d* passing"
+    r"|Tests:\s+[1-9]\d*"
+    r"|Test Suites:\s+(?:\d+ \w+, )*[1-9]\d* total"
+    r"|^# tests [1-9]\d*"
+    r"|[1-9]\d* specs?, \d+ failures?"
+    r"|': ok$",
+    re.M,
+)
+
+
+def parse_log_pytest(log: str) -> dict[str, str]:
+    """Test statuses from pytest's ``-rA`` summary lines (SWE-bench's pytest parser)."""
+    statuses: dict[str, str] = {}
+    for line in log.split("\n"):
+        if not line.startswith(_STATUSES):
+            continue
+        if line.startswith("FAILED"):
+            line = line.replace(" - ", " ")
+        words = line.split()
+        if len(words) <= 1 or (words[0] == "SKIPPED" and _SKIP_SUMMARY.match(words[1])):
+            continue
+        statuses[words[1]] = words[0]
+    return statuses
+
+
+_PARSERS: Final = {"pytest": parse_log_pytest}
+
+
+def _resolve(case: str, statuses: Mapping[str, str]) -> str | None:
+    # Truncated parametrized ids match by prefix when the candidates agree (as swebench does).
+    if case in statuses:
+        return case
+    if case.count("[") > case.count("]"):
+        matches = [k for k in statuses if k.startswith(case)]
+        if matches and len({statuses[k] in _PASSING for k in matches}) == 1:
+            return matches[0]
+    return None
+
+
+def _passed(case: str, statuses: Mapping[str, str]) -> bool:
+    key = _resolve(case, statuses)
+    return key is not None and statuses[key] in _PASSING
+
+
+def _status(case: str, statuses: Mapping[str, str]) -> str | None:
+    key = _resolve(case, statuses)
+    return None if key is None else statuses[key]
+
+
+def _log_statuses(log: str, parser: str, *, check_exit_code: bool) -> dict[str, str] | None:
+    """The statuses of a log, or None when the log describes no valid test run."""
+    if any(code in log for code in (APPLY_PATCH_FAIL, RESET_FAILED, TESTS_ERROR, TESTS_TIMEOUT)):
+        return None
+    if START_TEST_OUTPUT not in log or END_TEST_OUTPUT not in log:
+        return None
+    parse = _PARSERS[parser]
+    statuses = parse(log.split(START_TEST_OUTPUT)[1].split(END_TEST_OUTPUT)[0]) or parse(log)
+    if not statuses and not _SUITE_RAN.search(log):
+        return None
+    match = _EXIT_CODE.search(log)
+    exit_code = int(match.group(1)) if match else None
+    if (
+        check_exit_code
+        and exit_code not in (None, 0)
+        and statuses
+        and not any(s in ("FAILED", "ERROR") for s in statuses.values())
+    ):
+        return None
+    return statuses
+
+
+def _report_verdict(
+    statuses: Mapping[str, str], suite: Mapping[str, Any], *, skipped_f2p_fails: bool
+) -> Verdict:
+    """SWE-bench's PASS_AND_FAIL report and resolution: resolved only when FULL."""
+    failing = ("FAILED", "ERROR", "SKIPPED") if skipped_f2p_fails else ("FAILED", "ERROR")
+    for case in suite.get("FAIL_TO_PASS", ()):
+        status = _status(case, statuses)
+        if not _passed(case, statuses) and (status is None or status in failing):
+            return "fail"
+    for case in suite.get("PASS_TO_PASS", ()):
+        status = _status(case, statuses)
+        maintained = _passed(case, statuses) or status == "SKIPPED"
+        if not maintained and (status is None or status in ("FAILED", "ERROR")):
+            return "fail"
+    return "pass"
+
+
+class SWEBenchAdapter:
+    """Checks of SWE-bench tasks; ``verdict`` is the rule of a check that names none."""
+
+    name: Final = "swebench"
+
+    def __init__(self, verdict: str = "official") -> None:
+        if verdict not in RULES:
+            raise ValueError(
+                f"unknown SWE-bench verdict rule {verdict!r}; known: {', '.join(RULES)}"
+            )
+        self.verdict = verdict
+
+    def rule(self, check: Check) -> str:
+        """The rule grading ``check``: its own, else this adapter's default."""
+        rule = check.grading.get("rule") or self.verdict
+        if rule not in RULES:
+            raise ValueError(f"check {check.check_id!r} names unknown rule {rule!r}")
+        return str(rule)
+
+    def check(
+        self,
+        check_id: str,
+        *,
+        image: str,
+        eval_script: str,
+        suite: Mapping[str, Any],
+        rule: str | None = None,
+        parser: str = "pytest",
+        patch_exclude: str | None = None,
+        timeout_s: float = 60.0,
+    ) -> Check:
+        """A check with its identities derived (``image``, ``eval_script``: store keys)."""
+        execution: dict[str, Any] = {
+            "image": image,
+            "eval_script": eval_script,
+            "timeout_s": timeout_s,
+        }
+        if patch_exclude is not None:
+            execution["patch_exclude"] = patch_exclude
+        grading: dict[str, Any] = {"parser": parser, "suite": dict(suite)}
+        if rule is not None:
+            grading["rule"] = rule
+        partial = Check(
+            check_id, self.name, execution, grading, execution_identity(self.name, execution), ""
+        )
+        return Check(
+            check_id,
+            self.name,
+            execution,
+            grading,
+            partial.execution_identity,
+            self.grading_identity(partial),
+        )
+
+    def grading_identity(self, check: Check) -> str:
+        """The identity of the rule, parser and suite grading ``check``."""
+        return grading_identity(self.name, self.rule(check), check.grading)
+
+    def grade(self, check: Check, run: Run, store: ContentStore) -> Verdict:
+        """The verdict of ``check``'s rule on ``run`` (contract section 3)."""
+        rule = self.rule(check)
+        stopped = run.error is not None or (run.application is not None and run.application.stopped)
+        if stopped:
+            return "fail" if rule in ("official", "swebench_4_1") else "undeterminable"
+        if not run.applied or run.timed_out or run.log is None:
+            return "fail"
+        log = get_text(store, run.log)
+        parser = str(check.grading.get("parser", "pytest"))
+        statuses = _log_statuses(log, parser, check_exit_code=rule != "swebench_4_1")
+        if statuses is None:
+            return "fail"
+        suite = check.grading["suite"]
+        if rule == "reference_set":
+            return "pass" if all(_passed(t, statuses) for t in suite["reference_set"]) else "fail"
+        return _report_verdict(statuses, suite, skipped_f2p_fails=rule != "swebench_4_1")
+
+    def _patch_for(self, check: Check, record: ExecutionRecord, store: ContentStore) -> str:
+        exclude = check.execution.get("patch_exclude")
+        if not exclude:
+            return record.patch
+        filtered, _ = filter_patch(get_text(store, record.patch), get_json(store, exclude))
+        return put_text(store, filtered)
+
+    def request(self, check: Check, record: ExecutionRecord, store: ContentStore) -> ExecRequest:
+        """The request executing ``check`` on ``record``'s patch, filtered as the check says."""
+        patch = self._patch_for(check, record, store)
+        return ExecRequest(
+            request_id=request_identity(check.execution_identity, patch),
+            adapter=self.name,
+            check_id=check.check_id,
+            execution=dict(check.execution),
+            execution_identity=check.execution_identity,
+            patch=patch,
+        )
+
+    def evidence(
+        self, check: Check, record: ExecutionRecord, store: ContentStore
+    ) -> Verdict | None:
+        """An empty patch fails; so does one that genuinely did not apply on the same image."""
+        if not get_text(store, record.patch).strip():
+            return "fail"
+        if check.execution.get("patch_exclude"):
+            return None
+        for run in record.runs:
+            if (
+                not run.applied
+                and run.usable
+                and run.execution.get("image") == check.execution.get("image")
+                and not run.execution.get("patch_exclude")
+            ):
+                return "fail"
+        return None
+
+    def run(
+        self,
+        check: Check,
+        *,
+        store: ContentStore,
+        log: str | None,
+        applied: bool,
+        timed_out: bool = False,
+        error: str | None = None,
+        application: Application | None = None,
+        exit_code: int | None = None,
+    ) -> Run:
+        """One run of ``check`` from what the executor reported (the log goes to ``store``)."""
+        return Run(
+            check_id=check.check_id,
+            execution=dict(check.execution),
+            execution_identity=check.execution_identity,
+            log=None if log is None else put_text(store, log),
+            applied=applied,
+            exit_code=exit_code,
+            timed_out=timed_out,
+            error=error,
+            application=application,
+        )
+
+    def run_from_output(self, check: Check, output: RawOutput, store: ContentStore) -> Run:
+        """One run of ``check`` from a backend's raw output."""
+        return self.run(
+            check,
+            store=store,
+            log=output.log,
+            applied=output.applied,
+            timed_out=output.timed_out,
+            error=output.error,
+            application=output.application,
+            exit_code=output.exit_code,
+        )
+
+    def record(
+        self,
+        *,
+        store: ContentStore,
+        task_id: str,
+        trajectory_id: str,
+        image: str,
+        patch: str,
+        runs: Sequence[Run],
+    ) -> ExecutionRecord:
+        """The record of one attempt (``patch``: its text, put in ``store``)."""
+        return ExecutionRecord(
+            record_id=trajectory_id,
+            task_id=task_id,
+            world=image,
+            patch=put_text(store, patch),
+            runs=tuple(runs),
+        )
+
+
+_DIFF_HEADER = re.compile(r"^diff --git a/(\S+) b/(\S+)", re.M)
+
+
+def filter_patch(patch: str, paths: Sequence[str]) -> tuple[str, list[str]]:
+    """``patch`` without its diffs of ``paths``; also the paths removed (E-GRADE-3)."""
+    excluded = set(paths)
+    starts = [m.start() for m in _DIFF_HEADER.finditer(patch)]
+    if not starts:
+        return patch, []
+    kept = [patch[: starts[0]]]
+    removed: list[str] = []
+    for start, end in zip(starts, [*starts[1:], len(patch)], strict=True):
+        block = patch[start:end]
+        match = _DIFF_HEADER.match(block)
+        assert match is not None
+        if match.group(1) in excluded or match.group(2) in excluded:
+            removed.append(match.group(2))
+        else:
+            kept.append(block)
+    return "".join(kept), removed
+
+
+def patch_paths(patch: str) -> list[str]:
+    """The paths a patch changes."""
+    return [m.group(2) for m in _DIFF_HEADER.finditer(patch)]
+
+
+def reference_set(*gold_logs: str, parser: str = "pytest") -> list[str]:
+    """The tests passing in every gold run (E-GRADE-5: two runs make G; a flaky test drops out)."""
+    if len(gold_logs) < 2:
+        raise ValueError("a reference set needs at least two gold runs")
+    sets = []
+    for log in gold_logs:
+        statuses = _log_statuses(log, parser, check_exit_code=True)
+        if statuses is None:
+            raise ValueError("a gold run has no valid test output; its reference set is undefined")
+        sets.append({t for t, s in statuses.items() if s in _PASSING})
+    return sorted(set.intersection(*sets))
+
+
+def conjunction_version(
+    rows: Sequence[Mapping[str, Any]],
+    hardened: Sequence[Mapping[str, Any]],
+    *,
+    version_id: str,
+    world: str,
+    store: ContentStore,
+    adapter: SWEBenchAdapter,
+    rule: str = "logical",
+    timeout_s: float = 60.0,
+) -> GraderVersion:
+    """A version whose spec per row is AllOf(original suite, hardened suite) (SWE-ABS).
+
+    ``rows``: SWE-bench rows (``instance_id``, ``image``, ``eval_script``, ``FAIL_TO_PASS``,
+    ``PASS_TO_PASS``; store keys for the image and scripts). ``hardened``: per instance the
+    hardened ``eval_script`` key, its ``test_patch`` text and its ``reference_set`` G; the
+    hardened suite is graded under the ``reference_set`` rule and filters the patch of the test
+    patch's paths.
+    """
+    by_id = {h["instance_id"]: h for h in hardened}
+    entries = []
+    for row in rows:
+        original = adapter.check(
+            f"{row['instance_id']}:original",
+            image=row["image"],
+            eval_script=row["eval_script"],
+            suite={
+                "FAIL_TO_PASS": list(row["FAIL_TO_PASS"]),
+                "PASS_TO_PASS": list(row["PASS_TO_PASS"]),
+            },
+            rule=rule,
+            timeout_s=timeout_s,
+        )
+        spec: Check | AllOf = original
+        extra = by_id.get(row["instance_id"])
+        if extra is not None:
+            exclude = put_json(store, sorted(patch_paths(extra["test_patch"])))
+            hardened_check = adapter.check(
+                f"{row['instance_id']}:hardened",
+                image=row["image"],
+                eval_script=extra["eval_script"],
+                suite={"reference_set": sorted(extra["reference_set"])},
+                rule="reference_set",
+                patch_exclude=exclude,
+                timeout_s=timeout_s,
+            )
+            spec = AllOf((original, hardened_check))
+        entries.append(Entry(task=row["instance_id"], world=world, spec=spec))
+    return GraderVersion(version_id=version_id, entries=tuple(entries))

@@ -1,0 +1,74 @@
+"""Requests to execute a check, and what a backend answers: raw outputs, never verdicts.
+
+A request is identified by what runs and on which patch (contract section 1), so two requests
+with one identity are the same execution, executed once per cache. An answer is a
+:class:`RawOutput` (the log and run facts), an :class:`InfraFailure` (no verdict can come from
+it) or :class:`Pending` (not finished when the deadline came).
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeAlias
+
+import attrs
+
+from agent_ecc.digests import digest
+from agent_ecc.records import Application
+
+
+def request_identity(execution_identity: str, patch: str) -> str:
+    """The identity of executing a check (by execution identity) on a patch (by store key)."""
+    return digest({"execution": execution_identity, "patch": patch})
+
+
+@attrs.frozen
+class ExecRequest:
+    """Execute ``execution`` (image, eval script, timeout) on the patch stored under ``patch``."""
+
+    request_id: str
+    adapter: str
+    check_id: str
+    execution: dict[str, Any]
+    execution_identity: str
+    patch: str
+
+
+@attrs.frozen
+class RawOutput:
+    """What an execution produced: the log text and the run facts.
+
+    ``attempts`` and ``failures`` (one reason per failed attempt) are the transport's account of
+    how the output was obtained, for ``decision.stats["transport"]``.
+    """
+
+    request_id: str
+    log: str | None
+    applied: bool
+    exit_code: int | None = None
+    timed_out: bool = False
+    error: str | None = None
+    application: Application | None = None
+    duration_s: float = 0.0
+    attempts: int = 1
+    failures: tuple[str, ...] = ()
+
+
+@attrs.frozen
+class InfraFailure:
+    """No output could be had for a request (transport, executor, unrecorded): never a verdict."""
+
+    request_id: str
+    reason: str
+    detail: str = ""
+    attempts: int = 1
+    failures: tuple[str, ...] = ()
+
+
+@attrs.frozen
+class Pending:
+    """The request had not finished when the deadline came."""
+
+    request_id: str
+
+
+Outcome: TypeAlias = RawOutput | InfraFailure | Pending
