@@ -1,0 +1,457 @@
+"""``TrainingPipeline``: the one object a trainer gives records to and takes job data from.
+
+It composes a scenario's two stages with the scenario's sample store (P-PIPE-1). Recipes do not
+subclass it. The trainer calls it on its own thread, under its lock; no call blocks on anything
+but the local store (P-PIPE-2).
+
+- Records go in (``push``, ``produce``); each unit the record-to-sample stage makes ready is
+  stored with the ids of its records in one transaction (P-SET-16), under the ids
+  ``<trainer>:<s>:<i>`` or ``<s>:<i>`` (P-SET-18).
+- The buffer is computed from the store, the same way in every mode (P-BUF-*): the trainer's
+  untrained samples in store order (read incrementally, so its cost never depends on how many
+  samples trained), one kind, stale samples left out with their groups, the first
+  ``buffer_size`` samples and the rest of the groups they touch.
+- Job data is reserved in memory until acknowledged or released. Acknowledgement commits the
+  submission in the store (train counts, instruction, released records) in one transaction.
+  A restart forgets every reservation: reserved, unacknowledged data is released (Recovery).
+
+Recovery is construction: a new pipeline on the same store skips every record its trainer's
+stored samples consumed (the stage sees them as taken, never makes their samples again), reads
+the untrained samples back, and hands the stage the last job outcome before any other call.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+
+import attrs
+
+from reef.core.job_data import (
+    JobData,
+    JobOutcome,
+    Sample,
+    SampleFormatError,
+    TaskSample,
+    TrainingInstruction,
+    TrajectorySample,
+    sample_body,
+    sample_from_body,
+)
+from reef.core.records import JSON, Record
+from reef.pipeline_context import PipelineContext, TrainingMode, check_training_mode
+from reef.record2sample.stage import Record2Sample
+from reef.sample2job.stage import Sample2Job
+from reef.storage.positions import Position
+from reef.storage.samples import NewSample, StoredSample, TrainerSamples
+
+logger = logging.getLogger(__name__)
+
+
+@attrs.frozen
+class _Reservation:
+    """Job data handed out and not yet acknowledged or released."""
+
+    sample_ids: tuple[str, ...]
+    instruction: TrainingInstruction | None
+
+
+@attrs.frozen
+class _Entry:
+    """One untrained sample as the pipeline reads it: where it is, where it came from."""
+
+    position: Position
+    origin: str
+    sample: Sample
+
+
+class TrainingPipeline:
+    """A scenario trainer's pipeline; see the module docstring.
+
+    :param record2sample: the scenario's record-to-sample stage.
+    :param sample2job: the scenario's sample-to-job stage.
+    :param samples: the scenario's sample store.
+    :param context: the context both stages were built with.
+    :param clock: the time ``produce`` advances the stage to (Unix seconds).
+    :param replay_last_outcome: hand the stage the trainer's last job outcome now, before any
+        other call (P-PIPE-13); the trainer passes False when a job of it still runs.
+    :raises NotImplementedError: when the sample-to-job stage does not support the context's
+        training mode.
+    """
+
+    def __init__(
+        self,
+        record2sample: Record2Sample,
+        sample2job: Sample2Job,
+        *,
+        samples: TrainerSamples,
+        context: PipelineContext,
+        clock: Callable[[], float] = time.time,
+        replay_last_outcome: bool = True,
+    ) -> None:
+        self.record2sample = record2sample
+        self.sample2job = sample2job
+        self.samples = samples
+        self.context = context
+        self._clock = clock
+        self._mode = self._supported(context.training_mode)
+        self._trainer = context.trainer
+        samples.register_trainer(self._trainer, reads_uploads=sample2job.accepts_trajectories)
+        if replay_last_outcome:
+            last = samples.last_job_outcome(self._trainer)
+            if last is not None:
+                record2sample.job_ended(JobOutcome(**last))
+        self._consumed = set(samples.consumed_record_ids(self._trainer))
+        self._untrained: dict[str, _Entry] = {}
+        self._cursor: Position | None = None
+        self._refused_uploads: set[str] = set()
+        self._reserved: dict[str, _Reservation] = {}
+        self._instructions: list[TrainingInstruction] = []
+
+    # -- records in ------------------------------------------------------------------------
+
+    def push(self, record: Record) -> None:
+        """One record arrives (in store order); store the units that became ready (P-PIPE-3).
+
+        A record that this trainer's stored samples consumed goes to the stage only as taken:
+        a restart never makes a stored sample again (P-SET-20).
+        """
+        if record.id in self._consumed:
+            self.record2sample.replay_consumed(record)
+            return
+        self.record2sample.push(record)
+        self._store_samples()
+
+    def produce(self) -> None:
+        """Advance the stage to now and store what became ready (P-PIPE-4, P-STG-6)."""
+        self.record2sample.advance(self._clock())
+        self._store_samples()
+
+    def _store_samples(self) -> None:
+        stage = self.record2sample
+        for unit in stage.ready_units():
+            new = [
+                self._new_sample(self.context.sample_id(set_id, index), sample)
+                for set_id, set_samples in stage.unit_samples(unit)
+                for index, sample in enumerate(set_samples)
+            ]
+            self.samples.add_record_samples(self._trainer, new, unit.record_ids)
+            self._consumed.update(unit.record_ids)
+            stage.consume(unit)
+        made = stage.made_samples()
+        if made:
+            self.samples.add_samples(
+                self._trainer,
+                [self._new_sample(self.context.made_sample_id(name), s) for name, s in made],
+            )
+
+    @staticmethod
+    def _new_sample(sample_id: str, sample: Sample) -> NewSample:
+        return NewSample(sample_id, sample.kind, sample_body(sample))
+
+    # -- the buffer ------------------------------------------------------------------------
+
+    def advance(self) -> None:
+        """Read the samples stored since the last call (P-PIPE-5); reserves nothing."""
+        for stored in self.samples.untrained(self._trainer, after_position=self._cursor):
+            self._cursor = stored.position
+            entry = self._entry(stored)
+            if entry is not None:
+                self._untrained[stored.id] = entry
+
+    def _entry(self, stored: StoredSample) -> _Entry | None:
+        try:
+            sample = sample_from_body(
+                stored.kind, stored.body, sample_id=stored.id, group_id=stored.group_id
+            )
+        except SampleFormatError:
+            logger.warning("sample %r cannot be read; it stays untrained", stored.id, exc_info=True)
+            return None
+        if stored.origin == "upload" and isinstance(sample, TrajectorySample):
+            try:
+                uploaded = self.record2sample.uploaded_sample(sample.trajectory)
+            except ValueError as exc:
+                # Skipped, never consumed: a later stage version may take it (P-UP-6).
+                if stored.id not in self._refused_uploads:
+                    logger.warning("uploaded trajectory %r skipped: %s", stored.id, exc)
+                    self._refused_uploads.add(stored.id)
+                return None
+            sample = attrs.evolve(uploaded, sample_id=stored.id, group_id=stored.group_id)
+        return _Entry(stored.position, stored.origin, sample)
+
+    def _counts(self, entry: _Entry) -> bool:
+        sample = entry.sample
+        if isinstance(sample, TaskSample):
+            if sample.split != "train":
+                return False  # eval tasks run in evaluations, never in a job (P-BUF-2)
+            if entry.origin == "upload" and not self.sample2job.accepts_imported_tasks:
+                return False
+        return True
+
+    def _compute_buffer(self, entries: Sequence[_Entry], *, limit: int | None) -> list[_Entry]:
+        """Steps 2-4 of the buffer over ``entries`` (step 1's samples, in store order)."""
+        kinds = self.sample2job.job_parameter_kinds
+        # Step 2: the kind of the first sample; in auto a kind without job parameters does
+        # not count.
+        counting = [e for e in entries if self._mode == "manual" or e.sample.kind in kinds]
+        if not counting:
+            return []
+        kind = counting[0].sample.kind
+        same_kind = [e for e in counting if e.sample.kind == kind]
+        # Step 3: a stale sample made from records leaves out its whole group.
+        stale_groups: set[str] = set()
+        stale_ids: set[str] = set()
+        for entry in same_kind:
+            if entry.origin == "record" and self.record2sample.is_stale(entry.sample):
+                stale_ids.add(str(entry.sample.sample_id))
+                if entry.sample.group_id is not None:
+                    stale_groups.add(entry.sample.group_id)
+        fresh = [
+            e
+            for e in same_kind
+            if e.sample.sample_id not in stale_ids and e.sample.group_id not in stale_groups
+        ]
+        if limit is None or len(fresh) <= limit:
+            return fresh
+        # Step 4: the first `limit` samples and the rest of each group they touch.
+        head = fresh[:limit]
+        touched = {e.sample.group_id for e in head if e.sample.group_id is not None}
+        rest = [e for e in fresh[limit:] if e.sample.group_id in touched]
+        return head + rest
+
+    def _auto_buffer(self) -> list[_Entry]:
+        handed_out = {sid for r in self._reserved.values() for sid in r.sample_ids}
+        entries = [
+            e for sid, e in self._untrained.items() if sid not in handed_out and self._counts(e)
+        ]
+        return self._compute_buffer(entries, limit=self.sample2job.buffer_size)
+
+    def _manual_buffer(self) -> list[_Entry]:
+        handed_out = {sid for r in self._reserved.values() for sid in r.sample_ids}
+        entries = []
+        for stored in self.samples.manual_buffer(self._trainer):
+            if stored.id in handed_out:
+                continue
+            entry = self._entry(stored)
+            if entry is not None and self._counts(entry):
+                entries.append(entry)
+        return self._compute_buffer(entries, limit=None)
+
+    def _without_removed_uploads(self, buffer: list[_Entry]) -> list[_Entry]:
+        # An upload whose item left the scenario is forgotten (P-UP-2): check the buffer's
+        # uploads against the store, a query bounded by the buffer's size.
+        uploads = [e.sample.sample_id for e in buffer if e.origin == "upload"]
+        if not uploads:
+            return buffer
+        present = {s.id for s in self.samples.get([str(u) for u in uploads])}
+        gone = {u for u in uploads if u not in present}
+        for sample_id in gone:
+            self._untrained.pop(str(sample_id), None)
+        return [e for e in buffer if e.sample.sample_id not in gone] if gone else buffer
+
+    def buffer(self) -> tuple[Sample, ...]:
+        """The samples the next job would take, in store order (no reservation)."""
+        self.advance()
+        entries = self._manual_buffer() if self._mode == "manual" else self._auto_buffer()
+        return tuple(e.sample for e in self._without_removed_uploads(entries))
+
+    def ready(self, sample_count: int | None) -> bool:
+        """Whether job data of ``sample_count`` samples is available (P-PIPE-6).
+
+        Auto: the buffer holds ``sample_count`` samples (``None``: never). Manual: an
+        instruction waits and its manual buffer holds a sample, or the sample-to-job stage
+        reads instructions (P-MODE-5, P-MODE-6).
+        """
+        self.advance()
+        if self._mode == "manual":
+            instruction = self._next_instruction()
+            if instruction is None:
+                return False
+            return self.sample2job.reads_instructions or bool(self.buffer())
+        if sample_count is None:
+            return False
+        return len(self.buffer()) >= sample_count
+
+    def _next_instruction(self) -> TrainingInstruction | None:
+        reserved = {r.instruction.request_id for r in self._reserved.values() if r.instruction}
+        return next((i for i in self._instructions if i.request_id not in reserved), None)
+
+    def build_job_data(self, sample_count: int | None) -> JobData | None:
+        """The buffer's job data, reserved until acknowledged or released (P-PIPE-7).
+
+        ``None`` when :meth:`ready` is false. Ids: ``<scenario>:data:<number>`` in auto (the
+        number is the store sequence of the job's first sample, unique for the trainer since a
+        sample trains once), ``<scenario>:instruction:<request id>`` in manual (P-MODE-8).
+        """
+        if not self.ready(sample_count):
+            return None
+        samples = self.buffer()
+        instruction = self._next_instruction() if self._mode == "manual" else None
+        if instruction is not None:
+            data_id = f"{self.context.scenario}:instruction:{instruction.request_id}"
+        else:
+            first = self._untrained[str(samples[0].sample_id)]
+            data_id = f"{self.context.scenario}:data:{first.position.seq}"
+        data = self.sample2job.make_job_data(samples, data_id)
+        if data.id != data_id:
+            raise ValueError(
+                f"{type(self.sample2job).__name__}.make_job_data named its data {data.id!r},"
+                f" not {data_id!r}"
+            )
+        if instruction is not None:
+            data = attrs.evolve(data, request=instruction)
+        self._reserved[data_id] = _Reservation(
+            tuple(str(s.sample_id) for s in samples), instruction
+        )
+        return data
+
+    def release_job_data(self, data_id: str) -> None:
+        """Give reserved job data back unsubmitted: its samples stay in the buffer (P-PIPE-8)."""
+        self._reserved.pop(data_id, None)
+
+    def acknowledge(
+        self, data_id: str, *, released_record_ids: Iterable[str] = ()
+    ) -> tuple[str, ...]:
+        """Commit the submission of reserved job data (P-PIPE-9).
+
+        In one transaction the store adds one to this trainer's train count of each sample of
+        the data, consumes the instruction (manual) and the ``released_record_ids`` (the
+        records the stage ended, P-STALE-1). A job that later fails keeps its samples trained
+        (P-PIPE-10).
+
+        :returns: ``sample:<id>`` for each sample, then ``instruction:<request id>`` in manual.
+        :raises KeyError: when ``data_id`` is not reserved.
+        """
+        reservation = self._reserved[data_id]
+        instruction = reservation.instruction
+        self.samples.commit_submission(
+            self._trainer,
+            data_id,
+            reservation.sample_ids,
+            None if instruction is None else instruction.request_id,
+            released_record_ids=released_record_ids,
+        )
+        del self._reserved[data_id]
+        for sample_id in reservation.sample_ids:
+            self._untrained.pop(sample_id, None)
+        ids = tuple(f"sample:{sample_id}" for sample_id in reservation.sample_ids)
+        if instruction is not None:
+            self._instructions.remove(instruction)
+            ids += (f"instruction:{instruction.request_id}",)
+        return ids
+
+    # -- training modes and instructions ---------------------------------------------------
+
+    def _supported(self, mode: str) -> TrainingMode:
+        checked = check_training_mode(mode)
+        if checked not in self.sample2job.supported_training_modes:
+            raise NotImplementedError(
+                f"{type(self.sample2job).__name__} does not support training mode {checked!r}"
+            )
+        return checked
+
+    @property
+    def training_mode(self) -> TrainingMode:
+        """The pipeline's training mode (P-MODE-1)."""
+        return self._mode
+
+    @training_mode.setter
+    def training_mode(self, mode: str) -> None:
+        """Select ``auto`` or ``manual`` on this pipeline (P-MODE-13).
+
+        From auto to manual, the automatic buffer joins the manual buffer (P-MODE-7). Reserved
+        data stays as it is.
+
+        :raises ValueError: for a name that is no training mode.
+        :raises NotImplementedError: for a mode the sample-to-job stage does not support.
+        """
+        checked = self._supported(mode)
+        if self._mode == "auto" and checked == "manual":
+            moved = [str(s.sample_id) for s in self.buffer()]
+            if moved:
+                self.samples.insert_into_manual_buffer(self._trainer, moved)
+        self._mode = checked
+
+    def queue_instructions(self, instructions: Iterable[TrainingInstruction]) -> None:
+        """Queue training instructions, oldest first; one already queued stays once
+        (P-MODE-10)."""
+        queued = {i.request_id for i in self._instructions}
+        for instruction in instructions:
+            if instruction.request_id not in queued:
+                self._instructions.append(instruction)
+                queued.add(instruction.request_id)
+
+    @property
+    def buffered_requests(self) -> int:
+        """How many instructions the pipeline holds (part of ``pending_instructions``)."""
+        return len(self._instructions)
+
+    def insert_into_buffer(self, sample_ids: Sequence[str]) -> None:
+        """Choose samples for the manual buffer (P-MODE-5)."""
+        self.samples.insert_into_manual_buffer(self._trainer, sample_ids)
+
+    def remove_from_buffer(self, sample_ids: Sequence[str]) -> None:
+        """Take samples out of the manual buffer."""
+        self.samples.remove_from_manual_buffer(self._trainer, sample_ids)
+
+    # -- the stages' other hooks -----------------------------------------------------------
+
+    def observe_serving_artifact_id(self, artifact_id: str) -> None:
+        """The scenario serves ``artifact_id`` now (P-STALE-5)."""
+        self.record2sample.observe_serving_artifact_id(artifact_id)
+
+    def made_samples(self) -> None:
+        """Store the samples the stage made from no record set (P-PIPE-11)."""
+        self._store_samples()
+
+    def job_ended(self, outcome: JobOutcome) -> None:
+        """A job's end is durable: hand its outcome to the stage (P-PIPE-12)."""
+        self.record2sample.job_ended(outcome)
+
+    def releasable_record_ids(self) -> tuple[str, ...]:
+        """Records the stage is done with and no held set references (P-PIPE-16)."""
+        return self.record2sample.releasable_record_ids()
+
+    def release_records(self, record_ids: Iterable[str]) -> None:
+        """Free the memory of records a successful commit named."""
+        self.record2sample.release_records(record_ids)
+
+    def admit_reports_of(self, report_type: str) -> None:
+        """Admit another component's reports: the stage releases them (P-PIPE-20)."""
+        admitted = self.context.admitted_report_types | {report_type}
+        self.context_changed(attrs.evolve(self.context, admitted_report_types=admitted))
+
+    def context_changed(self, context: PipelineContext) -> None:
+        """Hand both stages an updated context."""
+        self.context = context
+        self.record2sample.context_changed(context)
+        self.sample2job.context = context
+
+    def status(self) -> JSON:
+        """The stages' status merged, with ``ready_samples`` and ``buffer_size`` (P-BUF-8)."""
+        return {
+            **self.record2sample.status(),
+            **self.sample2job.status(),
+            "training_mode": self._mode,
+            "ready_samples": len(self.buffer()),
+            "buffer_size": self.sample2job.buffer_size,
+            "reserved_job_data": len(self._reserved),
+            "buffered_requests": self.buffered_requests,
+        }
+
+    def metrics(self) -> dict[str, float]:
+        """The stages' metrics, merged."""
+        return {**self.record2sample.metrics(), **self.sample2job.metrics()}
+
+    def background_jobs_running(self) -> bool:
+        """True while the record-to-sample stage runs background work (P-PIPE-14)."""
+        return self.record2sample.background_jobs_running()
+
+    def close(self, timeout: float | None = None) -> None:
+        """Close both stages (P-PIPE-15); a :class:`TimeoutError` of either propagates after
+        the other was closed too."""
+        try:
+            self.record2sample.close(timeout)
+        finally:
+            self.sample2job.close(timeout)
