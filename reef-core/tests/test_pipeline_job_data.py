@@ -17,18 +17,9 @@ from reef.core.job_data import (
 
 
 def _trajectory(*artifacts: str | None) -> dict[str, object]:
+    records = [{"id": f"c{n}", "artifact_id": a} for n, a in enumerate(artifacts)]
     steps = [{"step_id": 1, "source": "user", "message": "hi"}]
-    for n, artifact in enumerate(artifacts, start=2):
-        record = {"kind": "inference", "id": f"c{n}", "artifact_id": artifact}
-        steps.append(
-            {
-                "step_id": n,
-                "source": "agent",
-                "message": "ok",
-                "extra": {"reef": {"records": [record]}},
-            }
-        )
-    return {"schema_version": "ATIF-v1.4", "session_id": "s", "steps": steps}
+    return {"schema_version": "ATIF-v1.8", "steps": steps, "extra": {"reef": {"records": records}}}
 
 
 def test_artifact_id_is_the_last_calls() -> None:

@@ -384,8 +384,9 @@ def test_worker_close_raises_timeout_when_cleanup_overruns() -> None:
 
 
 def _sample(artifact: str | None) -> TrajectorySample:
-    step = {"source": "agent", "extra": {"reef": {"records": [{"artifact_id": artifact}]}}}
-    return TrajectorySample({"steps": [step]})
+    return TrajectorySample(
+        {"steps": [], "extra": {"reef": {"records": [{"artifact_id": artifact}]}}}
+    )
 
 
 def test_staleness_counts_served_artifacts() -> None:

@@ -51,8 +51,8 @@ class TrajectorySample:
     """A sample that trains directly: an ATIF trajectory and the feedback that scores it.
 
     :ivar trajectory: the ATIF trajectory as its JSON object (``schema_version``, ``steps``,
-        ...). Each agent step made from a recorded call keeps that call's record payload in
-        ``extra.reef.records``, so the sample knows which artifact produced it.
+        ...). Its ``extra.reef.records`` lists the recorded calls it was made from, each with
+        its artifact, so the sample knows which artifact produced it.
     :ivar reward: the reward the objective trains on; ``None`` for a method that needs none
         (SFT), or when the reward lives in the trajectory's ``extra.reef.reward`` (uploads).
     :ivar feedback: free-text feedback of the report or judgment, if any.
@@ -80,24 +80,16 @@ class TrajectorySample:
     def artifact_id(self) -> str | None:
         """The artifact that answered the trajectory's last recorded call (P-STALE-4).
 
-        Read from the ``artifact_id`` of the last inference record payload kept in the last
-        agent step's ``extra.reef.records``; ``None`` when no step names one, which makes a
-        sample made from records stale wherever a staleness check runs (P-STALE-8).
+        Read from the last entry of the trajectory's ``extra.reef.records`` (each call's id and
+        artifact, in order, as :func:`reef.core.atif.trajectory_from_records` writes them);
+        ``None`` when it names none, which makes a sample made from records stale wherever a
+        staleness check runs (P-STALE-8).
         """
-        steps = self.trajectory.get("steps")
-        if not isinstance(steps, list):
+        records = _reef_extra(self.trajectory).get("records")
+        if not isinstance(records, list) or not records or not isinstance(records[-1], Mapping):
             return None
-        for step in reversed(steps):
-            if not isinstance(step, Mapping):
-                continue
-            records = _reef_extra(step).get("records")
-            if not isinstance(records, list):
-                continue
-            for record in reversed(records):
-                if isinstance(record, Mapping) and record.get("kind", "inference") == "inference":
-                    artifact = record.get("artifact_id")
-                    return artifact if isinstance(artifact, str) else None
-        return None
+        artifact = records[-1].get("artifact_id")
+        return artifact if isinstance(artifact, str) else None
 
 
 @attrs.frozen(eq=True)
