@@ -58,7 +58,7 @@ def reference_parents(records: Sequence[InferenceRecord]) -> dict[str, str | Non
             for c in candidates
             if any(_canon(normalise_message(reply)) == following for reply in c.reply_messages)
         ]
-        parents[record.id] = (matching[0] if len(matching) == 1 else candidates[-1]).id
+        parents[record.id] = (matching[-1] if matching else candidates[-1]).id
     return parents
 
 
@@ -276,6 +276,15 @@ def test_ambiguous_retries_go_to_the_most_recent() -> None:
     assert index.parent("r4") == "r2"
     assert index.children("r2") == ("r3", "r4")
     assert index.last_calls("r2") == ("r3", "r4")
+
+
+def test_several_matching_retries_go_to_the_most_recent_match() -> None:
+    """rule: P-SET-2; DECISIONS 3: a retry whose reply the child does not continue never wins."""
+    matching = [make_record(i, [SYSTEM, ASK], [], CHAT_COMPLETIONS, [CALL_LS]) for i in range(2)]
+    other = make_record(2, [SYSTEM, ASK], [], CHAT_COMPLETIONS, [DONE])
+    child = make_record(3, [SYSTEM, ASK, CALL_LS, LS_RESULT], [], CHAT_COMPLETIONS, [])
+    index, _ = linked([*matching, other, child])
+    assert index.parent("r3") == "r1"
 
 
 def test_tools_and_format_must_be_equal() -> None:

@@ -193,7 +193,8 @@ class TrajectoryIndex:
             # A reply key chains from the candidate's request key, so a match is a candidate.
             self._probes += 1
             matching = self._by_reply.get(keys[k + 1], ())
-            return matching[0] if len(matching) == 1 else candidates[-1]
+            # Several matching replies: the most recent of those; none: the most recent retry.
+            return matching[-1] if matching else candidates[-1]
         return None
 
     def _insert(self, entry: LinkEntry) -> None:
