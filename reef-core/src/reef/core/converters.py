@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import cattrs
+from cattrs.errors import CattrsError
 from cattrs.preconf.json import make_converter as make_json_converter
 
 
@@ -29,11 +30,16 @@ def configure_converter(converter: cattrs.Converter) -> None:
     del converter  # nothing beyond cattrs' JSON preconfiguration yet
 
 
-def _format_exception(exc: BaseException, type_: Any) -> str:
+def describe_exception(exc: BaseException, type_: Any) -> str:
+    """The reason one structuring error gives, as a user should read it."""
     if isinstance(exc, KeyError):
         return "required field missing"
     if isinstance(exc, cattrs.ForbiddenExtraKeysError):
         return f"unknown key(s): {', '.join(sorted(exc.extra_fields))}"
+    if isinstance(exc, CattrsError) and " not in literal " in str(exc):
+        allowed = ", ".join(repr(v) for v in getattr(type_, "__args__", ()))
+        value = str(exc).split(" not in literal ", 1)[0]
+        return f"{value!r} is not one of {allowed}" if allowed else str(exc)
     if isinstance(exc, ValueError | TypeError) and str(exc):
         reason = str(exc)
         # cattrs' own type-coercion failures say little; name the expected type instead.
@@ -45,4 +51,4 @@ def _format_exception(exc: BaseException, type_: Any) -> str:
 
 def describe(exc: cattrs.BaseValidationError, *, root: str = "$") -> list[str]:
     """Every problem of a failed structuring, as ``<reason> @ <path>`` lines."""
-    return cattrs.transform_error(exc, path=root, format_exception=_format_exception)
+    return cattrs.transform_error(exc, path=root, format_exception=describe_exception)

@@ -22,10 +22,11 @@ from typing import TYPE_CHECKING, Any, Self
 import attrs
 import cattrs
 import pluggy
+from cattrs.errors import CattrsError
 
 from reef import hookspecs
 from reef.core.config import config_option, option_help, option_key
-from reef.core.converters import describe, make_converter
+from reef.core.converters import describe, describe_exception, make_converter
 
 if TYPE_CHECKING:
     from reef.core.job_data import JobData, JobOutcome
@@ -233,8 +234,8 @@ def _structure_value(value: object, type_: Any, path: str, problems: list[tuple[
         return _CONVERTER.structure(value, type_)
     except cattrs.BaseValidationError as exc:
         problems.extend(_split_described(line) for line in describe(exc, root=path))
-    except (ValueError, TypeError) as exc:
-        problems.append((path, str(exc)))
+    except (ValueError, TypeError, CattrsError) as exc:
+        problems.append((path, describe_exception(exc, type_)))
     return None
 
 
