@@ -18,7 +18,7 @@ import attrs
 
 from agent_ecc.candidates import Candidate, Member
 from agent_ecc.records import Verdict
-from agent_ecc.registry import DirectoryRegistry, Epoch, PointerRead
+from agent_ecc.registry import Epoch, PointerRead
 from agent_ecc.scorer import (
     CheckDecision,
     DecisionType,
@@ -29,6 +29,7 @@ from agent_ecc.scorer import (
     Scorer,
     label_reward,
 )
+from agent_ecc.versions import GraderVersion
 
 Mode: TypeAlias = Literal["repair", "discard", "audit"]
 MODES: tuple[Mode, ...] = ("repair", "discard", "audit")
@@ -37,6 +38,22 @@ ARMS: tuple[Arm, ...] = ("keep", "discard", "ecc", "never", "full_compatible")
 Outcome: TypeAlias = Literal["batch", "excluded", "unused", "filler"]
 Backfill: TypeAlias = Callable[[int, frozenset[str], float], Iterable[Candidate]]
 S = TypeVar("S")
+
+
+class RegistryView(Protocol):
+    """What a seal reads from a registry (a :class:`DirectoryRegistry`, or a replay's view)."""
+
+    def read_pointer(self) -> PointerRead:
+        """The pointer, read once."""
+        ...
+
+    def grader(self, version_id: str) -> GraderVersion:
+        """A published grader version."""
+        ...
+
+    def startup_epoch(self) -> Epoch:
+        """Epoch 0."""
+        ...
 
 
 class SealError(RuntimeError):
@@ -78,10 +95,10 @@ class Given:
     mode: Mode
     policy: Policy
     strict: bool
-    fillers: str | None
-    filtering: str
+    fillers: Literal["neutral"] | None
+    filtering: Literal["none", "variance"]
     short_circuit: bool
-    recorded_undeterminable: str
+    recorded_undeterminable: Literal["resolve", "final"]
     rounds: tuple[tuple[OfferedGroup, ...], ...]
 
 
@@ -190,7 +207,7 @@ class SealSession:
 
     def __init__(
         self,
-        registry: DirectoryRegistry,
+        registry: RegistryView,
         scorer: Scorer,
         batch_id: str,
         *,
@@ -466,7 +483,7 @@ def _merge(into: dict[str, Any], stats: dict[str, Any]) -> None:
 
 def arm_session(
     arm: Arm,
-    registry: DirectoryRegistry,
+    registry: RegistryView,
     scorer: Scorer,
     *,
     batch_id: str,
