@@ -27,7 +27,7 @@ job outcome of each trainer, all durable and idempotent by id.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal, TypeAlias
 
 import attrs
@@ -35,6 +35,7 @@ from sqlalchemy import Connection, Row, and_, delete, literal, select, tuple_, u
 
 from reef.storage import json_values
 from reef.storage.database import Database
+from reef.storage.drops import add_drops
 from reef.storage.errors import ConflictError, UnknownSampleError, UnknownTrainerError
 from reef.storage.positions import Position, after, before_horizon, commit_tx_value
 from reef.storage.tables import (
@@ -52,6 +53,7 @@ from reef.storage.tables import (
 )
 from reef.storage.upserts import (
     add_counts,
+    dialect_insert,
     insert_or_ignore,
     insert_or_replace,
     insert_selected_or_ignore,
@@ -143,6 +145,21 @@ class TrainerSamples:
         self._database = database
         self.scenario = scenario
         self._registered: set[str] = set()
+        # Statements of the hot paths, built once: SQLAlchemy then skips most of its work.
+        self._insert_new_samples = (
+            dialect_insert(database.dialect, samples)
+            .values(commit_tx=commit_tx_value(database.dialect))
+            .on_conflict_do_nothing()
+            .returning(samples.c.seq, samples.c.commit_tx)
+        )
+        self._insert_consumed = dialect_insert(
+            database.dialect, consumed_records
+        ).on_conflict_do_nothing()
+
+    @property
+    def database(self) -> Database:
+        """The database the store lives in (for the scenario's other stores, e.g. drop counts)."""
+        return self._database
 
     # -- trainers -------------------------------------------------------------------------
 
@@ -236,19 +253,26 @@ class TrainerSamples:
         rows = [self._row(sample, trainer, "record", group) for sample in unit_samples]
         record_ids = sorted(set(consumed_record_ids))
         with self._database.write() as connection:
-            stored = self._stored_rows(connection, [row["id"] for row in rows])
-            if stored:
+            # Insert first and look only when a row was there: storing a new unit, the common
+            # case, costs no read.
+            inserted = connection.execute(self._insert_new_samples, rows).all()
+            if len(inserted) < len(rows):
+                stored = self._stored_rows(connection, [row["id"] for row in rows])
+                if inserted:
+                    new = {position.seq for position in inserted}
+                    taken = next(row.id for row in stored if row.seq not in new)
+                    raise ConflictError("sample", taken, self.scenario)
                 self._check_same(rows, stored)
                 return False
-            self._insert(connection, rows, pending_for=[trainer])
-            insert_or_ignore(
-                connection,
-                consumed_records,
-                [
-                    {"scenario": self.scenario, "trainer": trainer, "record_id": record_id}
-                    for record_id in record_ids
-                ],
-            )
+            self._insert_pending(connection, inserted, [trainer])
+            if record_ids:
+                connection.execute(
+                    self._insert_consumed,
+                    [
+                        {"scenario": self.scenario, "trainer": trainer, "record_id": record_id}
+                        for record_id in record_ids
+                    ],
+                )
         return True
 
     def add_samples(self, trainer: str, named_samples: Sequence[NewSample]) -> int:
@@ -345,23 +369,25 @@ class TrainerSamples:
     def _insert(
         self, connection: Connection, rows: list[dict[str, Any]], *, pending_for: list[str]
     ) -> None:
-        if not rows:
-            return
-        statement = (
-            samples.insert()
-            .values(commit_tx=commit_tx_value(connection))
-            .returning(samples.c.seq, samples.c.commit_tx, sort_by_parameter_order=True)
-        )
-        positions = connection.execute(statement, rows).all()
+        if rows:
+            positions = connection.execute(self._insert_new_samples, rows).all()
+            self._insert_pending(connection, positions, pending_for)
+
+    def _insert_pending(
+        self,
+        connection: Connection,
+        positions: Sequence[Row[tuple[int, int]]],
+        trainers_: list[str],
+    ) -> None:
         pending = [
             {
                 "scenario": self.scenario,
                 "trainer": trainer,
-                "commit_tx": commit_tx,
-                "sample_seq": seq,
+                "commit_tx": position.commit_tx,
+                "sample_seq": position.seq,
             }
-            for trainer in pending_for
-            for seq, commit_tx in positions
+            for trainer in trainers_
+            for position in positions
         ]
         if pending:
             connection.execute(pending_samples.insert(), pending)
@@ -421,6 +447,22 @@ class TrainerSamples:
         with self._database.read() as connection:
             return frozenset(connection.execute(query).scalars())
 
+    def consumed_among(self, trainer: str, record_ids: Sequence[str]) -> frozenset[str]:
+        """Which of ``record_ids`` ``trainer`` consumed: recovery's membership test (P-SET-20).
+
+        One indexed query per call, so a trainer asks per batch of pushed records instead of
+        holding every consumed id of its history in memory.
+        """
+        if not record_ids:
+            return frozenset()
+        query = select(consumed_records.c.record_id).where(
+            consumed_records.c.scenario == self.scenario,
+            consumed_records.c.trainer == trainer,
+            consumed_records.c.record_id.in_(list(dict.fromkeys(record_ids))),
+        )
+        with self._database.read() as connection:
+            return frozenset(connection.execute(query).scalars())
+
     def train_counts(self, trainer: str, sample_ids: Sequence[str]) -> dict[str, int]:
         """How many committed jobs of ``trainer`` trained each sample (0 when none)."""
         query = (
@@ -447,12 +489,16 @@ class TrainerSamples:
         instruction_id: str | None = None,
         *,
         released_record_ids: Iterable[str] = (),
+        drops: Mapping[str, int] | None = None,
     ) -> bool:
         """Commit the submission of job data ``data_id``, in one transaction (P-PIPE-9).
 
         Adds one to ``trainer``'s train count of each listed sample, takes them out of its
         untrained samples and its manual buffer (P-MODE-7), consumes the instruction (its
-        request id) and the released records (P-STALE-1). Idempotent per ``data_id``.
+        request id) and the released records (P-STALE-1), and adds ``drops`` (reason -> how
+        many of the released records ended without training) to ``trainer``'s drop counts, so
+        an ended record is counted exactly when its end becomes durable. Idempotent per
+        ``data_id``.
 
         :returns: True when committed now; False when ``data_id`` was committed already.
         :raises UnknownSampleError: when a listed sample was never stored (nothing is written).
@@ -516,6 +562,8 @@ class TrainerSamples:
                     for record_id in sorted(set(released_record_ids))
                 ],
             )
+            if drops:
+                add_drops(connection, self.scenario, drops, trainer=trainer)
         return True
 
     def _positions(self, connection: Connection, ids: Sequence[str]) -> dict[str, Position]:

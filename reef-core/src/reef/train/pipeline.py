@@ -18,12 +18,21 @@ but the local store (P-PIPE-2).
 Recovery is construction: a new pipeline on the same store skips every record its trainer's
 stored samples consumed (the stage sees them as taken, never makes their samples again), reads
 the untrained samples back, and hands the stage the last job outcome before any other call.
+Whether a pushed record was consumed is asked of the store, one indexed query per pushed batch
+(:meth:`TrainingPipeline.push_many`), so the pipeline never holds the ids of its whole history.
+
+Nothing that will never train is silent (DECISIONS 10). A record the stage ends is counted by
+reason in the store's drop counts in the transaction of the commit that names it (the commit
+that makes its end durable), so a crash can neither lose nor double the count; ``status()``
+shows the durable counts beside the ends that wait for their commit, and the samples that stay
+in the store untrained (stale, or uploads refused at read time) as they are now.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 
 import attrs
@@ -43,6 +52,7 @@ from reef.core.records import JSON, Record
 from reef.pipeline_context import PipelineContext, TrainingMode, check_training_mode
 from reef.record2sample.stage import Record2Sample
 from reef.sample2job.stage import Sample2Job
+from reef.storage.drops import DropCounters
 from reef.storage.positions import Position
 from reef.storage.samples import NewSample, StoredSample, TrainerSamples
 
@@ -102,10 +112,11 @@ class TrainingPipeline:
             last = samples.last_job_outcome(self._trainer)
             if last is not None:
                 record2sample.job_ended(JobOutcome(**last))
-        self._consumed = set(samples.consumed_record_ids(self._trainer))
         self._untrained: dict[str, _Entry] = {}
         self._cursor: Position | None = None
-        self._refused_uploads: set[str] = set()
+        # Samples refused at read time (unreadable, or uploads uploaded_sample refuses): they
+        # stay untrained in the store; kept to warn once and to show in status.
+        self._refused: set[str] = set()
         self._reserved: dict[str, _Reservation] = {}
         self._instructions: list[TrainingInstruction] = []
 
@@ -114,14 +125,22 @@ class TrainingPipeline:
     def push(self, record: Record) -> None:
         """One record arrives (in store order); store the units that became ready (P-PIPE-3).
 
-        A record that this trainer's stored samples consumed goes to the stage only as taken:
-        a restart never makes a stored sample again (P-SET-20).
+        A record that this trainer consumed (its stored samples, or a commit that ended it)
+        goes to the stage only as taken: a restart never makes a stored sample again
+        (P-SET-20).
         """
-        if record.id in self._consumed:
-            self.record2sample.replay_consumed(record)
-            return
-        self.record2sample.push(record)
-        self._store_samples()
+        self.push_many((record,))
+
+    def push_many(self, records: Sequence[Record]) -> None:
+        """:meth:`push` each of ``records``, in order, asking the store once which of them this
+        trainer consumed (the trainer reads the record store in batches)."""
+        consumed = self.samples.consumed_among(self._trainer, [r.id for r in records])
+        for record in records:
+            if record.id in consumed:
+                self.record2sample.replay_consumed(record)
+                continue
+            self.record2sample.push(record)
+            self._store_samples()
 
     def produce(self) -> None:
         """Advance the stage to now and store what became ready (P-PIPE-4, P-STG-6)."""
@@ -137,7 +156,6 @@ class TrainingPipeline:
                 for index, sample in enumerate(set_samples)
             ]
             self.samples.add_record_samples(self._trainer, new, unit.record_ids)
-            self._consumed.update(unit.record_ids)
             stage.consume(unit)
         made = stage.made_samples()
         if made:
@@ -165,17 +183,19 @@ class TrainingPipeline:
             sample = sample_from_body(
                 stored.kind, stored.body, sample_id=stored.id, group_id=stored.group_id
             )
-        except SampleFormatError:
-            logger.warning("sample %r cannot be read; it stays untrained", stored.id, exc_info=True)
+        except SampleFormatError as exc:
+            if stored.id not in self._refused:
+                logger.warning("sample %r cannot be read, it stays untrained: %s", stored.id, exc)
+                self._refused.add(stored.id)
             return None
         if stored.origin == "upload" and isinstance(sample, TrajectorySample):
             try:
                 uploaded = self.record2sample.uploaded_sample(sample.trajectory)
             except ValueError as exc:
                 # Skipped, never consumed: a later stage version may take it (P-UP-6).
-                if stored.id not in self._refused_uploads:
+                if stored.id not in self._refused:
                     logger.warning("uploaded trajectory %r skipped: %s", stored.id, exc)
-                    self._refused_uploads.add(stored.id)
+                    self._refused.add(stored.id)
                 return None
             sample = attrs.evolve(uploaded, sample_id=stored.id, group_id=stored.group_id)
         return _Entry(stored.position, stored.origin, sample)
@@ -317,22 +337,29 @@ class TrainingPipeline:
 
         In one transaction the store adds one to this trainer's train count of each sample of
         the data, consumes the instruction (manual) and the ``released_record_ids`` (the
-        records the stage ended, P-STALE-1). A job that later fails keeps its samples trained
-        (P-PIPE-10).
+        records the stage ended, P-STALE-1), and counts each released record that ended
+        without training under its reason (DECISIONS 10). A job that later fails keeps its
+        samples trained (P-PIPE-10).
 
         :returns: ``sample:<id>`` for each sample, then ``instruction:<request id>`` in manual.
         :raises KeyError: when ``data_id`` is not reserved.
         """
         reservation = self._reserved[data_id]
         instruction = reservation.instruction
+        released = tuple(dict.fromkeys(released_record_ids))
+        ended = self.record2sample.ended_records()
+        drops = Counter(ended[rid] for rid in released if rid in ended)
         self.samples.commit_submission(
             self._trainer,
             data_id,
             reservation.sample_ids,
             None if instruction is None else instruction.request_id,
-            released_record_ids=released_record_ids,
+            released_record_ids=released,
+            drops=drops,
         )
         del self._reserved[data_id]
+        # The commit made these ends durable: forget them, so no later commit counts them again.
+        self.record2sample.release_records(released)
         for sample_id in reservation.sample_ids:
             self._untrained.pop(sample_id, None)
         ids = tuple(f"sample:{sample_id}" for sample_id in reservation.sample_ids)
@@ -429,15 +456,35 @@ class TrainingPipeline:
         self.sample2job.context = context
 
     def status(self) -> JSON:
-        """The stages' status merged, with ``ready_samples`` and ``buffer_size`` (P-BUF-8)."""
+        """The stages' status merged, with ``ready_samples`` and ``buffer_size`` (P-BUF-8), and
+        what will not train, by reason (DECISIONS 10).
+
+        ``dropped``: this trainer's durable counts (records ended by committed jobs);
+        ``scenario_dropped``: the scenario's own (evicted bodies); ``ending_records``: ends
+        that wait for the commit that makes them durable; ``stale_samples`` and
+        ``refused_samples``: samples that stay in the store untrained, as they are now.
+        """
+        ready = len(self.buffer())
+        counts = DropCounters(self.samples.database, self.context.scenario).counts()
+        ending = Counter(self.record2sample.ended_records().values())
+        stale = sum(
+            1
+            for entry in self._untrained.values()
+            if entry.origin == "record" and self.record2sample.is_stale(entry.sample)
+        )
         return {
             **self.record2sample.status(),
             **self.sample2job.status(),
             "training_mode": self._mode,
-            "ready_samples": len(self.buffer()),
+            "ready_samples": ready,
             "buffer_size": self.sample2job.buffer_size,
             "reserved_job_data": len(self._reserved),
             "buffered_requests": self.buffered_requests,
+            "dropped": dict(sorted(counts.get(self._trainer, {}).items())),
+            "scenario_dropped": dict(sorted(counts.get(None, {}).items())),
+            "ending_records": dict(sorted(ending.items())),
+            "stale_samples": stale,
+            "refused_samples": len(self._refused),
         }
 
     def metrics(self) -> dict[str, float]:
