@@ -8,7 +8,9 @@ of each scenario on it:
 - :class:`TrainerSamples`: the scenario's samples, per-trainer consumption and train counts,
   the manual buffer, training instructions and job outcomes;
 - :class:`TaskStorage`: task stores opened by name;
-- :class:`ScenarioSettings` and :class:`DropCounters`.
+- :class:`ScenarioSettings` and :class:`DropCounters`;
+- :class:`TrainerLeases` (one process runs each trainer) and :class:`TrainerState` (each
+  trainer's status snapshot and running job).
 
 See ``docs/storage.md`` for the tables, transactions and durability choices.
 """
@@ -22,18 +24,23 @@ from reef.storage.errors import (
     UnknownSampleError,
     UnknownTrainerError,
 )
+from reef.storage.leases import FencedDatabase, Lease, LeaseLostError, TrainerLeases
 from reef.storage.positions import Position
 from reef.storage.records import RecordCapacity, RecordStore, StoredRecord
 from reef.storage.samples import Instruction, NewSample, StoredSample, TrainerSamples
 from reef.storage.scenario_settings import ScenarioSettings
 from reef.storage.tasks import KeyValueStore, TaskStorage, TaskStore, TaskStores
+from reef.storage.trainer_state import TrainerState
 
 __all__ = [
     "ConflictError",
     "Database",
     "DropCounters",
+    "FencedDatabase",
     "Instruction",
     "KeyValueStore",
+    "Lease",
+    "LeaseLostError",
     "MissingLinkError",
     "NewSample",
     "Position",
@@ -46,7 +53,9 @@ __all__ = [
     "TaskStorage",
     "TaskStore",
     "TaskStores",
+    "TrainerLeases",
     "TrainerSamples",
+    "TrainerState",
     "UnknownSampleError",
     "UnknownTrainerError",
     "open_database",
