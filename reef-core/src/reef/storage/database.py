@@ -126,7 +126,10 @@ def _sqlite_engine(url: str, synchronous: SqliteSynchronous) -> Engine:
     @event.listens_for(engine, "begin")
     def _begin(connection: Connection) -> None:
         read_only = connection.get_execution_options().get(_READ_ONLY, False)
-        connection.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
+        # Straight to the driver: this runs for every transaction.
+        connection.connection.driver_connection.execute(  # type: ignore[union-attr]
+            "BEGIN" if read_only else "BEGIN IMMEDIATE"
+        )
 
     return engine
 

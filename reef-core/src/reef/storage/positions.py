@@ -42,9 +42,9 @@ class Position:
         return f"{self.commit_tx}.{self.seq}"
 
 
-def commit_tx_value(connection: Connection) -> ColumnElement[Any]:
-    """The ``commit_tx`` value for rows written in ``connection``'s transaction."""
-    if connection.dialect.name == "postgresql":
+def commit_tx_value(dialect: str) -> ColumnElement[Any]:
+    """The ``commit_tx`` value for rows written by a transaction on ``dialect``."""
+    if dialect == "postgresql":
         return literal_column("pg_current_xact_id()::text::bigint")
     return literal(0)
 

@@ -108,6 +108,7 @@ class RecordStore:
         self._database = database
         self.scenario = scenario
         self.capacity = capacity
+        self._insert = records.insert().values(commit_tx=commit_tx_value(database.dialect))
 
     # -- writing --------------------------------------------------------------------------
 
@@ -151,7 +152,7 @@ class RecordStore:
             if not rows:
                 return 0
             new = list(rows.values())
-            connection.execute(records.insert().values(commit_tx=commit_tx_value(connection)), new)
+            connection.execute(self._insert, new)
             add_counts(
                 connection,
                 record_usage,

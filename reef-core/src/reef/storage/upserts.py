@@ -13,17 +13,29 @@ from typing import Any
 from sqlalchemy import Connection, Select, Table
 from sqlalchemy.dialects import postgresql, sqlite
 
-__all__ = ["add_counts", "insert_or_ignore", "insert_or_replace", "insert_selected_or_ignore"]
+__all__ = [
+    "add_counts",
+    "dialect_insert",
+    "insert_or_ignore",
+    "insert_or_replace",
+    "insert_selected_or_ignore",
+]
 
 
 def _insert(connection: Connection, table: Table) -> Any:
-    if connection.dialect.name == "postgresql":
+    return dialect_insert(connection.dialect.name, table)
+
+
+def dialect_insert(dialect: str, table: Table) -> Any:
+    """The ``INSERT`` of ``dialect`` into ``table``, which knows ``ON CONFLICT``.
+
+    Stores build the statements of hot paths once, with this, and execute them many times.
+    """
+    if dialect == "postgresql":
         return postgresql.insert(table)
-    if connection.dialect.name == "sqlite":
+    if dialect == "sqlite":
         return sqlite.insert(table)
-    raise NotImplementedError(
-        f"Reef's stores support sqlite and postgresql, not {connection.dialect.name}"
-    )
+    raise NotImplementedError(f"Reef's stores support sqlite and postgresql, not {dialect}")
 
 
 def insert_or_ignore(
