@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 import attrs
 import torch
@@ -124,6 +124,9 @@ def _reward(sample: TrajectorySample) -> float | None:
 class LocalComponent:
     """The ``local`` component (see the module's documentation); a
     :class:`reef.components.interface.TrainingComponent`."""
+
+    #: The deployment's ``training.options`` are checked against these settings.
+    Settings: ClassVar[type[PluginSettings]] = LocalComponentSettings
 
     def __init__(self, settings: LocalComponentSettings, *, name: str = "local") -> None:
         self._name = name
