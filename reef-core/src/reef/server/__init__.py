@@ -1,0 +1,39 @@
+"""Reef as a service: the inference service and the HTTP API, one ASGI application.
+
+``create_app(deployment, databases=open_databases(deployment), plugins=plugins)`` makes the
+application; ``reef serve`` runs it with uvicorn. Routes are storage-authoritative: admission
+checks a request, writes it durably and answers, and the trainers read the stores. See
+``docs/service.md`` for the routes, auth, the status snapshot a trainer writes, and the
+decisions taken here. Needs the ``server`` extra of reef-core (Starlette, uvicorn, httpx).
+"""
+
+from reef.server.app import (
+    LOCAL_ENGINE,
+    RECORD_ID_HEADER,
+    SCENARIO_HEADER,
+    ServerOptions,
+    create_app,
+    open_databases,
+)
+from reef.server.auth import UnauthenticatedServiceError, check_bind_address
+from reef.server.errors import ApiError, ReportRejected, UploadRejected
+from reef.server.runtime import ServiceRuntime
+from reef.server.status import MODE_KEY, SNAPSHOT_KEY, snapshot_key
+
+__all__ = [
+    "LOCAL_ENGINE",
+    "MODE_KEY",
+    "RECORD_ID_HEADER",
+    "SCENARIO_HEADER",
+    "SNAPSHOT_KEY",
+    "ApiError",
+    "ReportRejected",
+    "ServerOptions",
+    "ServiceRuntime",
+    "UnauthenticatedServiceError",
+    "UploadRejected",
+    "check_bind_address",
+    "create_app",
+    "open_databases",
+    "snapshot_key",
+]

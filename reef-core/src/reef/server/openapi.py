@@ -1,0 +1,165 @@
+"""The OpenAPI document of the service, generated from its route table and body types.
+
+Each route of the application is one :class:`ApiRoute`: its method, path, the attrs class of
+its request body and of each answer. The Starlette routes and the OpenAPI 3.1 document are both
+made from that one list, and each body's JSON Schema from its attrs class (:func:`json_schema`),
+so the document cannot drift from the code.
+"""
+
+from __future__ import annotations
+
+import re
+import types
+import typing
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Literal
+
+import attrs
+
+from reef.core.records import JSON
+from reef.server.bodies import ErrorBody
+from reef.version import __version__
+
+__all__ = ["ApiRoute", "json_schema", "openapi_document"]
+
+_PATH_PARAMETER = re.compile(r"\{([a-z_]+)\}")
+
+
+@attrs.frozen
+class ApiRoute:
+    """One route of the service.
+
+    :ivar method: ``GET``, ``POST`` or ``DELETE``.
+    :ivar path: the path, with ``{name}`` parameters.
+    :ivar summary: one line for the document.
+    :ivar handler: the Starlette endpoint.
+    :ivar request: the attrs class of the body; ``None`` without a body.
+    :ivar responses: status → attrs class of the body (``None``: a body the class cannot
+        describe, such as a chat completion or a stream).
+    :ivar scope: the token scope the route needs (``None``: none, e.g. the document itself).
+    :ivar headers: request headers the route reads, by name → description.
+    """
+
+    method: str
+    path: str
+    summary: str
+    handler: Callable[..., Awaitable[Any]]
+    request: type[Any] | None = None
+    responses: Mapping[int, type[Any] | None] = attrs.field(factory=dict)
+    scope: str | None = None
+    headers: Mapping[str, str] = attrs.field(factory=dict)
+
+
+def json_schema(cls: Any, components: dict[str, JSON]) -> JSON:
+    """The JSON Schema of a type that cattrs (un)structures: attrs classes become components
+    (``#/components/schemas/<Name>``) added to ``components``."""
+    if attrs.has(cls):
+        name = cls.__name__
+        if name not in components:
+            components[name] = {}  # placeholder: a class that refers to itself terminates
+            hints = typing.get_type_hints(cls)
+            properties: JSON = {}
+            required: list[str] = []
+            for field in attrs.fields(cls):
+                if not field.init:
+                    continue
+                properties[field.name] = json_schema(hints[field.name], components)
+                if field.default is attrs.NOTHING:
+                    required.append(field.name)
+            schema: JSON = {
+                "type": "object",
+                "properties": properties,
+                "additionalProperties": False,
+            }
+            if required:
+                schema["required"] = required
+            if cls.__doc__:
+                schema["description"] = cls.__doc__.strip().split("\n\n")[0]
+            components[name] = schema
+        return {"$ref": f"#/components/schemas/{name}"}
+    if cls is Any:
+        return {}
+    if cls is type(None):
+        return {"type": "null"}
+    simple = {str: "string", bool: "boolean", int: "integer", float: "number"}
+    if cls in simple:
+        return {"type": simple[cls]}
+    origin = typing.get_origin(cls)
+    args = typing.get_args(cls)
+    if origin is Literal:
+        return {"enum": list(args)}
+    if origin in (typing.Union, types.UnionType):
+        return {"anyOf": [json_schema(arg, components) for arg in args]}
+    if origin in (tuple, list, Sequence):
+        item = args[0] if args else Any
+        return {"type": "array", "items": json_schema(item, components)}
+    if origin in (dict, Mapping) or cls is dict:
+        value = args[1] if len(args) == 2 else Any
+        return {"type": "object", "additionalProperties": json_schema(value, components)}
+    raise TypeError(f"no JSON Schema for {cls!r}")
+
+
+def _error_response() -> JSON:
+    return {
+        "description": "refused: the body names the field and the reason",
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}},
+    }
+
+
+def openapi_document(routes: Sequence[ApiRoute], *, title: str = "Reef") -> JSON:
+    """The OpenAPI 3.1 document of ``routes``."""
+    components: dict[str, JSON] = {}
+    json_schema(ErrorBody, components)
+    paths: dict[str, JSON] = {}
+    for route in routes:
+        operation: JSON = {
+            "summary": route.summary,
+            "operationId": f"{route.method.lower()}_{_operation_name(route.path)}",
+            "responses": {},
+        }
+        parameters = [
+            {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+            for name in _PATH_PARAMETER.findall(route.path)
+        ]
+        parameters += [
+            {
+                "name": name,
+                "in": "header",
+                "required": False,
+                "description": description,
+                "schema": {"type": "string"},
+            }
+            for name, description in route.headers.items()
+        ]
+        if parameters:
+            operation["parameters"] = parameters
+        if route.request is not None:
+            operation["requestBody"] = {
+                "required": True,
+                "content": {"application/json": {"schema": json_schema(route.request, components)}},
+            }
+        for status, body in route.responses.items():
+            content: JSON = {"schema": {} if body is None else json_schema(body, components)}
+            operation["responses"][str(status)] = {
+                "description": "success",
+                "content": {"application/json": content},
+            }
+        for refused in ("400", "401", "403", "404", "409", "413"):
+            operation["responses"].setdefault(refused, _error_response())
+        if route.scope is not None:
+            operation["security"] = [{"bearer": []}]
+            operation["x-reef-scope"] = route.scope
+        paths.setdefault(route.path, {})[route.method.lower()] = operation
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": title, "version": __version__},
+        "paths": paths,
+        "components": {
+            "schemas": components,
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+    }
+
+
+def _operation_name(path: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "_", path.lower()).strip("_")

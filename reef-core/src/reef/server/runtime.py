@@ -1,0 +1,47 @@
+"""What the service asks of the process that runs the trainers, and what it tells it.
+
+The routes never call a trainer: a mode change, an instruction or a manual-buffer edit is
+stored, and the trainer reads the store (``docs/service.md``). A process that runs trainers
+beside the service may still want to hear of a change at once instead of at its next poll, and
+it owns the local engine and knows which artifact each engine serves. :class:`ServiceRuntime`
+is that seam: every method has a default that does nothing, so the service runs without one.
+"""
+
+from __future__ import annotations
+
+from reef.pipeline_context import TrainingMode
+from reef.server.engines import CompletionFunction
+
+__all__ = ["ServiceRuntime"]
+
+
+class ServiceRuntime:
+    """Hooks between the service and the trainers of its process; override what you serve.
+
+    The service calls the notification hooks after the change is durable, on the event loop:
+    they must return at once (set an event, put on a queue).
+    """
+
+    def local_engine(self, scenario: str) -> CompletionFunction | None:
+        """The built-in engine that answers ``scenario`` (its ``serving.engine`` is
+        ``local``); ``None`` when this process has none."""
+        del scenario
+        return None
+
+    def served_artifact_id(self, scenario: str) -> str | None:
+        """The artifact the scenario's engine serves now, for an engine that does not name it
+        in its answer (``x-reef-artifact-id``); ``None`` when unknown."""
+        del scenario
+        return None
+
+    def training_mode_changed(self, scenario: str, mode: TrainingMode) -> None:
+        """The scenario's stored training mode is now ``mode``."""
+        del scenario, mode
+
+    def instructions_queued(self, scenario: str) -> None:
+        """A training instruction of ``scenario`` was stored."""
+        del scenario
+
+    def manual_buffer_changed(self, scenario: str) -> None:
+        """A manual buffer of ``scenario`` changed in the store."""
+        del scenario

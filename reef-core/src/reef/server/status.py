@@ -1,0 +1,125 @@
+"""``GET /reef/status``: each scenario and trainer, read from the stores.
+
+What the stores hold is read directly: the stored training mode, drop counts by reason, unread
+instructions, manual buffers, evicted bodies. What only a trainer knows (its buffer, the job it
+runs, the artifact it serves, its last errors) comes from the trainer's durable status
+snapshot: a JSON object the trainer writes to the scenario's settings under
+``trainer_status:<trainer>`` (see :data:`SNAPSHOT_KEY` and ``docs/service.md`` for its shape).
+Before a trainer's first snapshot those values are ``None``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+from reef.pipeline_context import TrainingMode, check_training_mode
+from reef.server.bodies import ScenarioStatus, TrainerStatus
+from reef.storage import DropCounters, RecordStore, ScenarioSettings, TrainerSamples
+
+__all__ = ["MODE_KEY", "SNAPSHOT_KEY", "scenario_status", "snapshot_key", "stored_training_mode"]
+
+#: The scenario setting that holds the selected training mode (P-MODE-14).
+MODE_KEY: Final = "training_mode"
+
+#: The scenario setting prefix under which each trainer writes its status snapshot.
+SNAPSHOT_KEY: Final = "trainer_status:"
+
+#: The most errors of a snapshot that status shows.
+LAST_ERRORS: Final = 10
+
+
+def snapshot_key(trainer: str) -> str:
+    """The scenario setting under which ``trainer`` writes its status snapshot."""
+    return f"{SNAPSHOT_KEY}{trainer}"
+
+
+def stored_training_mode(
+    settings: ScenarioSettings, default: TrainingMode = "auto"
+) -> TrainingMode:
+    """The scenario's stored training mode, ``default`` when none was ever selected."""
+    value = settings.get(MODE_KEY)
+    return default if value is None else check_training_mode(str(value))
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def trainer_status(
+    trainer: str,
+    *,
+    samples: TrainerSamples,
+    snapshot: Mapping[str, Any],
+    drops: Mapping[str, int],
+    accepts_trajectories: bool,
+    supported_training_modes: tuple[str, ...],
+    job_samples: int | None,
+    buffer_size: int | None,
+) -> TrainerStatus:
+    """One trainer's status from the store and its snapshot (``{}`` before its first)."""
+    unread = {i.request_id for i in samples.unread_instructions(trainer)}
+    queued = snapshot.get("queued_instructions") or []
+    pending = unread | {str(i) for i in queued if isinstance(i, str)}
+    errors = snapshot.get("last_errors") or []
+    running = snapshot.get("running_job")
+    served = snapshot.get("served_artifact")
+    updated = snapshot.get("updated_at")
+    background = snapshot.get("background_jobs_running")
+    pipeline = snapshot.get("pipeline")
+    return TrainerStatus(
+        trainer=trainer,
+        accepts_trajectories=accepts_trajectories,
+        supported_training_modes=supported_training_modes,
+        job_samples=_int_or_none(snapshot.get("job_samples")) or job_samples,
+        buffer_size=_int_or_none(snapshot.get("buffer_size")) or buffer_size,
+        ready_samples=_int_or_none(snapshot.get("ready_samples")),
+        pending_instructions=len(pending),
+        manual_buffer=len(samples.manual_buffer(trainer)),
+        background_jobs_running=background if isinstance(background, bool) else None,
+        running_job=running if isinstance(running, dict) else None,
+        served_artifact=served if isinstance(served, str) else None,
+        drops=dict(drops),
+        last_errors=tuple(e for e in errors if isinstance(e, dict))[-LAST_ERRORS:],
+        snapshot_at=float(updated) if isinstance(updated, int | float) else None,
+        pipeline=pipeline if isinstance(pipeline, dict) else {},
+    )
+
+
+def scenario_status(
+    scenario: str,
+    *,
+    records: RecordStore,
+    samples: TrainerSamples,
+    settings: ScenarioSettings,
+    trainers: Mapping[str, tuple[bool, tuple[str, ...], int | None, int | None]],
+) -> ScenarioStatus:
+    """One scenario's status.
+
+    :param trainers: each trainer's (accepts_trajectories, supported modes, job_samples,
+        buffer_size) as its built stages say, for the values before its first snapshot.
+    """
+    stored = settings.items()
+    counts = DropCounters(samples.database, scenario).counts()
+    held, _ = records.usage()
+    evicted = sum(records.evictions().values())
+    return ScenarioStatus(
+        scenario=scenario,
+        training_mode=check_training_mode(str(stored.get(MODE_KEY, "auto"))),
+        trainers=tuple(
+            trainer_status(
+                trainer,
+                samples=samples,
+                snapshot=stored.get(snapshot_key(trainer)) or {},
+                drops=counts.get(trainer, {}),
+                accepts_trajectories=accepts,
+                supported_training_modes=modes,
+                job_samples=job_samples,
+                buffer_size=buffer_size,
+            )
+            for trainer, (accepts, modes, job_samples, buffer_size) in trainers.items()
+        ),
+        drops=counts.get(None, {}),
+        bodies_held=held,
+        evicted_bodies=evicted,
+    )
