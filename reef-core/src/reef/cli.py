@@ -92,6 +92,58 @@ def _run_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def _configure_serve(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("deployment", type=Path, help="the deployment file (YAML)")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    parser.add_argument("--port", type=int, default=8000, help="port to listen on")
+    parser.add_argument(
+        "--allow-unauthenticated",
+        action="store_true",
+        help="run without auth tokens (loopback clients only)",
+    )
+    parser.add_argument(
+        "--no-trainers", action="store_true", help="serve only; trainers run in other processes"
+    )
+    parser.add_argument(
+        "--lease-ttl",
+        type=float,
+        default=10.0,
+        help="seconds before another process takes over the trainers of one that died",
+    )
+    parser.add_argument("--log-level", default="info", help="uvicorn's and Reef's log level")
+
+
+def _run_serve(args: argparse.Namespace) -> int:
+    import logging
+
+    from reef.runtime import serve
+    from reef.server import UnauthenticatedServiceError
+    from reef.train.trainer import TrainerSettings
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
+    plugins = _loaded_plugins()
+    try:
+        deployment = load_deployment(args.deployment, plugins=plugins)
+    except DeploymentError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    try:
+        serve(
+            deployment,
+            plugins=plugins,
+            host=args.host,
+            port=args.port,
+            allow_unauthenticated=args.allow_unauthenticated,
+            run_trainers=not args.no_trainers,
+            trainer_settings=TrainerSettings(lease_ttl=args.lease_ttl),
+            log_level=args.log_level,
+        )
+    except UnauthenticatedServiceError as exc:
+        print(f"reef serve: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
 #: Every subcommand, by name. A layer that adds one (``serve``, ``status``, ``example``) adds
 #: its entry here.
 SUBCOMMANDS: dict[str, Subcommand] = {
@@ -102,6 +154,11 @@ SUBCOMMANDS: dict[str, Subcommand] = {
     ),
     "check": Subcommand(
         "check a deployment file and print every problem", _configure_check, _run_check
+    ),
+    "serve": Subcommand(
+        "serve a deployment: the HTTP service and the scenarios' trainers",
+        _configure_serve,
+        _run_serve,
     ),
 }
 

@@ -9,8 +9,8 @@ of each scenario on it:
   the manual buffer, training instructions and job outcomes;
 - :class:`TaskStorage`: task stores opened by name;
 - :class:`ScenarioSettings` and :class:`DropCounters`;
-- :class:`TrainerLeases` (one process runs each trainer) and :class:`TrainerState` (each
-  trainer's status snapshot and running job).
+- :class:`TrainerLeases` (one process runs each trainer) and :class:`TrainerState` (the job
+  each trainer is running).
 
 See ``docs/storage.md`` for the tables, transactions and durability choices.
 """

@@ -1,5 +1,5 @@
-"""Trainer leases and trainer state: one running trainer per scenario and component, and what
-it last reported.
+"""Trainer leases and trainer state: one running trainer per scenario and component, and the
+job it submitted and has not ended.
 
 Revision ID: 0002
 Revises: 0001
@@ -32,11 +32,9 @@ def upgrade() -> None:
         "reef_trainer_state",
         sa.Column("scenario", sa.String(length=400), nullable=False),
         sa.Column("trainer", sa.String(length=400), nullable=False),
-        sa.Column("status", sa.Text(), nullable=True),
-        sa.Column("status_at", sa.Float(), nullable=True),
         sa.Column("running_job", sa.Text(), nullable=True),
         sa.PrimaryKeyConstraint("scenario", "trainer", name=op.f("pk_reef_trainer_state")),
-        comment="Each trainer's status snapshot and the job it submitted and has not ended.",
+        comment="The job each trainer submitted and whose end is not committed yet.",
     )
 
 

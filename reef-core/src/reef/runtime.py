@@ -1,0 +1,239 @@
+"""What a ``reef serve`` process runs beside the HTTP service: each scenario's trainers, their
+components, and the built-in local engine.
+
+:class:`ReefRuntime` builds, from a deployment, one :class:`~reef.train.trainer.Trainer` per
+scenario and training component (a scenario without a ``training`` section records and admits,
+but trains nothing). Each trainer builds its pipeline and component when it takes its lease, so
+a process that waits as a standby holds no stale weights. A scenario whose ``serving.engine``
+is ``local`` is answered by a :class:`~reef.components.local_engine.LocalEngine` over the
+artifacts of its ``local`` component (shared through the component's ``state_dir``, so every
+process serves what the trainer published last, wherever the trainer runs).
+
+The runtime is also the HTTP service's :class:`~reef.server.runtime.ServiceRuntime`: it gives
+the service the local engines, and wakes a trainer when the service stored a change for it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from reef.components.interface import TrainingComponent
+from reef.core.deployment import Deployment, ScenarioSection, scenario_classes
+from reef.core.plugins import Plugins
+from reef.pipeline_context import PipelineContext, TrainingMode, check_training_mode
+from reef.server.engines import CompletionFunction
+from reef.server.runtime import ServiceRuntime
+from reef.storage import Database, ScenarioSettings, TrainerSamples
+from reef.train.pipeline import TrainingPipeline
+from reef.train.stages import build_stages, scenario_trainers
+from reef.train.trainer import (
+    TRAINING_MODE_SETTING,
+    PartsFactory,
+    Trainer,
+    TrainerParts,
+    TrainerSettings,
+    process_holder,
+)
+
+__all__ = ["LOCAL_ENGINE", "ReefRuntime"]
+
+logger = logging.getLogger(__name__)
+
+#: ``serving.engine`` of a scenario answered by the built-in local engine.
+LOCAL_ENGINE = "local"
+
+
+class ReefRuntime(ServiceRuntime):
+    """The trainers and local engines of one process (see the module's documentation).
+
+    :param deployment: the loaded deployment.
+    :param plugins: the loaded plugins (stage classes, components, event hooks).
+    :param databases: the opened databases by storage URL.
+    :param environ: what stages read ``${ENV}``-like settings from; the process's by default.
+    :param trainer_settings: pacing and lease settings of every trainer.
+    :param run_trainers: False for a process that only serves (its trainers run elsewhere).
+    """
+
+    def __init__(
+        self,
+        deployment: Deployment,
+        *,
+        plugins: Plugins,
+        databases: Mapping[str, Database],
+        environ: Mapping[str, str] | None = None,
+        trainer_settings: TrainerSettings | None = None,
+        run_trainers: bool = True,
+    ) -> None:
+        self.deployment = deployment
+        self._plugins = plugins
+        self._databases = databases
+        self._environ = dict(os.environ if environ is None else environ)
+        self.holder = process_holder()
+        self.trainers: dict[tuple[str, str], Trainer] = {}
+        self._engines: dict[str, CompletionFunction] = {}
+        for name, section in deployment.scenarios.items():
+            classes = scenario_classes(name, section, plugins)
+            assert classes is not None  # scenario_classes raises instead
+            serving = deployment.serving_of(name)
+            if serving is not None and serving.engine == LOCAL_ENGINE:
+                self._engines[name] = self._local_engine(name, section, classes.component)
+            if not run_trainers or classes.component is None:
+                continue
+            job_parameters = getattr(classes.recipe, "job_parameters", None)
+            for trainer in scenario_trainers(section):
+                self.trainers[(name, trainer)] = Trainer(
+                    name,
+                    trainer,
+                    database=self._database(name),
+                    build=self._parts_factory(name, section, trainer, classes.component),
+                    plugins=plugins,
+                    job_parameters=job_parameters,
+                    holder=self.holder,
+                    settings=trainer_settings,
+                )
+
+    def _database(self, scenario: str) -> Database:
+        return self._databases[self.deployment.storage_of(scenario).url]
+
+    def _local_engine(
+        self, scenario: str, section: ScenarioSection, component: type[Any] | None
+    ) -> CompletionFunction:
+        """The local engine over the artifacts of the scenario's ``local`` component."""
+        # Imported here: torch is an extra, needed only by a deployment that serves locally.
+        from reef.components.artifacts import ArtifactStore
+        from reef.components.local import LocalComponent, LocalComponentSettings
+        from reef.components.local_engine import LocalEngine
+
+        if (
+            section.training is None
+            or component is None
+            or not issubclass(component, LocalComponent)
+        ):
+            raise ValueError(
+                f"scenario {scenario!r}: serving.engine {LOCAL_ENGINE!r} serves the weights of"
+                " the scenario's local training component; set training.component to local"
+            )
+        settings = LocalComponentSettings.parse(section.training.options, plugin_class=component)
+        return LocalEngine(
+            ArtifactStore(Path(settings.state_dir) / "artifacts"),
+            chat_template_args=settings.chat_template_args,
+        )
+
+    def _parts_factory(
+        self, scenario: str, section: ScenarioSection, trainer: str, component_class: type[Any]
+    ) -> PartsFactory:
+        options = None if section.training is None else section.training.options
+
+        def build(database: Database) -> TrainerParts:
+            stored = ScenarioSettings(database, scenario).get(TRAINING_MODE_SETTING)
+            mode: TrainingMode = check_training_mode(str(stored)) if stored else "auto"
+            context = PipelineContext(
+                scenario=scenario,
+                component=trainer,
+                trainers=scenario_trainers(section),
+                training_mode=mode,
+                has_runtime_loader=scenario in self._engines,
+            )
+            record2sample, sample2job = build_stages(
+                scenario, section, plugins=self._plugins, context=context, environ=self._environ
+            )
+            pipeline = TrainingPipeline(
+                record2sample,
+                sample2job,
+                samples=TrainerSamples(database, scenario),
+                context=context,
+                replay_last_outcome=False,  # the trainer replays it once it knows no job runs
+            )
+            component: TrainingComponent = component_class.from_config(options, name=trainer)
+            return TrainerParts(pipeline, component)
+
+        return build
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start every trainer's thread (each waits for its lease)."""
+        for trainer in self.trainers.values():
+            trainer.start()
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Stop every trainer: running jobs end and commit, reserved data is released, leases
+        are given up."""
+        for trainer in self.trainers.values():
+            trainer.stop(timeout)
+
+    # -- the service's hooks ---------------------------------------------------------------
+
+    def local_engine(self, scenario: str) -> CompletionFunction | None:
+        """The local engine of ``scenario``, if it is served by one."""
+        return self._engines.get(scenario)
+
+    def _wake(self, scenario: str) -> None:
+        for (name, _), trainer in self.trainers.items():
+            if name == scenario:
+                trainer.wake()
+
+    def training_mode_changed(self, scenario: str, mode: TrainingMode) -> None:
+        """Wake the scenario's trainers: they apply the stored mode at once."""
+        del mode
+        self._wake(scenario)
+
+    def instructions_queued(self, scenario: str) -> None:
+        """Wake the scenario's trainers: they queue the stored instruction at once."""
+        self._wake(scenario)
+
+    def manual_buffer_changed(self, scenario: str) -> None:
+        """Wake the scenario's trainers: they read the manual buffer at once."""
+        self._wake(scenario)
+
+
+def serve(
+    deployment: Deployment,
+    *,
+    plugins: Plugins,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    allow_unauthenticated: bool = False,
+    run_trainers: bool = True,
+    trainer_settings: TrainerSettings | None = None,
+    log_level: str = "info",
+) -> None:
+    """Serve ``deployment``: its trainers on their threads and the HTTP service on uvicorn,
+    until SIGTERM or SIGINT; then the service stops taking requests and every trainer stops
+    cleanly (its running job ends and commits, reserved data is released, leases are given up).
+
+    :raises reef.server.auth.UnauthenticatedServiceError: for a service without tokens that was
+        not allowed to run so, or that would listen beyond loopback.
+    """
+    import uvicorn
+
+    from reef.server import ServerOptions, check_bind_address, create_app, open_databases
+
+    check_bind_address(host, authenticated=bool(deployment.auth.tokens))
+    databases = open_databases(deployment)
+    runtime = ReefRuntime(
+        deployment,
+        plugins=plugins,
+        databases=databases,
+        trainer_settings=trainer_settings,
+        run_trainers=run_trainers,
+    )
+    app = create_app(
+        deployment,
+        databases=databases,
+        plugins=plugins,
+        runtime=runtime,
+        options=ServerOptions(allow_unauthenticated=allow_unauthenticated),
+    )
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level=log_level))
+    runtime.start()
+    try:
+        server.run()  # returns after SIGTERM/SIGINT, once the service shut down
+    finally:
+        runtime.stop()
+        for database in databases.values():
+            database.dispose()

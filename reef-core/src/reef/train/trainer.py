@@ -1,0 +1,500 @@
+"""The trainer loop: one scenario's trainer for one training component, on its own thread.
+
+A :class:`Trainer` runs while its process holds the trainer's lease
+(:class:`reef.storage.TrainerLeases`); a heartbeat thread renews it. Under the lease it builds
+its pipeline and component on a :class:`reef.storage.FencedDatabase`, so nothing it writes
+commits once another process took over. Each step, under the trainer's lock:
+
+1. read the records stored since its cursor, in store order (gap-safe positions), and push them;
+2. ``produce`` (background work of the stage);
+3. apply the stored training mode and queue the unread training instructions (the HTTP service
+   writes both to the store; manual-buffer edits are read from the store by the pipeline);
+4. with no job running: give the pipeline the serving artifact, then ``ready(job_samples)``,
+   ``build_job_data``, validate it against the stage's ``output_schema``, the event hooks
+   (``reef_job_data_built``; ``reef_before_submit``, which may replace the data), record the job
+   as running, submit it to the component and commit the submission (``acknowledge``);
+5. with a job running: ``poll`` it; once it ended, commit its outcome durably
+   (``record_job_outcome``), hand it to the pipeline (``job_ended``) and to the plugins
+   (``reef_job_ended``), publish the new weights as an artifact (served from the next
+   reservation on), and clear the running job;
+6. write the trainer's status snapshot.
+
+Recovery (a start under a new lease): a trainer that finds no running job hands the last
+job outcome to its fresh stage and to the plugins before anything else (P-PIPE-13). One that
+finds a running job asks the component how it ended; a submission that a crash left
+uncommitted is committed when the component trained it, and released otherwise. On SIGTERM
+(:meth:`Trainer.stop`) the trainer waits for its running job to end and commits it; reserved,
+unacknowledged data is released, and the lease is given up so another process takes over at
+once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import traceback
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+import attrs
+import jsonschema  # type: ignore[import-untyped]  # no stubs in the dev tools yet
+
+from reef.components.interface import JobHandle, TrainingComponent
+from reef.core.job_data import JobData, JobOutcome, TrainingInstruction, job_data_to_json
+from reef.core.plugins import Plugins
+from reef.core.records import JSON
+from reef.storage import (
+    Database,
+    FencedDatabase,
+    Lease,
+    LeaseLostError,
+    Position,
+    RecordStore,
+    ScenarioSettings,
+    TrainerLeases,
+    TrainerState,
+)
+from reef.train.pipeline import TrainingPipeline
+
+__all__ = [
+    "STATUS_SNAPSHOT_PREFIX",
+    "TRAINING_MODE_SETTING",
+    "JobDataError",
+    "PartsFactory",
+    "Trainer",
+    "TrainerParts",
+    "TrainerSettings",
+    "process_holder",
+]
+
+logger = logging.getLogger(__name__)
+
+#: The scenario setting that holds the selected training mode (written by the HTTP service).
+TRAINING_MODE_SETTING: Final = "training_mode"
+
+#: The scenario setting prefix under which each trainer writes its status snapshot, which
+#: ``GET /reef/status`` reads in any process of the deployment.
+STATUS_SNAPSHOT_PREFIX: Final = "trainer_status:"
+
+#: How many errors the status snapshot keeps.
+_LAST_ERRORS: Final = 10
+
+
+def process_holder() -> str:
+    """A lease holder name unique to this process: host, pid and a random part."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class JobDataError(ValueError):
+    """Job data that does not match its stage's ``output_schema``; names the data and the
+    first problem's path."""
+
+
+@attrs.frozen
+class TrainerSettings:
+    """How a trainer paces itself.
+
+    :ivar poll_interval: seconds between steps when nothing happened (also how often a running
+        job and background work are polled).
+    :ivar lease_ttl: seconds a lease lasts without renewal; the heartbeat renews it every
+        third of that. A dead holder is replaced after at most this long.
+    :ivar record_batch: the most records read from the store per step.
+    """
+
+    poll_interval: float = 0.2
+    lease_ttl: float = 10.0
+    record_batch: int = 500
+
+
+@attrs.frozen
+class TrainerParts:
+    """What a trainer builds when it takes its lease: the pipeline (its stores on the fenced
+    database) and the training component."""
+
+    pipeline: TrainingPipeline
+    component: TrainingComponent
+
+
+#: Builds the parts on the fenced database of a new tenure.
+PartsFactory = Callable[[Database], TrainerParts]
+
+
+@attrs.frozen
+class _RunningJob:
+    """A job submitted and not ended: what recovery needs to finish its commit."""
+
+    job_id: str
+    sample_ids: tuple[str, ...]
+    instruction_id: str | None
+    released_record_ids: tuple[str, ...]
+
+    def to_json(self) -> JSON:
+        return {
+            "job_id": self.job_id,
+            "sample_ids": list(self.sample_ids),
+            "instruction_id": self.instruction_id,
+            "released_record_ids": list(self.released_record_ids),
+        }
+
+    @classmethod
+    def from_json(cls, body: Mapping[str, Any]) -> _RunningJob:
+        return cls(
+            str(body["job_id"]),
+            tuple(body["sample_ids"]),
+            body.get("instruction_id"),
+            tuple(body.get("released_record_ids", ())),
+        )
+
+
+class Trainer:
+    """The trainer of one scenario and component (see the module's documentation).
+
+    :param scenario: the scenario's name.
+    :param name: the trainer's name (its component's name in the deployment).
+    :param database: the scenario's database (unfenced: the trainer fences it per tenure).
+    :param build: makes the pipeline and component on the fenced database of a tenure.
+    :param plugins: the plugins whose event hooks run; ``None`` for none.
+    :param job_parameters: the recipe's job parameters, given to the component with each job.
+    :param holder: this process's lease holder name.
+    :param settings: pacing and lease settings.
+    """
+
+    def __init__(
+        self,
+        scenario: str,
+        name: str,
+        *,
+        database: Database,
+        build: PartsFactory,
+        plugins: Plugins | None = None,
+        job_parameters: Mapping[str, Any] | None = None,
+        holder: str | None = None,
+        settings: TrainerSettings | None = None,
+    ) -> None:
+        self.scenario = scenario
+        self.name = name
+        self.settings = settings or TrainerSettings()
+        self.holder = holder or process_holder()
+        self._database = database
+        self._build = build
+        self._plugins = plugins
+        self._job_parameters = dict(job_parameters or {})
+        self._leases = TrainerLeases(database, scenario, ttl=self.settings.lease_ttl)
+        #: Serialises every call of the pipeline: the trainer's steps and outside callers.
+        self.lock = threading.RLock()
+        self._stopping = threading.Event()
+        self._wake = threading.Event()
+        self._lost = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._errors: list[JSON] = []
+        self.lease: Lease | None = None
+        self.parts: TrainerParts | None = None
+        self.jobs_ended = 0
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Run the trainer on its own thread (it waits for the lease first)."""
+        self._thread = threading.Thread(
+            target=self.run, name=f"reef-trainer-{self.scenario}-{self.name}", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Stop after the current step: a running job is waited for and committed, reserved
+        data is released, the lease is given up.
+
+        :raises TimeoutError: when the thread did not stop within ``timeout`` seconds.
+        """
+        self._stopping.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                raise TimeoutError(
+                    f"trainer {self.name!r} of scenario {self.scenario!r} did not stop"
+                    f" within {timeout} s"
+                )
+
+    def wake(self) -> None:
+        """Take the next step now instead of at the next poll (something changed in the
+        store: a mode, an instruction, the manual buffer)."""
+        self._wake.set()
+
+    def run(self) -> None:
+        """The thread's body: take the lease, train under it, repeat after losing it."""
+        while not self._stopping.is_set():
+            lease = self._leases.try_acquire(self.name, self.holder)
+            if lease is None:
+                self._stopping.wait(self.settings.lease_ttl / 3)
+                continue
+            self.lease = lease
+            self._lost.clear()
+            heartbeat = threading.Thread(
+                target=self._heartbeat, name=f"reef-lease-{self.scenario}-{self.name}", daemon=True
+            )
+            heartbeat.start()
+            try:
+                self._tenure(lease)
+            except LeaseLostError as exc:
+                logger.warning("%s", exc)
+                self._lost.set()
+            except Exception as exc:  # a bug or a broken store: record it, retry the tenure
+                logger.exception("trainer %s of scenario %s failed", self.name, self.scenario)
+                self._note_error("tenure", exc)
+                self._stopping.wait(self.settings.lease_ttl / 3)
+            finally:
+                lost = self._lost.is_set()
+                self._lost.set()  # ends the heartbeat
+                heartbeat.join()
+                if not lost:
+                    self._leases.release(self.lease)
+                self.lease = None
+
+    def _heartbeat(self) -> None:
+        while not self._lost.wait(self.settings.lease_ttl / 3):
+            lease = self.lease
+            if lease is None:
+                return
+            try:
+                self.lease = self._leases.renew(lease)
+            except LeaseLostError as exc:
+                logger.warning("%s; the trainer stops training here", exc)
+                self._lost.set()
+                return
+            except Exception:  # the store is unreachable now: try again at the next beat
+                logger.warning("could not renew the lease of %s", self.name, exc_info=True)
+
+    # -- one tenure ------------------------------------------------------------------------
+
+    def _tenure(self, lease: Lease) -> None:
+        fenced = FencedDatabase(self._database, self._leases, lease)
+        parts = self._build(fenced)
+        self.parts = parts
+        pipeline, component = parts.pipeline, parts.component
+        records = RecordStore(self._database, self.scenario)
+        state = TrainerState(fenced, self.scenario)
+        settings = ScenarioSettings(fenced, self.scenario)
+        cursor: Position | None = None
+        try:
+            with self.lock:
+                running = self._recover(pipeline, component, state)
+                serving = component.publish().artifact_id
+            while not self._stopping.is_set() or running is not None:
+                if self._lost.is_set():
+                    raise LeaseLostError(lease, None, None)
+                with self.lock:
+                    cursor, pushed = self._read_records(records, cursor, pipeline)
+                    pipeline.produce()
+                    self._apply_settings(pipeline, settings)
+                    if running is None and not self._stopping.is_set():
+                        pipeline.observe_serving_artifact_id(serving)
+                        running = self._submit_next(pipeline, component, state)
+                    busy = pushed or running is not None
+                    if running is not None:
+                        outcome = component.poll(JobHandle(running.job_id, component.name))
+                        if outcome is not None:
+                            serving = self._end_job(pipeline, component, state, outcome)
+                            running = None
+                    snapshot = self.snapshot(pipeline, running, serving)
+                    settings.set(f"{STATUS_SNAPSHOT_PREFIX}{self.name}", snapshot)
+                if not busy or running is not None:
+                    self._wake.wait(self.settings.poll_interval)
+                    self._wake.clear()
+        finally:
+            self.parts = None
+            try:
+                pipeline.close(self.settings.poll_interval * 10)
+            finally:
+                component.close()
+
+    def _recover(
+        self, pipeline: TrainingPipeline, component: TrainingComponent, state: TrainerState
+    ) -> _RunningJob | None:
+        """Replay the last outcome, or take over the job a previous tenure left running."""
+        body = state.running_job(self.name)
+        if body is None:
+            last = pipeline.samples.last_job_outcome(self.name)
+            if last is not None:
+                ended = JobOutcome(**last)
+                pipeline.job_ended(ended)
+                if self._plugins is not None:
+                    self._plugins.job_ended(self.scenario, self.name, ended)
+            return None
+        running = _RunningJob.from_json(body)
+        counts = pipeline.samples.train_counts(self.name, list(running.sample_ids))
+        committed = any(counts.values()) or not running.sample_ids
+        outcome = component.poll(JobHandle(running.job_id, component.name))
+        if not committed:
+            if outcome is not None and outcome.event == "finished":
+                # It trained, and the crash came before the commit: commit it now, so its
+                # samples never train again.
+                pipeline.samples.commit_submission(
+                    self.name,
+                    running.job_id,
+                    running.sample_ids,
+                    running.instruction_id,
+                    released_record_ids=running.released_record_ids,
+                )
+            else:
+                # Never trained: the data goes back to the buffer, as released data does.
+                state.set_running_job(self.name, None)
+                return None
+        return running
+
+    def _read_records(
+        self, records: RecordStore, cursor: Position | None, pipeline: TrainingPipeline
+    ) -> tuple[Position | None, bool]:
+        batch = records.read_after(cursor, limit=self.settings.record_batch)
+        if batch:
+            cursor = batch[-1].position
+            # An evicted body is counted by the store when it evicts it.
+            pipeline.push_many([s.record for s in batch if s.record is not None])
+        return cursor, bool(batch)
+
+    def _apply_settings(self, pipeline: TrainingPipeline, settings: ScenarioSettings) -> None:
+        mode = settings.get(TRAINING_MODE_SETTING)
+        if mode is not None and mode != pipeline.training_mode:
+            try:
+                pipeline.training_mode = mode
+            except (ValueError, NotImplementedError) as exc:
+                self._note_error("training_mode", exc)
+        unread = pipeline.samples.unread_instructions(self.name)
+        if unread:
+            pipeline.queue_instructions(
+                TrainingInstruction(
+                    request_id=i.request_id,
+                    text=i.body.get("text"),
+                    parameters=dict(i.body.get("parameters") or {}),
+                )
+                for i in unread
+            )
+
+    def _submit_next(
+        self, pipeline: TrainingPipeline, component: TrainingComponent, state: TrainerState
+    ) -> _RunningJob | None:
+        job_samples = pipeline.sample2job.job_samples
+        data = pipeline.build_job_data(job_samples)
+        if data is None:
+            return None
+        try:
+            self.validate(pipeline, data)
+            if self._plugins is not None:
+                self._plugins.job_data_built(self.scenario, self.name, data)
+                data = self._plugins.before_submit(self.scenario, self.name, data)
+        except Exception as exc:
+            # Refused before anything was submitted: the data goes back to the buffer.
+            pipeline.release_job_data(data.id)
+            self._note_error("before_submit", exc)
+            return None
+        sample_ids = tuple(str(s.sample_id) for s in data.samples)
+        released = pipeline.releasable_record_ids()
+        running = _RunningJob(
+            data.id,
+            sample_ids,
+            None if data.request is None else data.request.request_id,
+            tuple(released),
+        )
+        state.set_running_job(self.name, running.to_json())
+        try:
+            component.submit(data, self._job_parameters)
+        except Exception as exc:
+            pipeline.release_job_data(data.id)
+            state.set_running_job(self.name, None)
+            self._note_error("submit", exc)
+            return None
+        pipeline.acknowledge(data.id, released_record_ids=released)
+        logger.info(
+            "scenario %s, trainer %s: submitted %s (%d samples)",
+            self.scenario,
+            self.name,
+            data.id,
+            len(sample_ids),
+        )
+        return running
+
+    def validate(self, pipeline: TrainingPipeline, data: JobData) -> None:
+        """Check ``data`` against its sample-to-job stage's ``output_schema`` (P-PIPE-7).
+
+        :raises JobDataError: naming the data, the path and the problem.
+        """
+        try:
+            jsonschema.validate(job_data_to_json(data), pipeline.sample2job.output_schema)
+        except jsonschema.ValidationError as exc:
+            path = "$" + "".join(f"[{p!r}]" for p in exc.absolute_path)
+            raise JobDataError(
+                f"job data {data.id!r} of {type(pipeline.sample2job).__name__} does not match"
+                f" its output_schema at {path}: {exc.message}"
+            ) from exc
+
+    def _end_job(
+        self,
+        pipeline: TrainingPipeline,
+        component: TrainingComponent,
+        state: TrainerState,
+        outcome: JobOutcome,
+    ) -> str:
+        pipeline.samples.record_job_outcome(self.name, attrs.asdict(outcome))
+        pipeline.job_ended(outcome)
+        if self._plugins is not None:
+            self._plugins.job_ended(self.scenario, self.name, outcome)
+        artifact = component.publish()
+        state.set_running_job(self.name, None)
+        self.jobs_ended += 1
+        if outcome.event == "failed":
+            self._note_error("job", RuntimeError(f"job {outcome.job_id}: {outcome.error}"))
+        logger.info(
+            "scenario %s, trainer %s: job %s %s; serving %s",
+            self.scenario,
+            self.name,
+            outcome.job_id,
+            outcome.event,
+            artifact.artifact_id,
+        )
+        return artifact.artifact_id
+
+    # -- status ----------------------------------------------------------------------------
+
+    def _note_error(self, where: str, exc: BaseException) -> None:
+        detail = traceback.format_exception_only(exc)[-1].strip()
+        self._errors = [*self._errors, {"at": time.time(), "where": where, "error": detail}][
+            -_LAST_ERRORS:
+        ]
+
+    def snapshot(
+        self, pipeline: TrainingPipeline, running: _RunningJob | None, serving: str | None
+    ) -> JSON:
+        """The status snapshot (see ``docs/trainer.md`` for its keys)."""
+        status = pipeline.status()
+        # The pipeline's queue holds instructions read from the store and not yet consumed,
+        # so the unread ones in the store are its queue plus those not read yet.
+        unread = [i.request_id for i in pipeline.samples.unread_instructions(self.name)]
+        return {
+            "scenario": self.scenario,
+            "trainer": self.name,
+            "holder": self.holder,
+            "training_mode": pipeline.training_mode,
+            "ready_samples": status.get("ready_samples", 0),
+            "buffer_size": pipeline.sample2job.buffer_size,
+            "job_samples": pipeline.sample2job.job_samples,
+            "pending_instructions": len(unread),
+            "queued_instructions": unread,
+            "background_jobs_running": pipeline.background_jobs_running(),
+            "running_job": None if running is None else running.to_json(),
+            "jobs_ended": self.jobs_ended,
+            "served_artifact_id": serving,
+            "served_artifact": serving,
+            "drops": {
+                "trainer": status.get("dropped", {}),
+                "scenario": status.get("scenario_dropped", {}),
+                "stale_samples": status.get("stale_samples", 0),
+                "refused_samples": status.get("refused_samples", 0),
+            },
+            "last_errors": list(self._errors),
+            "pipeline": status,
+            "updated_at": time.time(),
+        }
