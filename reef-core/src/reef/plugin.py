@@ -16,9 +16,13 @@ def reef_register_record2sample(registry: PluginRegistrar) -> None:
     # Imported when the hook runs, not when the entry point loads: the stages pull in the
     # pipeline's modules, which listing plugins does not need until it registers them.
     from reef.record2sample.no_samples import NoSamples
+    from reef.record2sample.reports import ReportSamples
+    from reef.record2sample.trajectories import TrajectorySamples
     from reef.sample2job.grouped import GroupedReportSamples
 
     registry.register("NoSamples", NoSamples)
+    registry.register("TrajectorySamples", TrajectorySamples)
+    registry.register("ReportSamples", ReportSamples)
     registry.register("GroupedReportSamples", GroupedReportSamples)
 
 

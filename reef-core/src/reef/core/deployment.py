@@ -109,10 +109,10 @@ class StageSection(PluginSettings):
 class PipelineSection(PluginSettings):
     """The two stages of a scenario's pipeline."""
 
-    record2sample: StageSection = config_option(  # noqa: RUF009
+    record2sample: StageSection = config_option(
         factory=StageSection, help="the record-to-sample stage"
     )
-    sample2job: StageSection = config_option(factory=StageSection, help="the sample-to-job stage")  # noqa: RUF009
+    sample2job: StageSection = config_option(factory=StageSection, help="the sample-to-job stage")
 
 
 @attrs.frozen
@@ -138,17 +138,17 @@ class TrainingSection(PluginSettings):
 class ScenarioSection(PluginSettings):
     """One scenario: what it records, how its records become jobs, and who trains them."""
 
-    recipe: RecipeSection = config_option(help="the recipe: its name, or {class, config}")  # noqa: RUF009
-    pipeline: PipelineSection = config_option(  # noqa: RUF009
+    recipe: RecipeSection = config_option(help="the recipe: its name, or {class, config}")
+    pipeline: PipelineSection = config_option(
         factory=PipelineSection, help="each stage's class (optional) and config"
     )
-    training: TrainingSection | None = config_option(  # noqa: RUF009
+    training: TrainingSection | None = config_option(
         default=None, help="the training component and its options"
     )
-    storage: StorageSection | None = config_option(  # noqa: RUF009
+    storage: StorageSection | None = config_option(
         default=None, help="this scenario's storage, instead of the deployment's"
     )
-    serving: ServingSection | None = config_option(  # noqa: RUF009
+    serving: ServingSection | None = config_option(
         default=None, help="this scenario's engine, instead of the deployment's"
     )
 
@@ -158,14 +158,14 @@ class Deployment(PluginSettings):
     """A whole deployment file."""
 
     scenarios: Mapping[str, ScenarioSection] = config_option(help="the scenarios, by name")
-    storage: StorageSection = config_option(  # noqa: RUF009
+    storage: StorageSection = config_option(
         factory=lambda: StorageSection(url=DEFAULT_STORAGE_URL),
         help=f"where records and samples are kept; {DEFAULT_STORAGE_URL} when absent",
     )
-    serving: ServingSection | None = config_option(  # noqa: RUF009
+    serving: ServingSection | None = config_option(
         default=None, help="the inference engine of every scenario that names none"
     )
-    auth: AuthSection = config_option(factory=AuthSection, help="the service's tokens")  # noqa: RUF009
+    auth: AuthSection = config_option(factory=AuthSection, help="the service's tokens")
 
     def storage_of(self, scenario: str) -> StorageSection:
         """The storage of ``scenario``: its own, else the deployment's."""
