@@ -36,12 +36,15 @@ from reef.record2sample.stage import Record2Sample
 from reef.sample2job.stage import Sample2Job
 
 __all__ = [
+    "SCRIPTED_ARTIFACT",
     "AgentTurnSamples",
     "AutoOnlyJobData",
+    "NullComponent",
     "ServiceTestRecipe",
     "UploadingJobData",
     "free_port",
     "scripted_engine",
+    "scripted_reply",
     "serve_on_loopback",
 ]
 
@@ -104,7 +107,9 @@ def serve_on_loopback(app: Any, *, log_level: str = "warning") -> Iterator[str]:
 # -- the scripted engine -----------------------------------------------------------------------
 
 
-def _reply(messages: Sequence[Any]) -> JSON:
+def scripted_reply(messages: Sequence[Any]) -> JSON:
+    """The scripted engine's reply to ``messages``: a ``lookup`` call for a user message, the
+    tool's result as the answer after a tool message."""
     last = messages[-1] if messages else {}
     if isinstance(last, dict) and last.get("role") == "tool":
         return {"role": "assistant", "content": f"answer: {last.get('content')}"}
@@ -131,7 +136,7 @@ def scripted_engine(artifact_id: str = SCRIPTED_ARTIFACT) -> Starlette:
         messages = body.get("messages") or []
         if not isinstance(messages, list) or not messages:
             return JSONResponse({"error": {"message": "messages is required"}}, 400)
-        message = _reply(messages)
+        message = scripted_reply(messages)
         finish = "tool_calls" if message.get("tool_calls") else "stop"
         head = {
             "id": f"chatcmpl-{len(messages)}",

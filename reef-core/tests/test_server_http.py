@@ -1,0 +1,285 @@
+"""Reef over real HTTP on loopback (uvicorn in a thread), driven by the official ``openai``
+client: multi-turn tool-calling conversations, streamed and not, recorded as inference records
+that link into the expected trajectories (P-SET-2), with the full response also when streamed,
+the artifact that answered, and an abort mark when the engine breaks off (DECISIONS 6)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from reef.core.deployment import load_deployment
+from reef.core.plugins import Plugins
+from reef.core.records import InferenceRecord
+from reef.server import (
+    RECORD_ID_HEADER,
+    ServerOptions,
+    ServiceRuntime,
+    UnauthenticatedServiceError,
+    check_bind_address,
+    create_app,
+)
+from reef.server.testing import (
+    SCRIPTED_ARTIFACT,
+    NullComponent,
+    ServiceTestRecipe,
+    scripted_engine,
+    scripted_reply,
+    serve_on_loopback,
+)
+from reef.storage import Database, RecordStore, open_database
+from reef.testing import inline_plugin
+
+DEPLOYMENT = """
+storage: {url: "%(url)s"}
+serving: {engine: "%(engine)s"}
+%(auth)s
+scenarios:
+  support:
+    recipe: servicetest
+    training: {component: noop}
+"""
+AUTH = "auth: {tokens: {agent: {token: agent-secret, scopes: [infer, feedback]}}}"
+
+
+def plugins() -> Plugins:
+    found = Plugins(blocked=())
+    found.register(
+        inline_plugin(
+            recipes={"servicetest": ServiceTestRecipe}, components={"noop": NullComponent}
+        ),
+        "servicetest",
+    )
+    return found
+
+
+class LocalFunction:
+    """A function-level engine, as the built-in local engine is: it answers with the scripted
+    engine's replies and names its artifact in ``system_fingerprint``."""
+
+    def complete(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        message = scripted_reply(list(request["messages"]))
+        return {
+            "id": "local-1",
+            "object": "chat.completion",
+            "created": 1,
+            "model": "local",
+            "system_fingerprint": "artifact-local-7",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": message,
+                    "finish_reason": "tool_calls" if message.get("tool_calls") else "stop",
+                }
+            ],
+        }
+
+
+class LocalRuntime(ServiceRuntime):
+    def local_engine(self, scenario: str) -> LocalFunction:
+        return LocalFunction()
+
+
+@pytest.fixture(scope="module")
+def engine_url() -> Iterator[str]:
+    with serve_on_loopback(scripted_engine()) as url:
+        yield f"{url}/v1"
+
+
+@pytest.fixture
+def database(tmp_path: Path) -> Iterator[tuple[str, Database]]:
+    url = f"sqlite:///{tmp_path / 'reef.db'}"
+    opened = open_database(url)
+    yield url, opened
+    opened.dispose()
+
+
+def serve(
+    database: tuple[str, Database],
+    engine: str,
+    *,
+    auth: str = AUTH,
+    runtime: ServiceRuntime | None = None,
+    options: ServerOptions | None = None,
+) -> Any:
+    url, opened = database
+    text = DEPLOYMENT % {"url": url, "engine": engine, "auth": auth}
+    app = create_app(
+        load_deployment(text, plugins=plugins()),
+        databases={url: opened},
+        plugins=plugins(),
+        runtime=runtime,
+        options=options,
+    )
+    return serve_on_loopback(app)
+
+
+def agent_turns(
+    client: openai.OpenAI, questions: list[str], *, stream: bool
+) -> tuple[list[str], list[dict[str, Any]]]:
+    """One conversation: for each question the model calls ``lookup``, gets its result and
+    answers. Returns the record id of every call, in order, and the final messages."""
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "lookup",
+                "parameters": {"type": "object", "properties": {"query": {"type": "string"}}},
+            },
+        }
+    ]
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "Use the tool."}]
+    ids: list[str] = []
+    for question in questions:
+        messages.append({"role": "user", "content": question})
+        while True:
+            raw = client.chat.completions.with_raw_response.create(
+                model="m", messages=messages, tools=tools, stream=stream  # type: ignore[arg-type]
+            )  # fmt: skip
+            ids.append(raw.headers[RECORD_ID_HEADER])
+            message = collect(raw.parse(), stream=stream)
+            messages.append(message)
+            if not message.get("tool_calls"):
+                break
+            for call in message["tool_calls"]:
+                query = json.loads(call["function"]["arguments"])["query"]
+                messages.append(
+                    {"role": "tool", "tool_call_id": call["id"], "content": f"found {query}"}
+                )
+    return ids, messages
+
+
+def collect(parsed: Any, *, stream: bool) -> dict[str, Any]:
+    """The assistant message of a completion, or of a stream's chunks."""
+    if not stream:
+        return dict(parsed.choices[0].message.model_dump(exclude_none=True))
+    content = ""
+    calls: dict[int, dict[str, Any]] = {}
+    for chunk in parsed:
+        if not chunk.choices:
+            continue
+        delta = chunk.choices[0].delta
+        content += delta.content or ""
+        for part in delta.tool_calls or []:
+            call = calls.setdefault(
+                part.index,
+                {"id": "", "type": "function", "function": {"name": "", "arguments": ""}},
+            )
+            call["id"] = part.id or call["id"]
+            call["function"]["name"] += (part.function.name or "") if part.function else ""
+            call["function"]["arguments"] += (
+                (part.function.arguments or "") if part.function else ""
+            )
+    message: dict[str, Any] = {"role": "assistant", "content": content or None}
+    if calls:
+        message["tool_calls"] = [calls[i] for i in sorted(calls)]
+    return message
+
+
+def records(opened: Database, ids: list[str]) -> list[InferenceRecord]:
+    store = RecordStore(opened, "support")
+    found = [store.get(i) for i in ids]
+    return [r.record for r in found if r is not None and isinstance(r.record, InferenceRecord)]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_openai_client_conversations_link_into_trajectories(
+    database: tuple[str, Database], engine_url: str, stream: bool
+) -> None:
+    """rule: P-SET-2 — each call of a conversation is the child of the call before it; two
+    conversations are two trajectories; each record holds the full response, the artifact
+    that answered and the tags."""
+    _, opened = database
+    with serve(database, engine_url) as reef:
+        by_path = openai.OpenAI(base_url=f"{reef}/scenarios/support/v1", api_key="agent-secret")
+        by_header = openai.OpenAI(
+            base_url=f"{reef}/v1",
+            api_key="agent-secret",
+            default_headers={"x-reef-scenario": "support", "x-reef-tag-episode": "7"},
+        )
+        first, _ = agent_turns(by_path, ["weather in Oslo", "and in Rome"], stream=stream)
+        second, final = agent_turns(by_header, ["flights"], stream=stream)
+    assert len(first) == 4 and len(second) == 2
+    index = RecordStore(opened, "support").trajectory_index()
+    for ids in (first, second):
+        assert index.trajectory(ids[-1]) == tuple(ids)
+        assert index.is_last_call(ids[-1])
+    assert index.parent(second[0]) is None
+    stored = records(opened, first + second)
+    assert len(stored) == 6
+    assert all(r.artifact_id == SCRIPTED_ARTIFACT and not r.is_engine_abort for r in stored)
+    assert [r.tags for r in stored[4:]] == [{"episode": "7"}] * 2
+    # The recorded response of the last call is the reply the client saw, whole.
+    (reply,) = stored[-1].reply_messages
+    assert reply["content"] == final[-1]["content"] == "answer: found flights"
+    call = stored[-2].reply_messages[0]["tool_calls"][0]
+    assert json.loads(call["function"]["arguments"]) == {"query": "flights"}
+    # A report on the last calls is admitted against what the stream stored.
+    body = {"id": f"rep-{stream}", "references": [first[-1], second[-1]], "score": 0.5}
+    with serve(database, engine_url) as reef:
+        answer = httpx.post(
+            f"{reef}/reef/scenarios/support/reports",
+            json=body,
+            headers={"authorization": "Bearer agent-secret"},
+        )
+    assert answer.status_code == 201, answer.text
+
+
+def test_engine_breaking_off_a_stream_is_recorded_as_aborted(
+    database: tuple[str, Database], engine_url: str
+) -> None:
+    """DECISIONS 6 — a stream the engine broke off is recorded, marked aborted, with what had
+    arrived; the client sees the error."""
+    _, opened = database
+    with serve(database, engine_url) as reef:
+        client = openai.OpenAI(base_url=f"{reef}/scenarios/support/v1", api_key="agent-secret")
+        raw = client.chat.completions.with_raw_response.create(
+            model="m", messages=[{"role": "user", "content": "BREAK now"}], stream=True
+        )
+        broken = raw.headers[RECORD_ID_HEADER]
+        with pytest.raises(openai.APIError, match="broke off"):
+            list(raw.parse())
+        # The ledger writes in arrival order: once a later call is stored, so is the abort.
+        later, _ = agent_turns(client, ["after"], stream=False)
+    (record,) = records(opened, [broken])
+    assert record.aborted and record.is_engine_abort
+    assert record.response is not None and record.response["choices"][0]["finish_reason"] is None
+    assert records(opened, later)
+
+
+def test_local_engine_answers_off_the_event_loop_and_names_its_artifact(
+    database: tuple[str, Database],
+) -> None:
+    """The built-in engine kind (a function of the request) serves streamed and whole answers;
+    the record carries the artifact the engine named."""
+    _, opened = database
+    with serve(database, "local", runtime=LocalRuntime()) as reef:
+        client = openai.OpenAI(base_url=f"{reef}/scenarios/support/v1", api_key="agent-secret")
+        whole, _ = agent_turns(client, ["one"], stream=False)
+        streamed, messages = agent_turns(client, ["two"], stream=True)
+    assert messages[-1]["content"] == "answer: found two"
+    stored = records(opened, whole + streamed)
+    assert {r.artifact_id for r in stored} == {"artifact-local-7"}
+    assert RecordStore(opened, "support").trajectory_index().trajectory(streamed[-1]) == tuple(
+        streamed
+    )
+
+
+def test_without_tokens_only_loopback_is_served(
+    database: tuple[str, Database], engine_url: str
+) -> None:
+    with pytest.raises(UnauthenticatedServiceError, match="loopback"):
+        check_bind_address("0.0.0.0", authenticated=False)
+    check_bind_address("127.0.0.1", authenticated=False)
+    check_bind_address("0.0.0.0", authenticated=True)
+    options = ServerOptions(allow_unauthenticated=True)
+    with serve(database, engine_url, auth="", options=options) as reef:
+        client = openai.OpenAI(base_url=f"{reef}/scenarios/support/v1", api_key="unused")
+        ids, _ = agent_turns(client, ["open"], stream=False)
+    assert len(ids) == 2
