@@ -205,7 +205,8 @@ def test_openai_client_conversations_link_into_trajectories(
         )
         first, _ = agent_turns(by_path, ["weather in Oslo", "and in Rome"], stream=stream)
         second, final = agent_turns(by_header, ["flights"], stream=stream)
-    assert len(first) == 4 and len(second) == 2
+    assert len(first) == 4
+    assert len(second) == 2
     index = RecordStore(opened, "support").trajectory_index()
     for ids in (first, second):
         assert index.trajectory(ids[-1]) == tuple(ids)
@@ -248,8 +249,10 @@ def test_engine_breaking_off_a_stream_is_recorded_as_aborted(
         # The ledger writes in arrival order: once a later call is stored, so is the abort.
         later, _ = agent_turns(client, ["after"], stream=False)
     (record,) = records(opened, [broken])
-    assert record.aborted and record.is_engine_abort
-    assert record.response is not None and record.response["choices"][0]["finish_reason"] is None
+    assert record.aborted
+    assert record.is_engine_abort
+    assert record.response is not None
+    assert record.response["choices"][0]["finish_reason"] is None
     assert records(opened, later)
 
 
