@@ -6,6 +6,8 @@ the artifact that answered, and an abort mark when the engine breaks off (DECISI
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -286,3 +288,21 @@ def test_without_tokens_only_loopback_is_served(
         client = openai.OpenAI(base_url=f"{reef}/scenarios/support/v1", api_key="unused")
         ids, _ = agent_turns(client, ["open"], stream=False)
     assert len(ids) == 2
+
+
+def test_reef_status_prints_a_table(database: tuple[str, Database], engine_url: str) -> None:
+    """``reef status`` reads ``GET /reef/status`` of a running service and prints a row per
+    scenario and trainer."""
+    admin = "auth: {tokens: {admin: {token: admin-secret, scopes: [admin]}}}"
+    with serve(database, engine_url, auth=admin) as reef:
+        command = [sys.executable, "-m", "reef.cli", "status", "--url", reef]
+        refused = subprocess.run(command, capture_output=True, text=True, check=False)
+        printed = subprocess.run(
+            [*command, "--token", "admin-secret"], capture_output=True, text=True, check=False
+        )
+    assert refused.returncode == 1
+    assert "401" in refused.stderr
+    assert printed.returncode == 0, printed.stderr
+    header, row = printed.stdout.splitlines()[:2]
+    assert header.split()[:4] == ["SCENARIO", "TRAINER", "MODE", "READY"]
+    assert row.split()[:3] == ["support", "noop", "auto"]

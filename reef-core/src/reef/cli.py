@@ -144,6 +144,35 @@ def _run_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _configure_status(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--url", default="http://127.0.0.1:8000", help="the service's base URL")
+    parser.add_argument(
+        "--token", default=None, help="an admin bearer token (default: $REEF_TOKEN)"
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def _run_status(args: argparse.Namespace) -> int:
+    import os
+
+    import httpx
+
+    from reef.server.status import status_table
+
+    token = args.token or os.environ.get("REEF_TOKEN")
+    headers = {"authorization": f"Bearer {token}"} if token else {}
+    try:
+        response = httpx.get(f"{args.url.rstrip('/')}/reef/status", headers=headers, timeout=30)
+    except httpx.HTTPError as exc:
+        print(f"reef status: cannot reach {args.url}: {exc}", file=sys.stderr)
+        return 1
+    if response.status_code != 200:
+        print(f"reef status: {response.status_code} {response.text}", file=sys.stderr)
+        return 1
+    print(json.dumps(response.json(), indent=2) if args.json else status_table(response.json()))
+    return 0
+
+
 #: Every subcommand, by name. A layer that adds one (``serve``, ``status``, ``example``) adds
 #: its entry here.
 SUBCOMMANDS: dict[str, Subcommand] = {

@@ -123,3 +123,51 @@ def scenario_status(
         bodies_held=held,
         evicted_bodies=evicted,
     )
+
+
+def status_table(document: Mapping[str, Any]) -> str:
+    """``GET /reef/status``'s JSON as a table for a person: one row per scenario and trainer,
+    then each scenario's drops and each trainer's last errors."""
+    header = ("SCENARIO", "TRAINER", "MODE", "READY", "JOB", "BUFFER", "PENDING", "MANUAL",
+              "BG", "RUNNING JOB", "SERVED ARTIFACT", "DROPS")  # fmt: skip
+    rows: list[tuple[str, ...]] = [header]
+    notes: list[str] = []
+
+    def shown(value: Any) -> str:
+        return "-" if value is None else str(value)
+
+    for scenario in document.get("scenarios", []):
+        name = scenario["scenario"]
+        trainers = scenario.get("trainers") or [{}]
+        for trainer in trainers:
+            running = trainer.get("running_job") or {}
+            drops = ", ".join(f"{k}={v}" for k, v in sorted((trainer.get("drops") or {}).items()))
+            rows.append(
+                (
+                    name,
+                    shown(trainer.get("trainer")),
+                    scenario["training_mode"],
+                    shown(trainer.get("ready_samples")),
+                    shown(trainer.get("job_samples")),
+                    shown(trainer.get("buffer_size")),
+                    shown(trainer.get("pending_instructions")),
+                    shown(trainer.get("manual_buffer")),
+                    shown(trainer.get("background_jobs_running")),
+                    shown(running.get("job_id")),
+                    shown(trainer.get("served_artifact")),
+                    drops or "-",
+                )
+            )
+            for error in trainer.get("last_errors") or []:
+                notes.append(f"{name}/{trainer.get('trainer')}: error: {error.get('error')}")
+        scenario_drops = ", ".join(
+            f"{k}={v}" for k, v in sorted((scenario.get("drops") or {}).items())
+        )
+        notes.append(
+            f"{name}: bodies held {scenario.get('bodies_held')}, evicted"
+            f" {scenario.get('evicted_bodies')}; scenario drops: {scenario_drops or 'none'}"
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+             for row in rows]  # fmt: skip
+    return "\n".join(lines + notes)
