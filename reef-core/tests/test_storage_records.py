@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import logging
+import threading
+import time
 
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import Engine, create_engine, text
 
 from reef.core.records import InferenceRecord, JudgedRecord, Judgment, Report
 from reef.core.trajectory_index import TrajectoryIndex
@@ -18,6 +20,8 @@ from reef.storage import (
     RecordStore,
     open_database,
 )
+from reef.storage.positions import lock_store_order
+from reef.storage.tables import records
 
 pytest_plugins = ("reef.testing.storage",)
 
@@ -192,40 +196,54 @@ def test_capacity_bounds_must_be_positive() -> None:
 
 @pytest.mark.postgres
 def test_the_cursor_never_steps_past_a_running_transaction(storage_url: str) -> None:
-    """Two real concurrent transactions on PostgreSQL: the first takes the smaller sequence
-    number but commits last. A reader must not return the second's row before the first's
-    commits, or its cursor would step past the first row for ever."""
+    """Two real concurrent writers on PostgreSQL. The first draws the smaller sequence value and
+    holds its transaction open; the second must not commit before it, or a reader would see the
+    second row, move its cursor past the first, and lose the first when it commits."""
     if not storage_url.startswith("postgresql"):
-        pytest.skip("sequence values commit out of order only on PostgreSQL")
+        pytest.skip("sequence values can commit out of order only on PostgreSQL")
     database = open_database(storage_url)
     store = RecordStore(database, SCENARIO)
     store.append(Report(id="r0", scenario=SCENARIO, references=("c",), score=1.0))
-    seen = store.read_after(None)
-    cursor = seen[-1].position
+    cursor = store.read_after(None)[-1].position
 
+    slow_report = Report(id="slow", scenario=SCENARIO, references=("c",), score=1.0)
+    fast_report = Report(id="fast", scenario=SCENARIO, references=("c",), score=1.0)
     raw = create_engine(storage_url)
-    insert = text(
-        "INSERT INTO reef_records (commit_tx, scenario, id, kind, body, body_bytes,"
-        " content_hash, stored_at) VALUES (pg_current_xact_id()::text::bigint, :scenario,"
-        " :id, 'report', :body, 1, :id, 0) RETURNING seq"
-    )
-    body = '{{"kind":"report","id":"{id}","scenario":"support","references":["c"],"score":1.0,'
-    body += '"feedback":null,"metadata":{{}},"created_at":0.0}}'
-    with raw.connect() as slow, raw.connect() as fast:
+    with raw.connect() as slow:
         slow_tx = slow.begin()
+        # A writer in the middle of its transaction, exactly as RecordStore.append runs it.
+        lock_store_order(slow, "records", SCENARIO)
         slow_seq = slow.execute(
-            insert, {"scenario": SCENARIO, "id": "slow", "body": body.format(id="slow")}
-        ).scalar()
-        with fast.begin():
-            fast_seq = fast.execute(
-                insert, {"scenario": SCENARIO, "id": "fast", "body": body.format(id="fast")}
-            ).scalar()
-        assert slow_seq < fast_seq
-        # "fast" is committed, but "slow" may still commit before it in sequence order.
+            records.insert().values(commit_tx=0).returning(records.c.seq),
+            RecordStore(database, SCENARIO)._row(slow_report, None),
+        ).scalar_one()
+        fast = threading.Thread(target=store.append, args=(fast_report,))
+        fast.start()
+        _wait_until_blocked_on_a_lock(raw)
         assert store.read_after(cursor) == []
         slow_tx.commit()
+    fast.join(timeout=30)
     raw.dispose()
     after = store.read_after(cursor)
-    assert sorted(r.id for r in after) == ["fast", "slow"]
-    assert store.read_after(after[-1].position) == []
+    assert [r.id for r in after] == ["slow", "fast"]
+    assert after[0].position.seq == slow_seq < after[1].position.seq
     database.dispose()
+
+
+def _wait_until_blocked_on_a_lock(engine: Engine) -> None:
+    """Wait (polling the server, up to 30 s) until another session waits for the store lock.
+
+    Each poll is a transaction of its own: PostgreSQL keeps one snapshot of pg_stat_activity
+    for the length of a transaction.
+    """
+    query = text(
+        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+        " AND pid <> pg_backend_pid() AND datname = current_database()"
+        " AND query LIKE '%pg_advisory_xact_lock%'"
+    )
+    for _ in range(3000):
+        with engine.connect() as connection:
+            if connection.execute(query).scalar():
+                return
+        time.sleep(0.01)
+    raise AssertionError("the second writer never waited for the first")

@@ -1,31 +1,34 @@
-"""Store order, and the gap rule that lets a reader follow it with a cursor.
+"""Store order, and the rule that lets a reader follow it with a cursor.
 
 A reader (the trainer) follows the record store with a cursor: "give me what was stored after
-the last row I saw". With a plain sequence number that is wrong on PostgreSQL: two writers take
-sequence values 7 and 8, the one holding 8 commits first, a reader sees 8 and moves its cursor
-past 7, and row 7 is lost to it when it commits a moment later.
+the last row I saw". With a plain sequence number that can be wrong on PostgreSQL: two writers
+take sequence values 7 and 8, the one holding 8 commits first, a reader sees 8 and moves its
+cursor past 7, and row 7 is lost to it when it commits a moment later.
 
-Reef orders such rows by ``(commit_tx, seq)``: ``commit_tx`` is the id of the writing
-transaction (``pg_current_xact_id()``), ``seq`` breaks ties inside one transaction. A reader
-returns only rows whose ``commit_tx`` is below the oldest transaction still running
-(``pg_snapshot_xmin(pg_current_snapshot())``). Every transaction with a smaller id has ended,
-so no row can later appear *before* a row already returned, and the cursor never steps over a
-gap that a running transaction may still fill. A transaction that is still open holds back
-readers of rows written after it began (latency, never loss); read-only transactions have no
-id and hold back nothing.
+So writers of one scenario's ordered rows (records; samples) take a transaction-scoped lock
+first (:func:`lock_store_order`, ``pg_advisory_xact_lock``), and only then draw sequence
+values. PostgreSQL releases the lock after the commit is visible, so within a scenario commits
+happen in sequence order: a reader that sees sequence value 8 sees everything before it, and a
+cursor never steps over a gap that a running transaction could still fill. Readers take no lock
+and never wait. Writers of one scenario wait for each other only for the length of one short
+transaction; the record store's writers serialise on the scenario's usage row anyway.
 
-SQLite has one writer at a time and assigns ``seq`` inside the write lock, so sequence order is
-commit order already: ``commit_tx`` is 0 and there is no horizon.
+SQLite has one writer at a time and assigns sequence values inside its write lock, so the
+rule holds there with no lock of ours.
+
+Rows carry ``commit_tx`` beside ``seq``; it is 0 for every row written this way (see
+``docs/storage.md``, "Decisions").
 """
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import attrs
-from sqlalchemy import ColumnElement, Connection, literal, literal_column, select, tuple_
+from sqlalchemy import ColumnElement, Connection, func, literal, select, tuple_
 
-__all__ = ["Position", "after", "before_horizon", "commit_tx_value"]
+__all__ = ["Position", "after", "lock_store_order"]
 
 
 @attrs.frozen(order=True)
@@ -42,21 +45,12 @@ class Position:
         return f"{self.commit_tx}.{self.seq}"
 
 
-def commit_tx_value(dialect: str) -> ColumnElement[Any]:
-    """The ``commit_tx`` value for rows written by a transaction on ``dialect``."""
-    if dialect == "postgresql":
-        return literal_column("pg_current_xact_id()::text::bigint")
-    return literal(0)
-
-
-def before_horizon(connection: Connection, commit_tx: ColumnElement[Any]) -> ColumnElement[bool]:
-    """A condition true for rows whose writing transaction can no longer be running."""
+def lock_store_order(connection: Connection, store: str, scenario: str) -> None:
+    """Serialise the writers of ``scenario``'s ordered rows of ``store`` until this commit."""
     if connection.dialect.name == "postgresql":
-        horizon: ColumnElement[Any] = literal_column(
-            "pg_snapshot_xmin(pg_current_snapshot())::text::bigint"
-        )
-        return commit_tx < select(horizon).scalar_subquery()
-    return literal(True)
+        digest = hashlib.blake2b(f"{store}\0{scenario}".encode(), digest_size=8).digest()
+        key = int.from_bytes(digest, "big", signed=True)
+        connection.execute(select(func.pg_advisory_xact_lock(key)))
 
 
 def after(

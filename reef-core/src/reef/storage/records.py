@@ -36,7 +36,7 @@ from reef.core.trajectory_index import LinkEntry, TrajectoryIndex
 from reef.storage.database import Database
 from reef.storage.drops import EVICTED, add_drops
 from reef.storage.errors import ConflictError, MissingLinkError
-from reef.storage.positions import Position, after, before_horizon, commit_tx_value
+from reef.storage.positions import Position, after, lock_store_order
 from reef.storage.tables import record_usage, records
 from reef.storage.upserts import add_counts
 
@@ -108,7 +108,7 @@ class RecordStore:
         self._database = database
         self.scenario = scenario
         self.capacity = capacity
-        self._insert = records.insert().values(commit_tx=commit_tx_value(database.dialect))
+        self._insert = records.insert().values(commit_tx=0)
 
     # -- writing --------------------------------------------------------------------------
 
@@ -140,6 +140,7 @@ class RecordStore:
             return 0
         evicted = 0
         with self._database.write() as connection:
+            lock_store_order(connection, "records", self.scenario)
             stored = connection.execute(
                 select(records.c.id, records.c.scenario, records.c.content_hash).where(
                     records.c.id.in_(list(rows))
@@ -261,8 +262,8 @@ class RecordStore:
     def read_after(self, cursor: Position | None, limit: int | None = None) -> list[StoredRecord]:
         """The records stored after ``cursor`` (from the start when ``None``), in store order.
 
-        Only rows that no running transaction can precede are returned, so a reader that
-        passes the last position it got as the next cursor sees every record exactly once.
+        Writers commit in store order (:mod:`reef.storage.positions`), so a reader that passes
+        the last position it got as the next cursor sees every record exactly once.
 
         :param limit: the most records to return; ``None`` for all.
         """
@@ -273,10 +274,7 @@ class RecordStore:
             .limit(limit)
         )
         with self._database.read() as connection:
-            query = query.where(
-                after(records.c.commit_tx, records.c.seq, cursor),
-                before_horizon(connection, records.c.commit_tx),
-            )
+            query = query.where(after(records.c.commit_tx, records.c.seq, cursor))
             return [_stored(row) for row in connection.execute(query)]
 
     def get(self, record_id: str) -> StoredRecord | None:

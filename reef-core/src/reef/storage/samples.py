@@ -37,7 +37,7 @@ from reef.storage import json_values
 from reef.storage.database import Database
 from reef.storage.drops import add_drops
 from reef.storage.errors import ConflictError, UnknownSampleError, UnknownTrainerError
-from reef.storage.positions import Position, after, before_horizon, commit_tx_value
+from reef.storage.positions import Position, after, lock_store_order
 from reef.storage.tables import (
     consumed_records,
     instruction_reads,
@@ -148,7 +148,7 @@ class TrainerSamples:
         # Statements of the hot paths, built once: SQLAlchemy then skips most of its work.
         self._insert_new_samples = (
             dialect_insert(database.dialect, samples)
-            .values(commit_tx=commit_tx_value(database.dialect))
+            .values(commit_tx=0)
             .on_conflict_do_nothing()
             .returning(samples.c.seq, samples.c.commit_tx)
         )
@@ -255,6 +255,7 @@ class TrainerSamples:
         with self._database.write() as connection:
             # Insert first and look only when a row was there: storing a new unit, the common
             # case, costs no read.
+            lock_store_order(connection, "samples", self.scenario)
             inserted = connection.execute(self._insert_new_samples, rows).all()
             if len(inserted) < len(rows):
                 stored = self._stored_rows(connection, [row["id"] for row in rows])
@@ -370,6 +371,7 @@ class TrainerSamples:
         self, connection: Connection, rows: list[dict[str, Any]], *, pending_for: list[str]
     ) -> None:
         if rows:
+            lock_store_order(connection, "samples", self.scenario)
             positions = connection.execute(self._insert_new_samples, rows).all()
             self._insert_pending(connection, positions, pending_for)
 
@@ -400,8 +402,8 @@ class TrainerSamples:
         """The samples ``trainer`` reads and has not trained, in store order (P-BUF-2).
 
         Its own samples and the uploads it reads. The cost depends on the untrained samples
-        only, never on how many it trained. Like the record store's cursor, it never returns a
-        sample that a running transaction could still precede.
+        only, never on how many it trained. Samples are written in store order
+        (:mod:`reef.storage.positions`), so reading on from the last position is safe.
 
         :param after_position: only the samples after this position (an incremental read).
         :param limit: the most samples to return.
@@ -420,8 +422,7 @@ class TrainerSamples:
         with self._database.read() as connection:
             self._check_registered(connection, trainer)
             query = query.where(
-                after(pending_samples.c.commit_tx, pending_samples.c.sample_seq, after_position),
-                before_horizon(connection, pending_samples.c.commit_tx),
+                after(pending_samples.c.commit_tx, pending_samples.c.sample_seq, after_position)
             )
             return [_stored(row) for row in connection.execute(query)]
 

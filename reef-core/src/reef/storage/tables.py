@@ -1,10 +1,10 @@
 """The schema of Reef's stores, as SQLAlchemy Core tables.
 
 Every table is scenario-scoped: the first column of each key is ``scenario``. Rows that have a
-*store order* (records, samples, instructions) carry two numbers: ``seq``, a value of one
-autoincrementing sequence, and ``commit_tx``, the id of the transaction that wrote them on
-PostgreSQL (always 0 on SQLite). Their order is ``(commit_tx, seq)``; see
-:mod:`reef.storage.positions` for why.
+*store order* (records, samples) carry ``seq``, a value of one autoincrementing sequence drawn
+under the scenario's store-order lock, and ``commit_tx`` (0; kept so that a later scheme of
+concurrent writers can order by transaction without a migration of every reader). Their order
+is ``(commit_tx, seq)``; see :mod:`reef.storage.positions`.
 
 JSON values are stored as canonical text (sorted keys, no spaces), so that equal values are equal
 text and a conflict check is a string comparison on both dialects.
