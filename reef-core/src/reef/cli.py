@@ -189,6 +189,11 @@ SUBCOMMANDS: dict[str, Subcommand] = {
         _configure_serve,
         _run_serve,
     ),
+    "status": Subcommand(
+        "print each scenario and trainer of a running service as a table",
+        _configure_status,
+        _run_status,
+    ),
 }
 
 
