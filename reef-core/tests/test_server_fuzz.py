@@ -1,0 +1,163 @@
+"""Fuzzing every route of the OpenAPI document with hypothesis: bodies drawn from each route's
+documented schema (and from arbitrary JSON), path parameters from known and unknown names. No
+answer is a 5xx, and a refused request (4xx) leaves every table of the store as it was."""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sqlalchemy import func, select
+from starlette.testclient import TestClient
+
+from reef.core.deployment import load_deployment
+from reef.core.plugins import Plugins
+from reef.server import create_app
+from reef.server.testing import (
+    NullComponent,
+    ServiceTestRecipe,
+    scripted_engine,
+    serve_on_loopback,
+)
+from reef.storage import Database, open_database
+from reef.storage.tables import metadata
+from reef.testing import inline_plugin
+
+DEPLOYMENT = """
+storage: {url: "%(url)s"}
+serving: {engine: "%(engine)s/v1"}
+auth: {tokens: {admin: {token: admin-secret, scopes: [infer, feedback, admin]}}}
+scenarios:
+  support: {recipe: servicetest, training: {component: noop}}
+  billing:
+    recipe: servicetest
+    pipeline: {sample2job: {class: "reef.server.testing:AutoOnlyJobData"}}
+    training: {component: noop}
+"""
+HEADERS = {"authorization": "Bearer admin-secret", "x-reef-scenario": "support"}
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+NAMES = st.sampled_from(["support", "billing", "nope", "x", "t1"]) | st.text(
+    string.ascii_letters + string.digits + "-_", min_size=1, max_size=8
+)
+
+
+def from_schema(schema: dict[str, Any], components: dict[str, Any], depth: int = 0) -> Any:
+    """A strategy for values of a JSON Schema as the document writes them."""
+    if "$ref" in schema:
+        return from_schema(components[schema["$ref"].rsplit("/", 1)[1]], components, depth)
+    if depth > 4 or not schema:
+        return JSON_VALUES
+    if "enum" in schema:
+        return st.sampled_from(schema["enum"])
+    if "anyOf" in schema:
+        return st.one_of([from_schema(s, components, depth + 1) for s in schema["anyOf"]])
+    kind = schema.get("type")
+    if kind == "object":
+        properties = schema.get("properties")
+        if properties is None:
+            return st.dictionaries(st.text(max_size=6), JSON_VALUES, max_size=3)
+        required = set(schema.get("required", []))
+        return st.fixed_dictionaries(
+            {
+                k: from_schema(v, components, depth + 1)
+                for k, v in properties.items()
+                if k in required
+            },
+            optional={
+                k: from_schema(v, components, depth + 1)
+                for k, v in properties.items()
+                if k not in required
+            },
+        )
+    if kind == "array":
+        return st.lists(from_schema(schema.get("items", {}), components, depth + 1), max_size=3)
+    simple = {
+        "string": st.sampled_from(["support", "t1", "", "inf-1"]) | st.text(max_size=10),
+        "integer": st.integers(-3, 10**6),
+        "number": st.floats(allow_nan=False, allow_infinity=False),
+        "boolean": st.booleans(),
+        "null": st.none(),
+    }
+    return simple.get(kind, JSON_VALUES)
+
+
+def plugins() -> Plugins:
+    found = Plugins(blocked=())
+    found.register(
+        inline_plugin(
+            recipes={"servicetest": ServiceTestRecipe}, components={"noop": NullComponent}
+        ),
+        "servicetest",
+    )
+    return found
+
+
+def row_counts(database: Database) -> dict[str, int]:
+    with database.read() as connection:
+        return {
+            table.name: int(
+                connection.execute(select(func.count()).select_from(table)).scalar_one()
+            )
+            for table in metadata.sorted_tables
+        }
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TestClient, Database]]:
+    url = f"sqlite:///{tmp_path_factory.mktemp('fuzz') / 'reef.db'}"
+    database = open_database(url)
+    with serve_on_loopback(scripted_engine()) as engine:
+        deployment = load_deployment(DEPLOYMENT % {"url": url, "engine": engine}, plugins=plugins())
+        app = create_app(deployment, databases={url: database}, plugins=plugins())
+        with TestClient(app) as client:
+            yield client, database
+    database.dispose()
+
+
+def operations(client: TestClient) -> list[tuple[str, str, dict[str, Any] | None, dict[str, Any]]]:
+    document = client.get("/openapi.json").json()
+    components = document["components"]["schemas"]
+    found = []
+    for path, ops in document["paths"].items():
+        for method, op in ops.items():
+            body = op.get("requestBody")
+            schema = body["content"]["application/json"]["schema"] if body else None
+            found.append((method.upper(), path, schema, components))
+    return found
+
+
+@settings(
+    max_examples=250,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(data=st.data())
+def test_no_route_answers_5xx_and_refusals_store_nothing(
+    service: tuple[TestClient, Database], data: st.DataObject
+) -> None:
+    client, database = service
+    method, path, schema, components = data.draw(st.sampled_from(operations(client)))
+    url = path
+    for name in ("scenario", "item_id"):
+        url = url.replace("{" + name + "}", data.draw(NAMES, label=name))
+    body = None
+    if schema is not None:
+        body = data.draw(from_schema(schema, components) | JSON_VALUES, label="body")
+    before = row_counts(database)
+    answer = client.request(method, url, json=body, headers=HEADERS)
+    assert answer.status_code < 500, (method, url, body, answer.text)
+    if 400 <= answer.status_code < 500:
+        problems = answer.json()["problems"]
+        assert problems and all(p["field"] and p["reason"] for p in problems)
+        assert row_counts(database) == before, (method, url, body, answer.text)
