@@ -159,5 +159,6 @@ def test_no_route_answers_5xx_and_refusals_store_nothing(
     assert answer.status_code < 500, (method, url, body, answer.text)
     if 400 <= answer.status_code < 500:
         problems = answer.json()["problems"]
-        assert problems and all(p["field"] and p["reason"] for p in problems)
+        assert problems
+        assert all(p["field"] and p["reason"] for p in problems)
         assert row_counts(database) == before, (method, url, body, answer.text)
