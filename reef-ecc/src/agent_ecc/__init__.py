@@ -16,6 +16,7 @@ from agent_ecc.consumption import (
 )
 from agent_ecc.grading import grade_recorded
 from agent_ecc.journal import JournalError, SealJournal
+from agent_ecc.preparer import Preparer
 from agent_ecc.registry import (
     DirectoryRegistry,
     Epoch,
@@ -49,6 +50,7 @@ __all__ = [
     "Member",
     "Pin",
     "PointerRead",
+    "Preparer",
     "Publication",
     "RecordedBackend",
     "RecordingBackend",

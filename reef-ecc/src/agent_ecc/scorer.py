@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future, wait
 from typing import Any, Literal, Protocol, TypeAlias
 
@@ -19,7 +19,7 @@ import attrs
 from agent_ecc.adapters import Adapter
 from agent_ecc.backends import Backend
 from agent_ecc.candidates import Member
-from agent_ecc.execution import ExecRequest, InfraFailure, Outcome, Pending
+from agent_ecc.execution import ExecRequest, InfraFailure, Outcome, Pending, RawOutput
 from agent_ecc.records import ExecutionRecord, RecordedScore, Verdict, combine
 from agent_ecc.store import ContentStore
 from agent_ecc.versions import Check, GraderVersion, iter_checks, verify_check
@@ -68,6 +68,10 @@ class PreparedSource(Protocol):
 
     def claim(self, request: ExecRequest, epoch_index: int) -> tuple[str, Future[Outcome] | None]:
         """How the preparer answers ``request`` under ``epoch_index``: a kind and its future."""
+        ...
+
+    def settled(self, group_ids: Iterable[str]) -> None:
+        """The groups a committed seal decided: not to be prepared again."""
         ...
 
 
@@ -195,6 +199,35 @@ class Scorer:
             if run.execution_identity == check.execution_identity and run.usable:
                 return decided("reparse", adapter.grade(check, run, self.store))
         return None
+
+    def plan(
+        self, member: Member, version: GraderVersion, *, policy: Policy = "ecc"
+    ) -> list[tuple[Check, ExecRequest]]:
+        """The executions a seal of ``member`` under ``version`` would ask for, in spec order.
+
+        Nothing when a cheap decision already fails the member and checks short-circuit, or
+        when its recorded undeterminable verdict is final. The :class:`Preparer` runs them
+        ahead of the seal; with ``short_circuit`` a check after one that fails is not needed.
+        """
+        record = member.execution
+        if record is None:
+            return []
+        prior = _valid_prior(member)
+        if self.recorded_undeterminable == "final" and prior and prior.verdict == "undeterminable":
+            return []
+        needed = []
+        for check in iter_checks(version.lookup(record.task_id, record.world).spec):
+            cheap = self._cheap(check, member, record, policy)
+            if cheap is None:
+                needed.append((check, self._adapter(check).request(check, record, self.store)))
+            elif cheap.verdict == "fail" and self.short_circuit:
+                return []
+        return needed
+
+    def verdict_of(self, check: Check, output: RawOutput) -> Verdict:
+        """The verdict of ``check``'s rule on a backend's raw output."""
+        adapter = self._adapter(check)
+        return adapter.grade(check, adapter.run_from_output(check, output, self.store), self.store)
 
     def decide(
         self,
@@ -392,9 +425,7 @@ class Scorer:
         if isinstance(outcome, InfraFailure):
             transport["given_up"] += 1 if outcome.reason == "transport" else 0
             return made("undeterminable", "undeterminable")
-        adapter = self._adapter(check)
-        run = adapter.run_from_output(check, outcome, self.store)
-        return made("reexec", adapter.grade(check, run, self.store))
+        return made("reexec", self.verdict_of(check, outcome))
 
     def _member(self, item: _Work, execute: bool) -> MemberDecision:
         checks = tuple(item.decided[c.check_id] for c in item.checks)

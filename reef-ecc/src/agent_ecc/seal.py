@@ -425,6 +425,10 @@ class SealSession:
         if journal is not None:
             journal.append(assembly.decision)
         assembly.finished = True
+        if self.prepared is not None:  # decided under this epoch: nothing to prepare for them
+            self.prepared.settled(
+                g.group_id for g in assembly.decision.groups if g.outcome != "unused"
+            )
         return assembly.decision
 
     def fail(
