@@ -15,8 +15,10 @@ import time
 from collections import Counter
 
 import pytest
+from sqlalchemy import select
 
-from reef.storage import NewSample, TrainerSamples, open_database
+from reef.storage import Database, NewSample, TrainerSamples, open_database
+from reef.storage.tables import consumed_records, samples
 
 pytest_plugins = ("reef.testing.storage",)
 
@@ -48,8 +50,6 @@ def _writer(url: str, run: int, ready: multiprocessing.synchronize.Event) -> Non
 @pytest.mark.slow
 def test_a_killed_writer_leaves_every_unit_whole_or_absent(storage_url: str) -> None:
     database = open_database(storage_url)
-    store = TrainerSamples(database, SCENARIO)
-    store.register_trainer(TRAINER, reads_uploads=False)
     context = multiprocessing.get_context("fork")
     rng = random.Random(20261129)
     for run in range(KILLS):
@@ -63,17 +63,33 @@ def test_a_killed_writer_leaves_every_unit_whole_or_absent(storage_url: str) -> 
         os.kill(writer.pid, signal.SIGKILL)
         writer.join(timeout=30)
         assert writer.exitcode == -signal.SIGKILL
-        units = _check_units(store)
+        units = _check_units(database)
     database.dispose()
     assert units > KILLS, "the writers stored too little for the test to mean anything"
 
 
-def _check_units(store: TrainerSamples) -> int:
-    """Every unit stored is whole: all its samples and all its consumed records."""
-    samples = Counter(s.id.split(":")[1] for s in store.untrained(TRAINER))
-    consumed = Counter(r.split("/")[0] for r in store.consumed_record_ids(TRAINER))
-    units = set(samples) | set(consumed)
+def _check_units(database: Database) -> int:
+    """Every unit stored is whole: all its samples and all its consumed records.
+
+    Both are read in one snapshot: on PostgreSQL the killed writer's last COMMIT may still be
+    landing on the server while the check runs, and two separate reads could straddle it.
+    """
+    with database.engine.connect() as connection:
+        if database.dialect == "postgresql":
+            connection = connection.execution_options(isolation_level="REPEATABLE READ")
+        with connection.begin():
+            sample_ids = connection.execute(
+                select(samples.c.id).where(samples.c.scenario == SCENARIO)
+            ).scalars()
+            samples_by_unit = Counter(i.split(":")[1] for i in sample_ids)
+            record_ids = connection.execute(
+                select(consumed_records.c.record_id).where(
+                    consumed_records.c.scenario == SCENARIO, consumed_records.c.trainer == TRAINER
+                )
+            ).scalars()
+            consumed_by_unit = Counter(r.split("/")[0] for r in record_ids)
+    units = set(samples_by_unit) | set(consumed_by_unit)
     for unit in sorted(units):
         size = _unit_size(int(unit.split("-")[1]))
-        assert (samples[unit], consumed[unit]) == (size, size + 1), unit
+        assert (samples_by_unit[unit], consumed_by_unit[unit]) == (size, size + 1), unit
     return len(units)
