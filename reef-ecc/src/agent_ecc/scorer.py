@@ -21,7 +21,7 @@ from agent_ecc.backends import Backend
 from agent_ecc.candidates import Member
 from agent_ecc.execution import ExecRequest, InfraFailure, Outcome, Pending, RawOutput
 from agent_ecc.records import ExecutionRecord, RecordedScore, Verdict, combine
-from agent_ecc.store import ContentStore
+from agent_ecc.store import ContentStore, is_blank
 from agent_ecc.versions import Check, GraderVersion, iter_checks, verify_check
 
 DecisionType: TypeAlias = Literal[
@@ -296,7 +296,7 @@ class Scorer:
 
     def _finalize(self, item: _Work) -> None:
         # E-SEAL-13: only an evidence-only verdict (an empty patch) can fail such a member.
-        empty = self._empty_patch(item.record)
+        empty = is_blank(self.store, item.record.patch)
         for check in item.checks:
             self._adapter(check)
             item.decided[check.check_id] = CheckDecision(
@@ -306,9 +306,6 @@ class Scorer:
                 check.grading_identity,
                 check.execution_identity,
             )
-
-    def _empty_patch(self, record: ExecutionRecord) -> bool:
-        return not self.store.get_bytes(record.patch).strip()
 
     def _failed(self, item: _Work) -> bool:
         return any(d.verdict == "fail" for d in item.decided.values())

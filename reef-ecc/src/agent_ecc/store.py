@@ -8,6 +8,8 @@ folder: objects are created whole (see :mod:`agent_ecc.durable`) and never chang
 from __future__ import annotations
 
 import json
+import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,8 @@ from agent_ecc.digests import canonical_json, digest_bytes
 from agent_ecc.durable import create_exclusive
 
 _PREFIX = "sha256:"
+_BLANK_MAX = 4096  # a longer blob of whitespace only is no patch anyone sends
+_KEY = re.compile(r"sha256:[0-9a-f]{64}")
 
 
 class StoreError(LookupError):
@@ -27,37 +31,44 @@ class ContentStore:
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
         (self.root / "objects").mkdir(parents=True, exist_ok=True)
+        self._objects = str(self.root / "objects")
 
-    def _path(self, key: str) -> Path:
-        if not key.startswith(_PREFIX) or len(key) != len(_PREFIX) + 64:
+    def _path(self, key: str) -> str:
+        # On every read of a seal's hot path: a regex and string joins, not pathlib.
+        if not isinstance(key, str) or _KEY.fullmatch(key) is None:
             raise StoreError(f"malformed store key {key!r}")
-        hexdigest = key[len(_PREFIX) :]
-        if any(c not in "0123456789abcdef" for c in hexdigest):
-            raise StoreError(f"malformed store key {key!r}")
-        return self.root / "objects" / hexdigest[:2] / hexdigest[2:]
+        return os.path.join(self._objects, key[7:9], key[9:])
 
     def put_bytes(self, data: bytes) -> str:
         """Store ``data``; return its key. Storing existing content changes nothing."""
         key = _PREFIX + digest_bytes(data)
         path = self._path(key)
-        if not path.exists():
-            create_exclusive(path, data)
+        if not os.path.exists(path):
+            create_exclusive(Path(path), data)
         return key
 
     def get_bytes(self, key: str) -> bytes:
         """The blob named ``key``; :class:`StoreError` when missing or corrupt."""
         path = self._path(key)
         try:
-            data = path.read_bytes()
+            with open(path, "rb") as handle:
+                data = handle.read()
         except FileNotFoundError:
             raise StoreError(f"no blob {key} in store {self.root}") from None
         if _PREFIX + digest_bytes(data) != key:
             raise StoreError(f"blob {key} in store {self.root} does not match its key")
         return data
 
+    def size(self, key: str) -> int:
+        """The size in bytes of the blob named ``key``; :class:`StoreError` when missing."""
+        try:
+            return os.stat(self._path(key)).st_size
+        except FileNotFoundError:
+            raise StoreError(f"no blob {key} in store {self.root}") from None
+
     def has(self, key: str) -> bool:
         """Whether the store holds ``key``."""
-        return self._path(key).exists()
+        return os.path.exists(self._path(key))
 
 
 def put_text(store: ContentStore, text: str) -> str:
@@ -73,6 +84,12 @@ def put_json(store: ContentStore, value: Any) -> str:
 def get_text(store: ContentStore, key: str) -> str:
     """The text blob named ``key``."""
     return store.get_bytes(key).decode()
+
+
+def is_blank(store: ContentStore, key: str) -> bool:
+    """Whether the blob is empty or only whitespace (an empty patch), read only when small."""
+    size = store.size(key)
+    return size == 0 or (size <= _BLANK_MAX and not store.get_bytes(key).strip())
 
 
 def get_json(store: ContentStore, key: str) -> Any:

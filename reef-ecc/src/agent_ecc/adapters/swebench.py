@@ -20,7 +20,7 @@ from typing import Any, Final
 from agent_ecc.execution import ExecRequest, RawOutput, request_identity
 from agent_ecc.grading import grade_recorded
 from agent_ecc.records import Application, ExecutionRecord, Run, Verdict
-from agent_ecc.store import ContentStore, get_json, get_text, put_json, put_text
+from agent_ecc.store import ContentStore, get_json, get_text, is_blank, put_json, put_text
 from agent_ecc.versions import (
     AllOf,
     Check,
@@ -245,7 +245,7 @@ class SWEBenchAdapter:
         self, check: Check, record: ExecutionRecord, store: ContentStore
     ) -> Verdict | None:
         """An empty patch fails; so does one that genuinely did not apply on the same image."""
-        if not get_text(store, record.patch).strip():
+        if is_blank(store, record.patch):
             return "fail"
         if check.execution.get("patch_exclude"):
             return None
