@@ -15,7 +15,6 @@ from starlette.testclient import TestClient
 
 from reef.core.atif import trajectory_from_records, trajectory_to_json
 from reef.core.deployment import Deployment, load_deployment
-from reef.core.plugins import Plugins
 from reef.core.records import InferenceRecord, Report
 from reef.core.trajectory_index import TrajectoryIndex
 from reef.server import (
@@ -25,7 +24,7 @@ from reef.server import (
     create_app,
     snapshot_key,
 )
-from reef.server.testing import scripted_engine, serve_on_loopback
+from reef.server.testing import scripted_engine, serve_on_loopback, service_test_plugins
 from reef.storage import (
     Database,
     DropCounters,
@@ -34,7 +33,6 @@ from reef.storage import (
     ScenarioSettings,
     TrainerSamples,
 )
-from reef.testing import inline_plugin
 
 pytest_plugins = ("reef.testing.storage",)
 
@@ -61,22 +59,8 @@ scenarios:
 """
 
 
-def service_plugins() -> Plugins:
-    """Plugins that know the test recipe and component by short names."""
-    from reef.server.testing import NullComponent, ServiceTestRecipe
-
-    plugins = Plugins(blocked=())
-    plugins.register(
-        inline_plugin(
-            recipes={"servicetest": ServiceTestRecipe}, components={"noop": NullComponent}
-        ),
-        "servicetest",
-    )
-    return plugins
-
-
 def load(url: str, engine: str, text: str = DEPLOYMENT) -> Deployment:
-    return load_deployment(text % {"url": url, "engine": engine}, plugins=service_plugins())
+    return load_deployment(text % {"url": url, "engine": engine}, plugins=service_test_plugins())
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +73,7 @@ def engine_url() -> Iterator[str]:
 def client(storage_url: str, storage_database: Database, engine_url: str) -> Iterator[TestClient]:
     deployment = load(storage_url, engine_url)
     app = create_app(
-        deployment, databases={storage_url: storage_database}, plugins=service_plugins()
+        deployment, databases={storage_url: storage_database}, plugins=service_test_plugins()
     )
     with TestClient(app) as test_client:
         yield test_client
@@ -208,11 +192,11 @@ def test_running_without_tokens_needs_an_explicit_setting(
     deployment = load(storage_url, engine_url, text)
     databases = {storage_url: storage_database}
     with pytest.raises(UnauthenticatedServiceError, match=r"no auth\.tokens"):
-        create_app(deployment, databases=databases, plugins=service_plugins())
+        create_app(deployment, databases=databases, plugins=service_test_plugins())
     app = create_app(
         deployment,
         databases=databases,
-        plugins=service_plugins(),
+        plugins=service_test_plugins(),
         options=ServerOptions(allow_unauthenticated=True),
     )
     with TestClient(app) as test_client:
@@ -224,7 +208,7 @@ def test_running_without_tokens_needs_an_explicit_setting(
         create_app(
             load(storage_url, engine_url),
             databases=databases,
-            plugins=service_plugins(),
+            plugins=service_test_plugins(),
             options=ServerOptions(allow_unauthenticated=True),
         )
 
@@ -514,7 +498,7 @@ def test_bad_bodies_name_the_field_and_store_nothing(
     app = create_app(
         load(storage_url, engine_url),
         databases={storage_url: storage_database},
-        plugins=service_plugins(),
+        plugins=service_test_plugins(),
         options=ServerOptions(max_body_bytes=2000),
     )
     with TestClient(app) as client:

@@ -15,17 +15,14 @@ from sqlalchemy import func, select
 from starlette.testclient import TestClient
 
 from reef.core.deployment import load_deployment
-from reef.core.plugins import Plugins
 from reef.server import create_app
 from reef.server.testing import (
-    NullComponent,
-    ServiceTestRecipe,
     scripted_engine,
     serve_on_loopback,
+    service_test_plugins,
 )
 from reef.storage import Database, open_database
 from reef.storage.tables import metadata
-from reef.testing import inline_plugin
 
 DEPLOYMENT = """
 storage: {url: "%(url)s"}
@@ -92,17 +89,6 @@ def from_schema(schema: dict[str, Any], components: dict[str, Any], depth: int =
     return simple.get(kind, JSON_VALUES)
 
 
-def plugins() -> Plugins:
-    found = Plugins(blocked=())
-    found.register(
-        inline_plugin(
-            recipes={"servicetest": ServiceTestRecipe}, components={"noop": NullComponent}
-        ),
-        "servicetest",
-    )
-    return found
-
-
 def row_counts(database: Database) -> dict[str, int]:
     with database.read() as connection:
         return {
@@ -118,8 +104,10 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TestClie
     url = f"sqlite:///{tmp_path_factory.mktemp('fuzz') / 'reef.db'}"
     database = open_database(url)
     with serve_on_loopback(scripted_engine()) as engine:
-        deployment = load_deployment(DEPLOYMENT % {"url": url, "engine": engine}, plugins=plugins())
-        app = create_app(deployment, databases={url: database}, plugins=plugins())
+        deployment = load_deployment(
+            DEPLOYMENT % {"url": url, "engine": engine}, plugins=service_test_plugins()
+        )
+        app = create_app(deployment, databases={url: database}, plugins=service_test_plugins())
         with TestClient(app) as client:
             yield client, database
     database.dispose()

@@ -17,7 +17,6 @@ import openai
 import pytest
 
 from reef.core.deployment import load_deployment
-from reef.core.plugins import Plugins
 from reef.core.records import InferenceRecord
 from reef.server import (
     RECORD_ID_HEADER,
@@ -29,14 +28,12 @@ from reef.server import (
 )
 from reef.server.testing import (
     SCRIPTED_ARTIFACT,
-    NullComponent,
-    ServiceTestRecipe,
     scripted_engine,
     scripted_reply,
     serve_on_loopback,
+    service_test_plugins,
 )
 from reef.storage import Database, RecordStore, open_database
-from reef.testing import inline_plugin
 
 DEPLOYMENT = """
 storage: {url: "%(url)s"}
@@ -48,17 +45,6 @@ scenarios:
     training: {component: noop}
 """
 AUTH = "auth: {tokens: {agent: {token: agent-secret, scopes: [infer, feedback]}}}"
-
-
-def plugins() -> Plugins:
-    found = Plugins(blocked=())
-    found.register(
-        inline_plugin(
-            recipes={"servicetest": ServiceTestRecipe}, components={"noop": NullComponent}
-        ),
-        "servicetest",
-    )
-    return found
 
 
 class LocalFunction:
@@ -113,9 +99,9 @@ def serve(
     url, opened = database
     text = DEPLOYMENT % {"url": url, "engine": engine, "auth": auth}
     app = create_app(
-        load_deployment(text, plugins=plugins()),
+        load_deployment(text, plugins=service_test_plugins()),
         databases={url: opened},
-        plugins=plugins(),
+        plugins=service_test_plugins(),
         runtime=runtime,
         options=options,
     )

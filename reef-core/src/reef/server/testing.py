@@ -29,6 +29,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from reef.core.job_data import JobData, Sample, TrajectorySample
+from reef.core.plugins import Plugins
 from reef.core.records import JSON
 from reef.pipeline_context import TrainingMode
 from reef.recipe import PipelineSpec, Recipe
@@ -46,6 +47,7 @@ __all__ = [
     "scripted_engine",
     "scripted_reply",
     "serve_on_loopback",
+    "service_test_plugins",
 ]
 
 #: The artifact the scripted engine says answered, unless told otherwise.
@@ -239,3 +241,18 @@ class ServiceTestRecipe(Recipe):
 class NullComponent:
     """A training component name for test deployments; it never trains (the service never
     calls a component)."""
+
+
+def service_test_plugins() -> Plugins:
+    """Plugins that know :class:`ServiceTestRecipe` as ``servicetest`` and
+    :class:`NullComponent` as ``noop``, for test deployments."""
+    from reef.testing import inline_plugin
+
+    plugins = Plugins(blocked=())
+    plugins.register(
+        inline_plugin(
+            recipes={"servicetest": ServiceTestRecipe}, components={"noop": NullComponent}
+        ),
+        "servicetest",
+    )
+    return plugins
