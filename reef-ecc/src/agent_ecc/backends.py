@@ -4,6 +4,7 @@ Every backend has one method, ``submit(request) -> Future[Outcome]``, so that a 
 several executions until its deadline and a later seal can wait for one still running.
 
 - :class:`LocalBackend` runs a callable (an executor) in a bounded thread pool.
+- :class:`NoBackend` executes nothing: every request is an infrastructure failure.
 - :class:`RecordingBackend` records each answer of another backend, for a later replay.
 - :class:`RecordedBackend` serves recorded answers; an unrecorded request is an infrastructure
   error, never a verdict (E-REPLAY-2).
@@ -36,6 +37,15 @@ def _done(outcome: Outcome) -> Future[Outcome]:
     future: Future[Outcome] = Future()
     future.set_result(outcome)
     return future
+
+
+class NoBackend:
+    """Answers every request with an infrastructure failure (reason ``no_backend``): a seal
+    without a re-verification service decides what it can and leaves the rest undeterminable."""
+
+    def submit(self, request: ExecRequest) -> Future[Outcome]:
+        """An infrastructure failure, at once."""
+        return _done(InfraFailure(request.request_id, reason="no_backend"))
 
 
 class LocalBackend:

@@ -1,0 +1,261 @@
+"""The ``ecc`` Reef plugin: each job's data sealed under one grader epoch before it trains.
+
+Loaded through the entry point ``ecc`` of the group ``reef.plugins``; this is the only module
+of agent_ecc that imports Reef. For a scenario it is configured for (:func:`configure`), the
+``reef_before_submit`` hook:
+
+1. groups the job's trajectory samples by ``group_id`` (a sample without one is a group of its
+   own); each sample names its member (the attempt id) in ``metadata["agent_ecc"]["member_id"]``
+   (else its ``sample_id``), whose record and recorded score are read from the producer's
+   JSON-lines files;
+2. seals them with a :class:`~agent_ecc.seal.SealSession` under the scenario's journal
+   (``<journal_dir>/<scenario>.jsonl``), the job data's id as the batch id; a batch that already
+   has a committed decision (a submission refused or crashed after its seal) is given that
+   decision again, never a second one (I5);
+3. returns the job data with only the groups handed over, every reward rewritten by
+   :func:`~agent_ecc.seal.apply_rewards` (all or nothing). A seal that raises is failed
+   strictly (every reward 0.0, recorded in the journal); a journal that refuses the decision
+   (I3) raises, which refuses the submission and releases the data to the buffer.
+
+``reef_job_ended`` writes the consumption lines of a finished or failed job
+(``<journal_dir>/<scenario>.learner.jsonl`` and ``.completions.jsonl``) from the decision of its
+batch, for :func:`~agent_ecc.consumption.consumption_records`.
+
+Configuration: :class:`EccSettings`. The deployment file has no section a plugin's event hooks
+can read (its top-level keys are fixed and refused otherwise, and the hooks receive only the
+scenario, trainer and job data), so :func:`configure` is called by whoever builds the process
+(an embedding, a test) with settings parsed by :meth:`EccSettings.parse`.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import attrs
+
+from agent_ecc.adapters.swebench import RULES, SWEBenchAdapter
+from agent_ecc.backends import Backend, NoBackend
+from agent_ecc.candidates import Candidate, Member
+from agent_ecc.journal import SealJournal
+from agent_ecc.recompute.service import HTTPBackend
+from agent_ecc.records import ExecutionRecord, RecordedScore, load_jsonl
+from agent_ecc.registry import DirectoryRegistry
+from agent_ecc.scorer import Scorer
+from agent_ecc.seal import Decision, SealSession, apply_rewards
+from agent_ecc.store import ContentStore
+from reef import hookimpl
+from reef.core.config import config_option
+from reef.core.job_data import JobData, JobOutcome, Sample, TrajectorySample
+from reef.core.plugins import PluginSettings
+
+
+def _one_of(values: tuple[str, ...]) -> Any:
+    def check(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+        if value not in values:
+            raise ValueError(f"{attribute.name} must be one of {', '.join(values)}: {value!r}")
+
+    return check
+
+
+@attrs.frozen
+class EccSettings(PluginSettings):
+    """The ``ecc`` plugin's settings for one scenario."""
+
+    registry: str = config_option(help="the run's registry folder (DirectoryRegistry)")
+    store: str = config_option(help="the content store folder (logs, patches, scripts)")
+    journal_dir: str = config_option(help="folder of the journal <scenario>.jsonl")
+    records: str = config_option(help="JSON-lines file of the producers' execution records")
+    scores: str = config_option(help="JSON-lines file of the producers' recorded scores")
+    service: str | None = config_option(
+        default=None,
+        help="URL of the re-verification service; without it a re-execution is undeterminable",
+    )
+    mode: Literal["repair", "discard", "audit"] = config_option(
+        default="repair", help="repair, discard or audit"
+    )
+    verdict: str = config_option(
+        default="logical",
+        help="the SWE-bench rule of a check that names none",
+        validator=_one_of(RULES),
+    )
+    deadline_s: float = config_option(default=60.0, help="the seal's deadline in seconds")
+    fillers: bool = config_option(default=False, help="keep the batch size with neutral groups")
+    strict: bool = config_option(default=True, help="a failed seal trains nothing")
+
+
+class _Records:
+    """The producers' records and scores, read again at each seal (producers append)."""
+
+    def __init__(self, records: Path, scores: Path) -> None:
+        self.paths = (records, scores)
+        self.records: dict[str, ExecutionRecord] = {}
+        self.scores: dict[str, RecordedScore] = {}
+
+    def refresh(self) -> None:
+        if self.paths[0].exists():
+            self.records = {r.record_id: r for r in load_jsonl(self.paths[0], ExecutionRecord)}
+        if self.paths[1].exists():
+            self.scores = {s.record_id: s for s in load_jsonl(self.paths[1], RecordedScore)}
+
+
+def member_id(sample: Sample) -> str:
+    """The member (attempt) a sample holds the output of."""
+    meta = sample.metadata.get("agent_ecc") if isinstance(sample.metadata, Mapping) else None
+    if isinstance(meta, Mapping) and isinstance(meta.get("member_id"), str):
+        return str(meta["member_id"])
+    return str(sample.sample_id)
+
+
+class ScenarioSeal:
+    """The seal of one scenario's job data (what the hooks call)."""
+
+    def __init__(self, scenario: str, settings: EccSettings) -> None:
+        self.scenario = scenario
+        self.settings = settings
+        self.registry = DirectoryRegistry(settings.registry)
+        store = ContentStore(settings.store)
+        backend: Backend = NoBackend()
+        if settings.service is not None:
+            backend = HTTPBackend(settings.service, deadline_s=settings.deadline_s)
+        self.scorer = Scorer([SWEBenchAdapter(verdict=settings.verdict)], store, backend=backend)
+        folder = Path(settings.journal_dir)
+        self.journal = SealJournal(folder / f"{scenario}.jsonl")
+        self.learner = folder / f"{scenario}.learner.jsonl"
+        self.completions = folder / f"{scenario}.completions.jsonl"
+        self.inputs = _Records(Path(settings.records), Path(settings.scores))
+        self.last: Decision | None = None
+        self._lock = threading.Lock()  # seals are serialized (E-SEAL-5)
+
+    def _candidates(self, samples: tuple[Sample, ...]) -> list[Candidate]:
+        groups: dict[str, list[Sample]] = {}
+        for sample in samples:
+            key = sample.group_id if sample.group_id is not None else f"sample:{sample.sample_id}"
+            groups.setdefault(key, []).append(sample)
+        self.inputs.refresh()
+        out = []
+        for group_id, members in groups.items():
+            out.append(
+                Candidate(
+                    group_id,
+                    handle=members,
+                    members=tuple(self._member(s) for s in members),
+                )
+            )
+        return out
+
+    def _member(self, sample: Sample) -> Member:
+        mid = member_id(sample)
+        reward = sample.reward if isinstance(sample, TrajectorySample) else None
+        return Member(
+            mid,
+            self.inputs.records.get(mid),
+            self.inputs.scores.get(mid),
+            0.0 if reward is None else float(reward),
+        )
+
+    def seal(self, data: JobData) -> JobData:
+        """The job data to submit: the handed-over groups with their sealed rewards."""
+        with self._lock:
+            candidates = self._candidates(data.samples)
+            decision = next((d for d in self.journal.read() if d.batch_id == data.id), None)
+            if decision is None:
+                session = SealSession(
+                    self.registry,
+                    self.scorer,
+                    data.id,
+                    mode=self.settings.mode,
+                    fillers="neutral" if self.settings.fillers else None,
+                    strict=self.settings.strict,
+                )
+                try:
+                    assembly = session.assemble(candidates, deadline_s=self.settings.deadline_s)
+                except Exception as error:  # strict: an undecided batch trains nothing
+                    decision = session.fail(error, candidates, journal=self.journal)
+                else:
+                    decision = session.finish(assembly, journal=self.journal)
+            self.last = decision
+        handed = set(decision.group_ids("batch")) | set(decision.group_ids("filler"))
+        samples = [s for c in candidates if c.group_id in handed for s in c.handle]
+        rewards: dict[int, float] = {}
+        apply_rewards(
+            decision,
+            samples,
+            member_id=member_id,
+            set_reward=lambda s, r: rewards.__setitem__(id(s), r),
+        )
+        rewritten = tuple(
+            attrs.evolve(s, reward=rewards[id(s)]) if isinstance(s, TrajectorySample) else s
+            for s in samples
+        )
+        return attrs.evolve(data, samples=rewritten)
+
+    def ended(self, outcome: JobOutcome) -> None:
+        """Write the consumption lines of the job's batch once (the hook may come twice)."""
+        decision = next((d for d in self.journal.read() if d.batch_id == outcome.job_id), None)
+        if decision is None:
+            return
+        if self.completions.exists() and any(
+            json.loads(line).get("batch_id") == outcome.job_id
+            for line in self.completions.read_text().splitlines()
+            if line.strip()
+        ):
+            return
+        step = len(self.completions.read_text().splitlines()) if self.completions.exists() else 0
+        rewards = decision.rewards()
+        with open(self.learner, "a", encoding="utf-8") as handle:
+            for member in decision.members:
+                if member.member_id in rewards:
+                    line = {
+                        "batch_id": outcome.job_id,
+                        "member_id": member.member_id,
+                        "group_id": member.group_id,
+                        "step": step,
+                        "reward": rewards[member.member_id],
+                        "reporter": "reef_job_ended",
+                    }
+                    handle.write(json.dumps(line, sort_keys=True) + "\n")
+        with open(self.completions, "a", encoding="utf-8") as handle:
+            done = {"batch_id": outcome.job_id, "step": step, "ok": outcome.event == "finished"}
+            handle.write(json.dumps(done, sort_keys=True) + "\n")
+
+
+_SCENARIOS: dict[str, ScenarioSeal] = {}
+
+
+def configure(scenario: str, settings: EccSettings | Mapping[str, Any] | None) -> None:
+    """Turn the seal on for ``scenario`` with ``settings`` (a mapping is parsed; None: off)."""
+    if settings is None:
+        _SCENARIOS.pop(scenario, None)
+        return
+    if not isinstance(settings, EccSettings):
+        settings = EccSettings.parse(settings, plugin_class=ScenarioSeal, path=f"$.ecc.{scenario}")
+    _SCENARIOS[scenario] = ScenarioSeal(scenario, settings)
+
+
+def configured(scenario: str) -> ScenarioSeal | None:
+    """The seal of ``scenario``, if configured."""
+    return _SCENARIOS.get(scenario)
+
+
+@hookimpl
+def reef_before_submit(scenario: str, job_data: JobData) -> JobData | None:
+    """Seal the job's data under the epoch in force and rewrite its rewards."""
+    seal = _SCENARIOS.get(scenario)
+    if seal is None or job_data.kind != "trajectory":
+        return None
+    return seal.seal(job_data)
+
+
+@hookimpl
+def reef_job_ended(scenario: str, outcome: JobOutcome) -> None:
+    """Record the job's consumption against its seal decision."""
+    seal = _SCENARIOS.get(scenario)
+    if seal is not None:
+        seal.ended(outcome)
+
+
+__all__ = ["EccSettings", "ScenarioSeal", "configure", "configured", "member_id"]
