@@ -83,7 +83,7 @@ class LocalComponentSettings(PluginSettings):
     learning_rate: float = config_option(1e-3, help="AdamW learning rate", validator=_positive)
     seed: int = config_option(0, help="seed of the built model's initial weights")
     device: str = config_option("auto", help="torch device; auto takes CUDA when present")
-    chat_template_args: dict[str, Any] = config_option(  # noqa: RUF009
+    chat_template_args: dict[str, Any] = config_option(
         factory=dict, help="the engine's chat template arguments (enable_thinking...)"
     )
 
@@ -102,7 +102,7 @@ class LocalJobParameters(PluginSettings):
         help="cross_entropy (SFT) or importance_sampling (reported feedback)",
         validator=_known_objective,
     )
-    scheduling: Scheduling = config_option(  # noqa: RUF009
+    scheduling: Scheduling = config_option(
         factory=Scheduling, help="remainder (train, drop, pad) and packing_length"
     )
     learning_rate: float | None = config_option(
