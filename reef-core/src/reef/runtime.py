@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -230,6 +231,11 @@ def serve(
         options=ServerOptions(allow_unauthenticated=allow_unauthenticated),
     )
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level=log_level))
+    # uvicorn re-raises the stop signal once the service shut down, to the handlers that were
+    # there before it; these take it, so the trainers below still stop cleanly.
+    stop_signals: list[int] = []
+    for stop_signal in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(stop_signal, lambda number, _frame: stop_signals.append(number))
     runtime.start()
     try:
         server.run()  # returns after SIGTERM/SIGINT, once the service shut down

@@ -1,0 +1,156 @@
+"""The quickstart's agent and grader: talk to ``reef serve`` through the ``openai`` client, score
+each answer, post the scores as reports, and watch the model learn.
+
+The task: the user asks for the magic word, and the answer is scored letter by letter against
+``reef`` (how close each character is to the target's, so even a random model's answers differ
+in score and the group-relative policy gradient has something to follow from the first job).
+Each round asks the same question ``group_size`` times; the reports of one round share a
+comparison group (``metadata.group``), which is what the grouped recipe trains on.
+
+Every answer names the artifact (weights) that gave it (``system_fingerprint``); the reward
+curve is the mean reward of the answers of each artifact, in the order they were served. The
+run stops once the trainer has published ``--jobs`` new artifacts, prints the scenario's status
+and the curve, and writes the curve as a PNG.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from plot import write_line_chart
+
+TARGET = "reef"
+QUESTION = "What is the magic word?"
+SYSTEM = "You answer with one word."
+
+
+def score(answer: str) -> float:
+    """How close ``answer`` is to ``TARGET``, in [0, 1]: each target letter scores
+    ``1 - distance/64`` by code point (0 when absent or far), and extra letters cost a little."""
+    total = 0.0
+    for index, wanted in enumerate(TARGET):
+        if index < len(answer):
+            total += max(0.0, 1.0 - abs(ord(answer[index]) - ord(wanted)) / 64)
+    extra = max(0, len(answer) - len(TARGET))
+    return max(0.0, total / len(TARGET) - 0.1 * extra)
+
+
+def ask(client: openai.OpenAI) -> Any:
+    """One episode: ask the question; the raw response (with Reef's record id header)."""
+    return client.chat.completions.with_raw_response.create(
+        model="reef-local",
+        messages=[{"role": "system", "content": SYSTEM}, {"role": "user", "content": QUESTION}],
+        max_tokens=len(TARGET) + 1,
+        temperature=1.0,
+    )
+
+
+def wait_for_service(base_url: str, timeout: float) -> None:
+    """Until ``GET /reef/status`` answers and the trainer has published its first weights."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            status = httpx.get(f"{base_url}/reef/status", timeout=5).json()
+            trainers = status["scenarios"][0]["trainers"]
+            if trainers and trainers[0]["served_artifact"]:
+                return
+        except (httpx.HTTPError, KeyError, IndexError, ValueError):
+            pass
+        time.sleep(0.5)
+    raise SystemExit(f"reef serve did not come up at {base_url} within {timeout} s")
+
+
+def run(args: argparse.Namespace) -> int:
+    base_url = args.base_url.rstrip("/")
+    wait_for_service(base_url, args.startup_timeout)
+    client = openai.OpenAI(
+        base_url=f"{base_url}/scenarios/{args.scenario}/v1", api_key="not-needed", max_retries=5
+    )
+    http = httpx.Client(base_url=base_url, timeout=30)
+    artifacts: list[str] = []  # in the order they first answered
+    rewards: dict[str, list[float]] = {}
+    started = time.monotonic()
+    group = 0
+    while len(artifacts) <= args.jobs and time.monotonic() - started < args.time_limit:
+        # The round's answers are asked for at once, as an agent's parallel rollouts would be.
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            answered = list(pool.map(lambda _: ask(client), range(args.group_size)))
+        for member, raw in enumerate(answered):
+            completion = raw.parse()
+            record_id = raw.headers["x-reef-record-id"]
+            answer = completion.choices[0].message.content or ""
+            reward = score(answer)
+            artifact = completion.system_fingerprint or "unknown"
+            if artifact not in rewards:
+                artifacts.append(artifact)
+                rewards[artifact] = []
+                print(f"[{time.monotonic() - started:6.1f}s] serving artifact {len(artifacts) - 1}")
+            rewards[artifact].append(reward)
+            report = {
+                "id": f"{args.run_id}-g{group}-m{member}",
+                "references": [record_id],
+                "score": reward,
+                "metadata": {"group": f"{args.run_id}-g{group}"},
+            }
+            response = http.post(f"/reef/scenarios/{args.scenario}/reports", json=report)
+            response.raise_for_status()
+        recent = rewards[artifacts[-1]]
+        if group % 10 == 0:
+            print(
+                f"[{time.monotonic() - started:6.1f}s] round {group}: artifact {len(artifacts) - 1}"
+                f", mean reward {sum(recent) / len(recent):.3f}, last answer {answer!r}"
+            )
+        group += 1
+    status = http.get("/reef/status").json()
+    print("\n== status ==")
+    print(json.dumps(status, indent=2))
+    curve = [
+        (i, sum(rewards[a]) / len(rewards[a]), len(rewards[a])) for i, a in enumerate(artifacts)
+    ]
+    print("\n== reward by artifact (weights version) ==")
+    print(f"{'artifact':>8}  {'answers':>7}  {'mean reward':>11}")
+    for index, mean, count in curve:
+        print(f"{index:>8}  {count:>7}  {mean:>11.3f}  {'#' * round(mean * 40)}")
+    png = Path(args.plot)
+    write_line_chart(png, [mean for _, mean, _ in curve])
+    print(f"\nreward curve written to {png}")
+    first, last = curve[0][1], _tail_mean(curve)
+    print(f"mean reward: {first:.3f} (initial weights) -> {last:.3f} (last artifacts)")
+    if len(artifacts) <= args.jobs:
+        print(f"stopped at the time limit after {len(artifacts) - 1} jobs", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _tail_mean(curve: Sequence[tuple[int, float, int]]) -> float:
+    tail = curve[-3:]
+    return sum(mean for _, mean, _ in tail) / len(tail)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the agent and grader (see the module's documentation)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--base-url", default="http://127.0.0.1:8000")
+    parser.add_argument("--scenario", default="magic-word")
+    parser.add_argument("--group-size", type=int, default=8, help="answers per comparison group")
+    parser.add_argument("--jobs", type=int, default=30, help="stop after this many trained jobs")
+    parser.add_argument("--time-limit", type=float, default=480, help="seconds, at most")
+    parser.add_argument("--startup-timeout", type=float, default=120)
+    parser.add_argument("--run-id", default=f"run{int(time.time())}")
+    parser.add_argument("--plot", default="reward_curve.png", help="where the PNG goes")
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,326 @@
+"""End to end over real HTTP on loopback: ``reef serve`` as a subprocess, an agent through the
+``openai`` client, a grader posting reports, the local component training.
+
+- the quickstart loop in small: jobs train and publish new weights that the engine serves;
+- a SIGKILL of ``reef serve`` in the middle: after a restart no record, report or sample is
+  lost and no sample trains twice;
+- two ``reef serve`` processes on one PostgreSQL store: the leader is killed, the other takes
+  the trainer's lease over and training continues, nothing trained twice (needs
+  ``REEF_TEST_DATABASE_URL``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from sqlalchemy import create_engine, text
+
+from reef.testing.storage import DATABASE_URL_VARIABLE, postgres_schema_url
+
+REEF = str(Path(sys.executable).with_name("reef"))
+SCENARIO = "word"
+GROUP = 4
+
+DEPLOYMENT = """
+storage:
+  url: "{url}"
+serving:
+  engine: local
+scenarios:
+  word:
+    recipe: grouped
+    pipeline:
+      record2sample: {{config: {{group_size: 4, max_staleness: 3}}}}
+      sample2job: {{config: {{job_samples: 8}}}}
+    training:
+      component: local
+      options:
+        state_dir: "{state}"
+        d_model: 32
+        n_layers: 1
+        n_heads: 2
+        max_seq_len: 128
+        batch_size: 4
+        learning_rate: 0.01
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Serve:
+    """One ``reef serve`` subprocess."""
+
+    def __init__(self, deployment: Path, log: Path, *, lease_ttl: float = 10.0) -> None:
+        self.port = _free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self._log = log.open("ab")
+        self.process = subprocess.Popen(
+            [
+                REEF,
+                "serve",
+                str(deployment),
+                "--allow-unauthenticated",
+                "--port",
+                str(self.port),
+                "--lease-ttl",
+                str(lease_ttl),
+                "--log-level",
+                "warning",
+            ],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            assert self.process.poll() is None, log.read_text()
+            try:
+                httpx.get(f"{self.base_url}/reef/status", timeout=2).raise_for_status()
+                return
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        raise AssertionError(f"reef serve did not answer: {log.read_text()}")
+
+    def kill(self) -> None:
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(30)
+
+    def terminate(self) -> int:
+        self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(60)
+
+
+class Agent:
+    """The scripted agent and grader: rounds of ``GROUP`` answers, each scored and reported."""
+
+    def __init__(self) -> None:
+        self.records: list[str] = []
+        self.reports: list[str] = []
+        self.rounds = 0
+
+    def round(self, base_url: str) -> None:
+        client = openai.OpenAI(
+            base_url=f"{base_url}/scenarios/{SCENARIO}/v1", api_key="unused", max_retries=0
+        )
+        group = f"g{self.rounds}"
+        for member in range(GROUP):
+            raw = client.chat.completions.with_raw_response.create(
+                model="local",
+                messages=[{"role": "user", "content": "Say ok."}],
+                max_tokens=3,
+                temperature=1.0,
+            )
+            answer = raw.parse().choices[0].message.content or ""
+            record_id = raw.headers["x-reef-record-id"]
+            report = {
+                "id": f"{group}-{member}",
+                "references": [record_id],
+                "score": sum(c in "ok" for c in answer) / 3,
+                "metadata": {"group": group},
+            }
+            response = httpx.post(
+                f"{base_url}/reef/scenarios/{SCENARIO}/reports", json=report, timeout=30
+            )
+            assert response.status_code in (200, 201), response.text
+            self.records.append(record_id)
+            self.reports.append(report["id"])
+        self.rounds += 1
+
+
+_last_status: list[Any] = []
+
+
+def _trainer_status(base_url: str) -> dict[str, Any]:
+    status = httpx.get(f"{base_url}/reef/status", timeout=10).json()
+    trainer: dict[str, Any] = status["scenarios"][0]["trainers"][0]
+    _last_status[:] = [trainer]  # shown when a wait times out
+    return trainer
+
+
+def _wait(condition: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}: {_last_status}")
+
+
+def _store_counts(url: str) -> dict[str, Any]:
+    engine = create_engine(url)
+    try:
+        with engine.connect() as connection:
+            ids = set(
+                connection.execute(
+                    text("SELECT id FROM reef_records WHERE scenario = :s"), {"s": SCENARIO}
+                ).scalars()
+            )
+            samples = connection.execute(
+                text("SELECT count(*) FROM reef_samples WHERE scenario = :s"), {"s": SCENARIO}
+            ).scalar_one()
+            trains = list(
+                connection.execute(text("SELECT count FROM reef_sample_trains")).scalars()
+            )
+            submissions = connection.execute(
+                text("SELECT count(*) FROM reef_submissions WHERE scenario = :s"), {"s": SCENARIO}
+            ).scalar_one()
+    finally:
+        engine.dispose()
+    return {"ids": ids, "samples": samples, "trains": trains, "submissions": submissions}
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    (tmp_path / "state").mkdir()
+    return tmp_path
+
+
+def _deployment(workdir: Path, url: str) -> Path:
+    path = workdir / "deployment.yaml"
+    path.write_text(DEPLOYMENT.format(url=url, state=workdir / "state"), encoding="utf-8")
+    return path
+
+
+def _stale(base_url: str) -> int:
+    return int(_trainer_status(base_url)["pipeline"]["stale_samples"])
+
+
+def _served(base_url: str) -> str | None:
+    served = _trainer_status(base_url)["served_artifact"]
+    return None if served is None else str(served)
+
+
+def test_the_quickstart_loop_in_small_trains_and_serves_new_weights(workdir: Path) -> None:
+    url = f"sqlite:///{workdir / 'reef.db'}"
+    serve = Serve(_deployment(workdir, url), workdir / "serve.log")
+    agent = Agent()
+    try:
+        _wait(lambda: _served(serve.base_url) is not None, 60, "the first published weights")
+        first = _served(serve.base_url)
+        for _ in range(6):  # 24 reports: three jobs of 8 samples
+            agent.round(serve.base_url)
+        _wait(
+            lambda: (
+                _trainer_status(serve.base_url)["pipeline"]["ready_samples"] == 0
+                and _trainer_status(serve.base_url)["running_job"] is None
+                and _served(serve.base_url) != first
+            ),
+            120,
+            "the jobs to train",
+        )
+        assert serve.terminate() == 0  # SIGTERM: a clean stop
+    finally:
+        if serve.process.poll() is None:
+            serve.kill()
+    counts = _store_counts(url)
+    assert set(agent.records) | set(agent.reports) <= counts["ids"]
+    assert counts["samples"] == len(agent.reports)  # one sample per report
+    assert counts["trains"] == [1] * len(agent.reports)  # every sample trained, once
+    assert counts["submissions"] == 3
+
+
+def test_a_sigkill_in_the_middle_loses_nothing_and_trains_nothing_twice(workdir: Path) -> None:
+    url = f"sqlite:///{workdir / 'reef.db'}"
+    deployment = _deployment(workdir, url)
+    agent = Agent()
+    serve = Serve(deployment, workdir / "serve.log")
+    try:
+        _wait(lambda: _served(serve.base_url) is not None, 60, "the first published weights")
+        for _ in range(3):
+            agent.round(serve.base_url)
+        # Kill it while it has work in flight: a job running or samples waiting.
+        serve.kill()
+        serve = Serve(deployment, workdir / "serve.log")
+        for _ in range(3):
+            agent.round(serve.base_url)
+        # A rebuilt trainer knows only the artifacts it serves after the rebuild: samples of
+        # older weights are stale (P-STALE-9) and stay untrained, visibly counted.
+        _wait(
+            lambda: (
+                len(_store_counts(url)["trains"]) + _stale(serve.base_url) == len(agent.reports)
+            ),
+            120,
+            "every sample to train or be counted stale",
+        )
+        stale = _stale(serve.base_url)
+        assert serve.terminate() == 0
+    finally:
+        if serve.process.poll() is None:
+            serve.kill()
+    counts = _store_counts(url)
+    assert set(agent.records) | set(agent.reports) <= counts["ids"]  # no record, no report lost
+    assert counts["samples"] == len(agent.reports)  # no sample lost, none made twice
+    assert counts["trains"] == [1] * (len(agent.reports) - stale)  # nothing trained twice
+
+
+@pytest.mark.postgres
+def test_two_processes_on_postgresql_the_leader_dies_and_the_other_takes_over(
+    workdir: Path,
+) -> None:
+    base = os.environ.get(DATABASE_URL_VARIABLE)
+    if not base:
+        pytest.skip(f"{DATABASE_URL_VARIABLE} does not name a PostgreSQL database")
+    with postgres_schema_url(base) as url:
+        deployment = _deployment(workdir, url)
+        agent = Agent()
+        first = Serve(deployment, workdir / "a.log", lease_ttl=2.0)
+        second = Serve(deployment, workdir / "b.log", lease_ttl=2.0)
+        processes = {first.process.pid: first, second.process.pid: second}
+        try:
+            _wait(lambda: _served(first.base_url) is not None, 60, "a leader")
+            holder = str(json.loads(_settings_snapshot(url))["holder"])
+            leader = processes[int(holder.split(":")[1])]
+            follower = second if leader is first else first
+            for _ in range(2):  # both admit: reports go to either process
+                agent.round(leader.base_url)
+                agent.round(follower.base_url)
+            leader.kill()
+            for _ in range(2):
+                agent.round(follower.base_url)
+            _wait(
+                lambda: len(_store_counts(url)["trains"]) == len(agent.reports),
+                120,
+                "the follower to take over and train every sample",
+            )
+            new_holder = str(json.loads(_settings_snapshot(url))["holder"])
+            assert int(new_holder.split(":")[1]) == follower.process.pid
+            assert follower.terminate() == 0
+        finally:
+            for serve in (first, second):
+                if serve.process.poll() is None:
+                    serve.kill()
+        counts = _store_counts(url)
+        assert set(agent.records) | set(agent.reports) <= counts["ids"]
+        assert counts["samples"] == len(agent.reports)
+        assert counts["trains"] == [1] * len(agent.reports)  # nothing trained twice
+
+
+def _settings_snapshot(url: str) -> str:
+    engine = create_engine(url)
+    try:
+        with engine.connect() as connection:
+            return str(
+                connection.execute(
+                    text(
+                        "SELECT value FROM reef_scenario_settings"
+                        " WHERE scenario = :s AND key = 'trainer_status:local'"
+                    ),
+                    {"s": SCENARIO},
+                ).scalar_one()
+            )
+    finally:
+        engine.dispose()
