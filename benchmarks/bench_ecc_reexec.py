@@ -83,14 +83,8 @@ def _groups(world: SyntheticWorld, registry: DirectoryRegistry, tasks: range, pr
     ]
 
 
-def _efficiency(backend: Backend, n: int, c: int, d: float, root: Path) -> dict[str, Any]:
-    _, world, registry = _world(root, n)
-    scorer = Scorer([world.adapter], world.store, backend=backend)
-    groups = _groups(world, registry, range(n), "e")
-    start = time.perf_counter()
-    decision = SealSession(registry, scorer, "1").assemble(groups).decision
-    wall = time.perf_counter() - start
-    assert decision.stats["executions"] == n, decision.stats
+def _against_ideal(n: int, c: int, d: float, wall: float) -> dict[str, Any]:
+    """The wall time of n checks of duration d at capacity c against ceil(n/c) x d."""
     ideal = math.ceil(n / c) * d
     return {
         "n": n,
@@ -100,6 +94,17 @@ def _efficiency(backend: Backend, n: int, c: int, d: float, root: Path) -> dict[
         "ideal_s": ideal,
         "efficiency": round(ideal / wall, 3),
     }
+
+
+def _efficiency(backend: Backend, n: int, c: int, d: float, root: Path) -> dict[str, Any]:
+    _, world, registry = _world(root, n)
+    scorer = Scorer([world.adapter], world.store, backend=backend)
+    groups = _groups(world, registry, range(n), "e")
+    start = time.perf_counter()
+    decision = SealSession(registry, scorer, "1").assemble(groups).decision
+    wall = time.perf_counter() - start
+    assert decision.stats["executions"] == n, decision.stats
+    return _against_ideal(n, c, d, wall)
 
 
 def _real(n: int, c: int, d: float, root: Path) -> dict[str, Any]:
@@ -131,15 +136,7 @@ def _real(n: int, c: int, d: float, root: Path) -> dict[str, Any]:
         wall = time.perf_counter() - start
         backend.close()
     assert all(isinstance(o, RawOutput) and o.exit_code == 0 for o in outs), outs
-    ideal = math.ceil(n / c) * d
-    return {
-        "n": n,
-        "capacity": c,
-        "duration_s": d,
-        "wall_s": round(wall, 3),
-        "ideal_s": ideal,
-        "efficiency": round(ideal / wall, 3),
-    }
+    return _against_ideal(n, c, d, wall)
 
 
 def _hidden(steps: int, per_step: int, c: int, d: float, root: Path) -> dict[str, Any]:
