@@ -11,7 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from agent_ecc import DirectoryRegistry, SealJournal, consumption_records, reef_plugin
+pytest.importorskip("reef", reason="the ecc plugin needs reef-core (reef-ecc[reef])")
+
+from agent_ecc import (
+    DirectoryRegistry,
+    SealJournal,
+    consumption_records,
+    reef_plugin,
+)
 from agent_ecc.records import dump_jsonl
 from agent_ecc.synthetic import SyntheticWorld
 from reef.core.job_data import JobData, JobOutcome, TrajectorySample

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import itertools
-import multiprocessing
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -55,22 +56,26 @@ def test_republishing_a_version_id_with_another_body_is_refused(
         registry.publish_grader(type(wrong)(version_id="g0", entries=wrong.entries), source="fix")
 
 
-def _publish(path: str, index: int) -> None:
-    store = ContentStore(Path(path) / "store")
-    world = SyntheticWorld(store, ("t1", "t2"))
-    registry = DirectoryRegistry(Path(path) / "registry")
-    for _ in range(5):
-        registry.publish_grader(world.version(index), source=f"proc{index}")
+_PUBLISHER = """
+import sys
+from pathlib import Path
+from agent_ecc import ContentStore, DirectoryRegistry
+from agent_ecc.synthetic import SyntheticWorld
+path, index = Path(sys.argv[1]), int(sys.argv[2])
+world = SyntheticWorld(ContentStore(path / "store"), ("t1", "t2"))
+registry = DirectoryRegistry(path / "registry")
+for _ in range(5):
+    registry.publish_grader(world.version(index), source=f"proc{index}")
+"""
 
 
 def test_concurrent_publishers_take_distinct_sequence_numbers(tmp_path: Path) -> None:
     """rule: E-REG-1: several processes share one registry; the log stays gapless and ordered."""
-    ctx = multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=_publish, args=(str(tmp_path), i)) for i in (0, 1)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(60)
+    # separate interpreters (not multiprocessing): nothing to import from this test module
+    procs = [
+        subprocess.Popen([sys.executable, "-c", _PUBLISHER, str(tmp_path), str(i)]) for i in (0, 1)
+    ]
+    assert [p.wait(60) for p in procs] == [0, 0]
     log = DirectoryRegistry(tmp_path / "registry").publications()
     assert [p.seq for p in log] == list(range(10))
     assert [p.epoch.index for p in log] == list(range(10))
