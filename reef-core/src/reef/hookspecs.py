@@ -22,13 +22,14 @@ An implementation may take any subset of a hook's parameters, by name.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import pluggy
 
 if TYPE_CHECKING:
     from reef.core.job_data import JobData, JobOutcome
-    from reef.core.plugins import PluginRegistrar
+    from reef.core.plugins import PluginRegistrar, PluginSettings
 
 #: The pluggy project name: every Reef hook and implementation marker carries it.
 PROJECT_NAME = "reef"
@@ -99,9 +100,39 @@ def reef_register_components(registry: PluginRegistrar) -> None:
     """
 
 
+@hookspec
+def reef_register_extensions(registry: PluginRegistrar) -> None:
+    """Register extensions: plugins that act at the event hooks below and take configuration
+    per scenario.
+
+    Called once for this plugin when it is loaded. The class registered is the extension's
+    settings class (extending :class:`reef.core.plugins.PluginSettings`); a deployment's
+    ``scenarios.<name>.extensions.<extension>`` mapping is parsed with it when the deployment
+    is read, and the parsed settings reach :func:`reef_scenario_started`.
+
+    :param registry: ``registry.register(name, settings_class)`` adds one extension.
+    """
+
+
 # --------------------------------------------------------------------------------------------
-# events: the points a job's data passes, in order
+# events: a scenario starts, then the points a job's data passes, in order
 # --------------------------------------------------------------------------------------------
+
+
+@hookspec
+def reef_scenario_started(scenario: str, extensions: Mapping[str, PluginSettings]) -> None:
+    """A scenario's trainers are about to start in this process.
+
+    Called once per scenario and process, before any job of the scenario is built, so that an
+    extension can set up what its event hooks need for it (Agent ECC opens the scenario's seal
+    journal here). A scenario whose deployment configures no extension still gets the call,
+    with an empty mapping.
+
+    :param scenario: the scenario's name in the deployment.
+    :param extensions: the parsed settings of each extension the scenario configures, by the
+        extension's registered name.
+    """
+
 
 
 @hookspec

@@ -84,6 +84,9 @@ class ReefRuntime(ServiceRuntime):
                 self._engines[name] = self._local_engine(name, section, classes.component)
             if not run_trainers or classes.component is None:
                 continue
+            # Before any trainer of the scenario can build a job: an extension (Agent ECC)
+            # sets up what its event hooks need for this scenario.
+            plugins.scenario_started(name, classes.extensions)
             job_parameters = getattr(classes.recipe, "job_parameters", None)
             for trainer in scenario_trainers(section):
                 self.trainers[(name, trainer)] = Trainer(

@@ -151,6 +151,9 @@ class ScenarioSection(PluginSettings):
     serving: ServingSection | None = config_option(
         default=None, help="this scenario's engine, instead of the deployment's"
     )
+    extensions: Mapping[str, Mapping[str, Any] | None] = config_option(
+        factory=dict, help="each extension's config for this scenario, by extension name"
+    )
 
 
 @attrs.frozen
@@ -184,6 +187,8 @@ class ScenarioClasses:
     record2sample: type[Any]
     sample2job: type[Any]
     component: type[Any] | None
+    #: the parsed settings of each extension the scenario configures, by extension name
+    extensions: Mapping[str, PluginSettings] = attrs.field(factory=dict)
 
 
 # --------------------------------------------------------------------------------------------
@@ -244,14 +249,21 @@ def _resolve(
 
 
 def _check_config(
-    plugin_class: type[Any], config: Mapping[str, Any] | None, path: str, problems: list[str]
-) -> None:
+    plugin_class: type[Any],
+    config: Mapping[str, Any] | None,
+    path: str,
+    problems: list[str],
+    *,
+    settings_class: type[PluginSettings] | None = None,
+) -> PluginSettings | None:
     try:
-        settings_class_of(plugin_class).parse(config, plugin_class=plugin_class, path=path)
+        settings = settings_class or settings_class_of(plugin_class)
+        return settings.parse(config, plugin_class=plugin_class, path=path)
     except PluginConfigError as exc:
         problems.extend(f"{e.plugin}: {e.reason} @ {e.key}" for e in exc.errors)
     except TypeError as exc:
         problems.append(f"{exc} @ {path}")
+    return None
 
 
 def scenario_classes(
@@ -305,6 +317,18 @@ def scenario_classes(
         )
         if component is not None:
             _check_config(component, scenario.training.options, f"{training_path}.options", found)
+    extensions: dict[str, PluginSettings] = {}
+    for extension, config in scenario.extensions.items():
+        extension_path = f"{path}.extensions.{extension}"
+        settings_class = _resolve(plugins, PluginKind.EXTENSION, extension, extension_path, found)
+        if settings_class is None:
+            continue
+        # An extension registers its settings class itself: it is what the scenario configures.
+        parsed = _check_config(
+            settings_class, config, extension_path, found, settings_class=settings_class
+        )
+        if parsed is not None:
+            extensions[extension] = parsed
     if len(found) > before:
         if problems is None:
             raise DeploymentError(f"scenario {name}", tuple(found))
@@ -315,6 +339,7 @@ def scenario_classes(
         record2sample=_known(classes["record2sample"]),
         sample2job=_known(classes["sample2job"]),
         component=component,
+        extensions=extensions,
     )
 
 

@@ -281,6 +281,7 @@ class PluginKind(enum.StrEnum):
     SAMPLE2JOB = "sample2job"
     TASK_GENERATOR = "task_generator"
     COMPONENT = "component"
+    EXTENSION = "extension"
 
 
 _DISCOVERY_HOOKS: Mapping[str, PluginKind] = {
@@ -289,6 +290,7 @@ _DISCOVERY_HOOKS: Mapping[str, PluginKind] = {
     "reef_register_sample2job": PluginKind.SAMPLE2JOB,
     "reef_register_task_generators": PluginKind.TASK_GENERATOR,
     "reef_register_components": PluginKind.COMPONENT,
+    "reef_register_extensions": PluginKind.EXTENSION,
 }
 
 
@@ -537,6 +539,10 @@ class Plugins:
         )
 
     # -- events (one typed method per event hook) ------------------------------------------
+
+    def scenario_started(self, scenario: str, extensions: Mapping[str, PluginSettings]) -> None:
+        """Call :func:`reef.hookspecs.reef_scenario_started`."""
+        self._pm.hook.reef_scenario_started(scenario=scenario, extensions=extensions)
 
     def job_data_built(self, scenario: str, trainer: str, job_data: JobData) -> None:
         """Call :func:`reef.hookspecs.reef_job_data_built`."""

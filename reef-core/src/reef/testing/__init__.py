@@ -32,12 +32,14 @@ class InlinePlugin:
         sample2job: _Classes,
         task_generators: _Classes,
         components: _Classes,
+        extensions: _Classes,
     ) -> None:
         self._recipes = dict(recipes)
         self._record2sample = dict(record2sample)
         self._sample2job = dict(sample2job)
         self._task_generators = dict(task_generators)
         self._components = dict(components)
+        self._extensions = dict(extensions)
 
     @staticmethod
     def _register(registry: PluginRegistrar, classes: _Classes) -> None:
@@ -64,6 +66,10 @@ class InlinePlugin:
     def reef_register_components(self, registry: PluginRegistrar) -> None:
         self._register(registry, self._components)
 
+    @hookimpl
+    def reef_register_extensions(self, registry: PluginRegistrar) -> None:
+        self._register(registry, self._extensions)
+
 
 def inline_plugin(
     *,
@@ -72,6 +78,7 @@ def inline_plugin(
     sample2job: _Classes | None = None,
     task_generators: _Classes | None = None,
     components: _Classes | None = None,
+    extensions: _Classes | None = None,
 ) -> InlinePlugin:
     """A plugin object contributing the given classes (name -> class) of each kind, for
     :meth:`reef.core.plugins.Plugins.register`."""
@@ -81,6 +88,7 @@ def inline_plugin(
         sample2job=sample2job or {},
         task_generators=task_generators or {},
         components=components or {},
+        extensions=extensions or {},
     )
 
 
