@@ -121,3 +121,40 @@ def test_before_submit_seals_and_rewrites_rewards(
     assert len(done) == 1
     report = consumption_records(journal.read(), learner, done)
     assert report.manifest.ok, report.manifest.mismatches
+
+
+def test_a_deployment_turns_the_seal_on_for_its_scenario(
+    plugins: Plugins, registry: DirectoryRegistry, world: SyntheticWorld, tmp_path: Path
+) -> None:
+    """The deployment's ``scenarios.<name>.extensions.ecc`` is checked when the file is read and
+    opens the scenario's seal when the scenario starts; a scenario without it is not sealed."""
+    from reef.core.deployment import DeploymentError, load_deployment, scenario_classes
+
+    ecc = {
+        "registry": str(registry.path),
+        "store": str(world.store.root),
+        "journal_dir": str(tmp_path / "journals"),
+        "records": str(tmp_path / "records.jsonl"),
+        "scores": str(tmp_path / "scores.jsonl"),
+    }
+    text = json.dumps(
+        {
+            "scenarios": {
+                "swe": {"recipe": "sft", "extensions": {"ecc": ecc}},
+                "chat": {"recipe": "sft"},
+            }
+        }
+    ).replace(
+        '"recipe": "sft"',
+        '"recipe": "sft", "pipeline": {"sample2job": {"config": {"job_samples": 2}}}',
+    )
+    deployment = load_deployment(text, plugins=plugins)
+    for name, section in deployment.scenarios.items():
+        classes = scenario_classes(name, section, plugins)
+        assert classes is not None
+        plugins.scenario_started(name, classes.extensions)
+    assert reef_plugin.configured("swe") is not None
+    assert reef_plugin.configured("chat") is None
+    bad = text.replace('"mode"', '"x"').replace('"journal_dir"', '"journal_dri"')
+    with pytest.raises(DeploymentError, match=r"did you mean 'journal_dir'\?"):
+        load_deployment(bad, plugins=plugins)

@@ -21,10 +21,10 @@ of agent_ecc that imports Reef. For a scenario it is configured for (:func:`conf
 (``<journal_dir>/<scenario>.learner.jsonl`` and ``.completions.jsonl``) from the decision of its
 batch, for :func:`~agent_ecc.consumption.consumption_records`.
 
-Configuration: :class:`EccSettings`. The deployment file has no section a plugin's event hooks
-can read (its top-level keys are fixed and refused otherwise, and the hooks receive only the
-scenario, trainer and job data), so :func:`configure` is called by whoever builds the process
-(an embedding, a test) with settings parsed by :meth:`EccSettings.parse`.
+Configuration: :class:`EccSettings`, registered as the extension ``ecc``: a deployment turns
+the seal on for a scenario with ``scenarios.<name>.extensions.ecc: {...}``, checked when the
+deployment is read, and ``reef_scenario_started`` opens the scenario's seal with it. An embedding
+without a deployment calls :func:`configure` itself.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ from agent_ecc.store import ContentStore
 from reef import hookimpl
 from reef.core.config import config_option
 from reef.core.job_data import JobData, JobOutcome, Sample, TrajectorySample
-from reef.core.plugins import PluginSettings
+from reef.core.plugins import PluginRegistrar, PluginSettings
 
 
 def _one_of(values: tuple[str, ...]) -> Any:
@@ -239,6 +239,19 @@ def configure(scenario: str, settings: EccSettings | Mapping[str, Any] | None) -
 def configured(scenario: str) -> ScenarioSeal | None:
     """The seal of ``scenario``, if configured."""
     return _SCENARIOS.get(scenario)
+
+
+@hookimpl
+def reef_register_extensions(registry: PluginRegistrar) -> None:
+    """The seal is configured per scenario: ``scenarios.<name>.extensions.ecc`` in a deployment."""
+    registry.register("ecc", EccSettings)
+
+
+@hookimpl
+def reef_scenario_started(scenario: str, extensions: Mapping[str, PluginSettings]) -> None:
+    """Open the scenario's seal when its deployment configures ``ecc``; otherwise none."""
+    settings = extensions.get("ecc")
+    configure(scenario, settings if isinstance(settings, EccSettings) else None)
 
 
 @hookimpl
