@@ -134,7 +134,6 @@ def reef_scenario_started(scenario: str, extensions: Mapping[str, PluginSettings
     """
 
 
-
 @hookspec
 def reef_job_data_built(scenario: str, trainer: str, job_data: JobData) -> None:
     """The pipeline built a job's data and the trainer validated it against the output schema.
