@@ -248,15 +248,24 @@ class TrainingPipeline:
         return self._compute_buffer(entries, limit=self.sample2job.buffer_size)
 
     def _manual_buffer(self) -> list[_Entry]:
+        # The client's choice, limited to what this trainer has not trained (a sample trains
+        # once per trainer, whoever chose it), plus the rest of each group it touches: a
+        # unit's samples train in the same job (P-SET-19, P-BUF-5).
         handed_out = {sid for r in self._reserved.values() for sid in r.sample_ids}
-        entries = []
-        for stored in self.samples.manual_buffer(self._trainer):
-            if stored.id in handed_out:
-                continue
-            entry = self._entry(stored)
-            if entry is not None and self._counts(entry):
-                entries.append(entry)
-        return self._compute_buffer(entries, limit=None)
+        chosen = [
+            self._untrained[stored.id]
+            for stored in self.samples.manual_buffer(self._trainer)
+            if stored.id in self._untrained and stored.id not in handed_out
+        ]
+        groups = {e.sample.group_id for e in chosen if e.sample.group_id is not None}
+        ids = {str(e.sample.sample_id) for e in chosen}
+        mates = [
+            e
+            for sid, e in self._untrained.items()
+            if e.sample.group_id in groups and sid not in ids and sid not in handed_out
+        ]
+        entries = sorted(chosen + mates, key=lambda e: e.position)
+        return self._compute_buffer([e for e in entries if self._counts(e)], limit=None)
 
     def _without_removed_uploads(self, buffer: list[_Entry]) -> list[_Entry]:
         # An upload whose item left the scenario is forgotten (P-UP-2): check the buffer's
