@@ -6,6 +6,7 @@ import pytest
 
 from reef.core.deployment import DeploymentError, load_deployment
 from reef.core.plugins import PluginConfigError, PluginKind, Plugins
+from reef.pipeline_context import PipelineContext
 from reef_sft.processor import SFTJobData, SFTSamples
 from reef_sft.recipe import SFTRecipe
 
@@ -60,5 +61,10 @@ def test_a_full_sft_deployment_loads(plugins: Plugins) -> None:
         environ={},
     )
     config = deployment.scenarios["support"].pipeline.sample2job.config
-    stage = SFTJobData(SFTJobData.Settings.parse(config, plugin_class=SFTJobData))  # type: ignore[arg-type]
+    stage = SFTJobData.from_config(
+        config,
+        context=PipelineContext("support", "c"),
+        record2sample=SFTSamples(PipelineContext("support", "c")),
+        environ={},
+    )
     assert (stage.job_samples, stage.buffer_size) == (4, 8)

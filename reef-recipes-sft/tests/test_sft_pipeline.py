@@ -1,0 +1,133 @@
+"""SFT through the TrainingPipeline: reports and uploads become samples, job data, commits.
+
+Runs on the real sample store, a SQLite file (reef-core's tests run the store on PostgreSQL).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from reef.core.job_data import TrajectorySample
+from reef.core.plugins import PluginConfigError
+from reef.core.records import InferenceRecord, Report
+from reef.pipeline_context import PipelineContext
+from reef.storage import Database, NewSample, TrainerSamples, open_database
+from reef.train.pipeline import TrainingPipeline
+from reef_sft.processor import SFTJobData, SFTSamples
+
+
+@pytest.fixture
+def storage_database(tmp_path: Path) -> Iterator[Database]:
+    database = open_database(f"sqlite:///{tmp_path}/reef.db")
+    yield database
+    database.dispose()
+
+
+CONTEXT = PipelineContext("s", "c", has_runtime_loader=True)
+AGENT_TRAJECTORY = {
+    "schema_version": "ATIF-v1.4",
+    "session_id": "up-1",
+    "agent": {"name": "a", "version": "1"},
+    "steps": [
+        {"step_id": 1, "source": "user", "message": "hi"},
+        {"step_id": 2, "source": "agent", "message": "hello"},
+    ],
+}
+NO_AGENT_TRAJECTORY = {
+    **AGENT_TRAJECTORY,
+    "session_id": "up-2",
+    "steps": [AGENT_TRAJECTORY["steps"][0]],
+}
+
+
+def call(cid: str, artifact: str) -> InferenceRecord:
+    return InferenceRecord(
+        cid,
+        "s",
+        {"messages": [{"role": "user", "content": f"question {cid}"}]},
+        {
+            "choices": [
+                {"message": {"role": "assistant", "content": "answer"}, "finish_reason": "stop"}
+            ]
+        },
+        artifact_id=artifact,
+    )
+
+
+def pipeline(database: Database, **config: Any) -> TrainingPipeline:
+    environ: dict[str, str] = {}
+    r2s = SFTSamples.from_config(config or None, context=CONTEXT, environ=environ)
+    s2j = SFTJobData.from_config(
+        {"job_samples": 2}, context=CONTEXT, record2sample=r2s, environ=environ
+    )
+    return TrainingPipeline(r2s, s2j, samples=TrainerSamples(database, "s"), context=CONTEXT)
+
+
+def test_uploaded_sample_refuses_no_agent_turn_and_adds_max_tokens() -> None:
+    """rule: P-UP-4 SFTSamples refuses a trajectory with no agent turn (ValueError naming it)
+    and adds extra.reef.max_tokens; it is pure."""
+    stage = SFTSamples(CONTEXT, max_tokens=512)
+    with pytest.raises(ValueError, match="'up-2' has no agent turn"):
+        stage.uploaded_sample(NO_AGENT_TRAJECTORY)
+    before = repr(AGENT_TRAJECTORY)
+    sample = stage.uploaded_sample(AGENT_TRAJECTORY)
+    assert sample == stage.uploaded_sample(AGENT_TRAJECTORY)
+    assert repr(AGENT_TRAJECTORY) == before  # the input is not changed
+    assert isinstance(sample, TrajectorySample)
+    assert sample.trajectory["extra"]["reef"]["max_tokens"] == 512
+    copied = {
+        **AGENT_TRAJECTORY,
+        "steps": [{**AGENT_TRAJECTORY["steps"][1], "is_copied_context": True}],
+    }
+    with pytest.raises(ValueError, match="no agent turn"):
+        stage.uploaded_sample(copied)
+
+
+def test_max_staleness_is_refused_and_nothing_is_stale(storage_database: Database) -> None:
+    """rule: P-STALE-12 SFTSamples refuses max_staleness; is_stale is False, so samples of an
+    artifact long gone still train."""
+    with pytest.raises(PluginConfigError) as info:
+        SFTSamples.from_config({"max_staleness": 0}, context=CONTEXT, environ={})
+    assert info.value.key == "$.max_staleness"
+    sft = pipeline(storage_database)
+    sft.observe_serving_artifact_id("old")
+    sft.push(call("c1", "old"))
+    sft.push(Report("r1", "s", ("c1",)))
+    sft.observe_serving_artifact_id("new")
+    sft.observe_serving_artifact_id("newer")
+    assert [s.sample_id for s in sft.buffer()] == ["r1:0"]
+
+
+def test_reports_and_uploads_train_through_the_pipeline(storage_database: Database) -> None:
+    """rule: P-UP-3 P-UP-6 P-UP-7 P-UP-8 P-UP-9 P-PIPE-9 P-REND-4 a report's trajectory and a
+    checked upload train in one job with max_tokens and no reward; a refused upload is skipped
+    and stays unconsumed."""
+    sft = pipeline(storage_database, max_tokens=256)
+    store = TrainerSamples(storage_database, "s")
+    store.add_upload(NewSample("up-2", "trajectory", {"trajectory": NO_AGENT_TRAJECTORY}))
+    sft.push(call("c1", "a1"))
+    sft.push(Report("r1", "s", ("c1",), score=None))
+    assert not sft.ready(2)
+    store.add_upload(NewSample("up-1", "trajectory", {"trajectory": AGENT_TRAJECTORY}))
+    data = sft.build_job_data(2)
+    assert data is not None
+    assert data.metadata == {"objective": "cross_entropy"}
+    assert [s.sample_id for s in data.samples] == ["r1:0", "up-1"]
+    for sample in data.samples:
+        assert isinstance(sample, TrajectorySample)
+        assert sample.trajectory["extra"]["reef"]["max_tokens"] == 256
+        assert sample.reward is None
+    assert sft.acknowledge(data.id) == ("sample:r1:0", "sample:up-1")
+    assert store.train_counts("c", ["r1:0", "up-1", "up-2"]) == {"r1:0": 1, "up-1": 1, "up-2": 0}
+    assert [s.id for s in store.untrained("c")] == ["up-2"]
+    assert sft.status()["refused_samples"] == 1
+
+
+def test_job_samples_is_required() -> None:
+    """rule: P-SIZE-2 a weight recipe's job data has no default job_samples."""
+    with pytest.raises(PluginConfigError):
+        SFTJobData.from_config({}, context=CONTEXT, record2sample=SFTSamples(CONTEXT), environ={})
