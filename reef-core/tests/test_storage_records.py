@@ -142,6 +142,38 @@ def test_the_trajectory_index_rebuilds_from_stored_link_entries(
     ]
 
 
+def test_link_entries_are_read_by_cursor_without_bodies(storage_database: Database) -> None:
+    """rule: P-SET-2 (link entries, not bodies, rebuild and catch an index up)"""
+    store = RecordStore(storage_database, SCENARIO, capacity=RecordCapacity(max_bodies=1))
+    calls = _conversation(4)
+    live = _store_linked(store, calls[:2])
+    store.append(Report(id="r1", scenario=SCENARIO, references=("c1",)))
+    first = store.read_links_after(None)
+    assert [link.entry.call_id for link in first] == ["c0", "c1"]  # c0's body is evicted
+    assert [link.entry.parent_id for link in first] == [None, "c0"]
+    for call in calls[2:]:
+        store.append(call, link=live.add(call))
+    later = store.read_links_after(first[-1].position, limit=1)
+    assert [link.entry.call_id for link in later] == ["c2"]
+    assert store.read_links_after(later[0].position)[0].entry.parent_id == "c2"
+
+
+def test_append_calls_links_against_what_others_stored_meanwhile(
+    storage_database: Database,
+) -> None:
+    """rule: P-SET-2 (a writer whose index is behind catches up inside the transaction)"""
+    store = RecordStore(storage_database, SCENARIO)
+    calls = _conversation(3)
+    behind = TrajectoryIndex()
+    entries, cursor = store.append_calls(calls[:1], behind, None)
+    other = TrajectoryIndex()  # another process: it stores c1 itself
+    other.restore(entries[0])
+    store.append(calls[1], link=other.add(calls[1]))
+    entries, cursor = store.append_calls(calls[2:], behind, cursor)
+    assert entries[0].parent_id == "c1"
+    assert cursor == store.read_after(None)[-1].position
+
+
 def test_eviction_keeps_the_newest_bodies_and_counts_what_it_lost(
     storage_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -4,14 +4,15 @@ Every record the service admits for a scenario (an inference record, a report) g
 scenario's :class:`ScenarioLedger`, which runs on a thread of its own:
 
 - it keeps the scenario's :class:`~reef.core.trajectory_index.TrajectoryIndex`, rebuilt from the
-  store's link entries when the ledger starts, and brought up to date from the store before each
-  batch (records that other processes of the deployment wrote), so the store stays
-  authoritative;
+  store's link entries (no bodies) when the ledger starts;
 - inference records waiting together are linked in arrival order and appended in one
-  transaction (group commit: one durable commit answers many calls);
-- a report is admitted after the inference records queued before it are durable, against the
-  store: each reference must be a stored inference record of the scenario that no stored call
-  continues (P-REP-1, P-REP-2).
+  transaction (group commit: one durable commit answers many calls). Inside that transaction,
+  under the scenario's write lock, the index first restores the link entries other processes
+  of the deployment stored since (:meth:`~reef.storage.RecordStore.append_calls`), so several
+  processes on one store link exactly as one writer would;
+- a report is admitted after the inference records queued before it are durable and the index
+  caught up with the store, against the store: each reference must be a stored inference
+  record of the scenario that no stored call continues (P-REP-1, P-REP-2).
 
 Answers go back to the asyncio loop through :class:`concurrent.futures.Future` values, which
 the routes await with :func:`asyncio.wrap_future`.
@@ -115,14 +116,6 @@ class ScenarioLedger:
                     batch.append(self._queue.get_nowait())
                 except queue.Empty:
                     break
-            try:
-                self._catch_up()
-            except Exception as exc:  # the store is unreachable: fail this batch, keep going
-                _log.exception("scenario %r: cannot read the record store", self.scenario)
-                for item in batch:
-                    if not isinstance(item, _Stop):
-                        item.done.set_exception(exc)
-                continue
             pending: list[_Append] = []
             for item in batch:
                 if isinstance(item, _Append):
@@ -136,40 +129,40 @@ class ScenarioLedger:
             self._flush(pending)
 
     def _catch_up(self) -> None:
-        """Restore the link entries other writers stored since the last read (store order)."""
+        """Restore the link entries other writers stored since the last read (store order);
+        reads no body."""
         while True:
-            rows = self.store.read_after(self._cursor, _PAGE)
-            for row in rows:
-                self._cursor = row.position
-                if row.link is not None and row.id not in self._index:
-                    self._index.restore(row.link)
-            if len(rows) < _PAGE:
+            links = self.store.read_links_after(self._cursor, _PAGE)
+            for link in links:
+                self._cursor = link.position
+                if link.entry.call_id not in self._index:
+                    self._index.restore(link.entry)
+            if len(links) < _PAGE:
                 return
 
     def _flush(self, pending: list[_Append]) -> None:
         if not pending:
             return
-        items: list[tuple[InferenceRecord, LinkEntry]] = []
-        for append in pending:
-            items.append((append.record, self._index.add(append.record)))
         try:
-            self.store.append_many(items)
+            # The index catches up with the store inside the append's transaction, under the
+            # scenario's write lock: no other process can store a parent in between.
+            entries, self._cursor = self.store.append_calls(
+                [append.record for append in pending], self._index, self._cursor
+            )
         except Exception as exc:
-            # Nothing was stored: take the calls out of the index again by rebuilding it.
-            self._rebuild()
+            # Nothing was stored, but the index may hold some of the calls: start it afresh
+            # (the next append or admission rebuilds it from the store's link entries).
+            self._index = TrajectoryIndex()
+            self._cursor = None
             for append in pending:
                 append.done.set_exception(exc)
             return
-        for append, (_, entry) in zip(pending, items, strict=True):
+        for append, entry in zip(pending, entries, strict=True):
             append.done.set_result(entry)
-
-    def _rebuild(self) -> None:
-        self._index = TrajectoryIndex()
-        self._cursor = None
-        self._catch_up()
 
     def _admit(self, item: _Admit) -> None:
         try:
+            self._catch_up()  # an "inner" reference is judged against every stored call
             item.done.set_result(self._admit_report(item.report))
         except Exception as exc:
             item.done.set_exception(exc)

@@ -26,7 +26,7 @@ from reef.storage.errors import (
 )
 from reef.storage.leases import FencedDatabase, Lease, LeaseLostError, TrainerLeases
 from reef.storage.positions import Position
-from reef.storage.records import RecordCapacity, RecordStore, StoredRecord
+from reef.storage.records import RecordCapacity, RecordStore, StoredLink, StoredRecord
 from reef.storage.samples import Instruction, NewSample, StoredSample, TrainerSamples
 from reef.storage.scenario_settings import ScenarioSettings
 from reef.storage.tasks import KeyValueStore, TaskStorage, TaskStore, TaskStores
@@ -48,6 +48,7 @@ __all__ = [
     "RecordStore",
     "ScenarioSettings",
     "StorageError",
+    "StoredLink",
     "StoredRecord",
     "StoredSample",
     "TaskStorage",

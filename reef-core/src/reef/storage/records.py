@@ -31,7 +31,7 @@ from typing import Any, Final
 import attrs
 from sqlalchemy import Connection, Row, func, select, update
 
-from reef.core.records import Record, Report, dumps, loads
+from reef.core.records import InferenceRecord, Record, Report, dumps, loads
 from reef.core.trajectory_index import LinkEntry, TrajectoryIndex
 from reef.storage.database import Database
 from reef.storage.drops import EVICTED, add_drops
@@ -40,7 +40,7 @@ from reef.storage.positions import Position, after, lock_store_order
 from reef.storage.tables import record_usage, records
 from reef.storage.upserts import add_counts
 
-__all__ = ["RecordCapacity", "RecordStore", "StoredRecord"]
+__all__ = ["RecordCapacity", "RecordStore", "StoredLink", "StoredRecord"]
 
 _log = logging.getLogger(__name__)
 
@@ -88,6 +88,19 @@ class StoredRecord:
     evicted_reason: str | None
 
 
+@attrs.frozen
+class StoredLink:
+    """The link entry of a stored inference record, without its body.
+
+    :ivar position: the record's place in store order (a cursor for
+        :meth:`RecordStore.read_links_after`).
+    :ivar entry: its trajectory link entry.
+    """
+
+    position: Position
+    entry: LinkEntry
+
+
 def content_hash(record: Record) -> str:
     """The hash that decides whether two records under one id are the same record."""
     content = record.content_key() if isinstance(record, Report) else dumps(record)
@@ -108,7 +121,9 @@ class RecordStore:
         self._database = database
         self.scenario = scenario
         self.capacity = capacity
-        self._insert = records.insert().values(commit_tx=0)
+        self._insert = (
+            records.insert().values(commit_tx=0).returning(records.c.commit_tx, records.c.seq)
+        )
 
     # -- writing --------------------------------------------------------------------------
 
@@ -138,37 +153,81 @@ class RecordStore:
             rows.setdefault(record.id, row)
         if not rows:
             return 0
-        evicted = 0
         with self._database.write() as connection:
             lock_store_order(connection, "records", self.scenario)
-            stored = connection.execute(
-                select(records.c.id, records.c.scenario, records.c.content_hash).where(
-                    records.c.id.in_(list(rows))
-                )
+            positions, evicted = self._write_rows(connection, rows)
+        self._warn_evicted(evicted)
+        return len(positions)
+
+    def append_calls(
+        self, calls: Sequence[InferenceRecord], index: TrajectoryIndex, cursor: Position | None
+    ) -> tuple[list[LinkEntry], Position | None]:
+        """Link ``calls`` and store them, in one transaction, so that several writers of the
+        scenario (processes with an index each) link as one writer would.
+
+        Inside the transaction, after the scenario's writers are serialised, ``index`` first
+        restores the link entries stored after ``cursor`` (what other writers committed), then
+        links each call in order (:meth:`TrajectoryIndex.add`). A call therefore never misses
+        a parent committed before it, whichever process stored that parent.
+
+        :param index: the caller's index, brought up to ``cursor`` by earlier calls; it is
+            changed in place, and must be rebuilt when this raises.
+        :returns: each call's link entry, and the cursor of the last link entry restored or
+            stored.
+        :raises ConflictError, MissingLinkError: as :meth:`append`; nothing is stored then.
+        """
+        with self._database.write() as connection:
+            lock_store_order(connection, "records", self.scenario)
+            for link in self._links_after(connection, cursor, None):
+                cursor = link.position
+                if link.entry.call_id not in index:
+                    index.restore(link.entry)
+            entries = [index.add(call) for call in calls]
+            rows: dict[str, dict[str, Any]] = {}
+            for call, entry in zip(calls, entries, strict=True):
+                rows.setdefault(call.id, self._row(call, entry))
+            positions, evicted = self._write_rows(connection, rows)
+        self._warn_evicted(evicted)
+        # Under the lock nothing was stored between the catch-up and these rows.
+        return entries, max(positions, default=cursor)
+
+    def _write_rows(
+        self, connection: Connection, rows: dict[str, dict[str, Any]]
+    ) -> tuple[list[Position], int]:
+        """Insert the rows not stored yet (after the conflict check); evict beyond the
+        capacity. The caller holds the store-order lock. Returns the new rows' positions and
+        how many bodies were evicted."""
+        stored = connection.execute(
+            select(records.c.id, records.c.scenario, records.c.content_hash).where(
+                records.c.id.in_(list(rows))
             )
-            for record_id, scenario, digest in stored:
-                if scenario != self.scenario or digest != rows[record_id]["content_hash"]:
-                    raise ConflictError("record", record_id, scenario)
-                del rows[record_id]
-            if not rows:
-                return 0
-            new = list(rows.values())
-            connection.execute(self._insert, new)
-            add_counts(
-                connection,
-                record_usage,
-                [
-                    {
-                        "scenario": self.scenario,
-                        "bodies": len(new),
-                        "body_bytes": sum(row["body_bytes"] for row in new),
-                    }
-                ],
-                key=("scenario",),
-                columns=("bodies", "body_bytes"),
-            )
-            if self.capacity is not None:
-                evicted = self._evict(connection, self.capacity)
+        )
+        rows = dict(rows)
+        for record_id, scenario, digest in stored:
+            if scenario != self.scenario or digest != rows[record_id]["content_hash"]:
+                raise ConflictError("record", record_id, scenario)
+            del rows[record_id]
+        if not rows:
+            return [], 0
+        new = list(rows.values())
+        inserted = connection.execute(self._insert, new).all()
+        add_counts(
+            connection,
+            record_usage,
+            [
+                {
+                    "scenario": self.scenario,
+                    "bodies": len(new),
+                    "body_bytes": sum(row["body_bytes"] for row in new),
+                }
+            ],
+            key=("scenario",),
+            columns=("bodies", "body_bytes"),
+        )
+        evicted = self._evict(connection, self.capacity) if self.capacity is not None else 0
+        return [Position(row.commit_tx, row.seq) for row in inserted], evicted
+
+    def _warn_evicted(self, evicted: int) -> None:
         if evicted:
             _log.warning(
                 "scenario %r: evicted the %d oldest record bodies to stay within %s",
@@ -176,7 +235,6 @@ class RecordStore:
                 evicted,
                 self.capacity,
             )
-        return len(new)
 
     def _row(self, record: Record, link: LinkEntry | None) -> dict[str, Any]:
         if record.scenario != self.scenario:
@@ -286,22 +344,55 @@ class RecordStore:
             row = connection.execute(query).one_or_none()
         return None if row is None else _stored(row)
 
+    def read_links_after(
+        self, cursor: Position | None, limit: int | None = None
+    ) -> list[StoredLink]:
+        """The link entries of the inference records stored after ``cursor``, in store order,
+        without reading any body (they are complete after evictions).
+
+        :param limit: the most entries to return; ``None`` for all.
+        """
+        with self._database.read() as connection:
+            return self._links_after(connection, cursor, limit)
+
+    def _links_after(
+        self, connection: Connection, cursor: Position | None, limit: int | None
+    ) -> list[StoredLink]:
+        query = (
+            select(
+                records.c.commit_tx,
+                records.c.seq,
+                records.c.id,
+                records.c.parent_id,
+                records.c.request_key,
+                records.c.reply_keys,
+            )
+            .where(
+                records.c.scenario == self.scenario,
+                records.c.kind == "inference",
+                after(records.c.commit_tx, records.c.seq, cursor),
+            )
+            .order_by(records.c.commit_tx, records.c.seq)
+            .limit(limit)
+        )
+        return [
+            StoredLink(
+                Position(row.commit_tx, row.seq),
+                LinkEntry(
+                    row.id, row.parent_id, row.request_key, tuple(json.loads(row.reply_keys))
+                ),
+            )
+            for row in connection.execute(query)
+        ]
+
     def trajectory_index(self) -> TrajectoryIndex:
         """A trajectory index of every stored inference call, rebuilt from the link entries.
 
         Reads no body, so it is complete after evictions. Entries are restored in store order.
         """
-        query = (
-            select(records.c.id, records.c.parent_id, records.c.request_key, records.c.reply_keys)
-            .where(records.c.scenario == self.scenario, records.c.kind == "inference")
-            .order_by(records.c.commit_tx, records.c.seq)
-        )
         index = TrajectoryIndex()
-        with self._database.read() as connection:
-            for call_id, parent_id, request_key, reply_keys in connection.execute(query):
-                index.restore(
-                    LinkEntry(call_id, parent_id, request_key, tuple(json.loads(reply_keys)))
-                )
+        for link in self.read_links_after(None):
+            index.restore(link.entry)
         return index
 
     def evictions(self) -> dict[str, int]:
