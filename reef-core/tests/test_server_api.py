@@ -364,6 +364,13 @@ def test_items_upload_attach_detach(client: TestClient, storage_database: Databa
     assert detached.json()["scenarios"] == []
     assert samples.get(["t1"]) == []
     assert client.delete("/reef/scenarios/support/items/t1", headers=GRADER).status_code == 404
+    # Attached again: a new upload at the end of store order.
+    reattached = client.post("/reef/scenarios/support/items/t1", headers=GRADER)
+    assert reattached.status_code == 201
+    assert reattached.json()["scenarios"] == ["support"]
+    (again,) = samples.get(["t1"])
+    assert again.position > stored.position
+    assert client.post("/reef/scenarios/support/items/t1", headers=GRADER).status_code == 200
     assert client.delete("/reef/items/t2", headers=GRADER).status_code == 200
     assert client.get("/reef/items/t2", headers=GRADER).status_code == 404
 

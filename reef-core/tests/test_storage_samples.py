@@ -93,6 +93,37 @@ def test_uploads_interleave_by_arrival_and_leave_every_trainer(
     assert store.get(["traj-1"]) == []
 
 
+def test_a_removed_upload_added_again_is_a_new_upload_and_keeps_its_train_counts(
+    storage_database: Database,
+) -> None:
+    """rule: P-UP-1, P-UP-2, P-UP-8 (re-attach: a new place in store order; a trainer that
+    trained it keeps its count and does not get it again; the others read it)."""
+    store = TrainerSamples(storage_database, "sc")
+    for trainer in ("a", "b"):
+        store.register_trainer(trainer, reads_uploads=True)
+    store.add_upload(_sample("traj-1"))
+    store.add_record_samples("a", [_sample("a:r1:0")], ["r1"])
+    assert store.commit_submission("a", "sc:data:1", ["traj-1"])
+    (before,) = store.get(["traj-1"])
+    assert store.remove_upload("traj-1")
+
+    assert store.add_upload(_sample("traj-1", revised=True))
+    assert not store.add_upload(_sample("traj-1", revised=True))
+    (again,) = store.get(["traj-1"])
+    assert again.position > before.position
+    assert again.body == {"id": "traj-1", "revised": True}
+    assert _ids(store.untrained("a")) == ["a:r1:0"]  # trained it once: never again
+    assert store.train_counts("a", ["traj-1"]) == {"traj-1": 1}
+    untrained_b = store.untrained("b")
+    assert _ids(untrained_b) == ["traj-1"]
+    assert untrained_b[0].position == again.position  # after any cursor that saw the first
+    # Removed and re-added again: still one row, the counts still there.
+    assert store.remove_upload("traj-1")
+    assert store.add_upload(_sample("traj-1"))
+    assert store.train_counts("a", ["traj-1"]) == {"traj-1": 1}
+    assert len(store.get(["traj-1"])) == 1
+
+
 def test_a_commit_counts_the_trained_samples_for_its_trainer_only(
     storage_database: Database,
 ) -> None:

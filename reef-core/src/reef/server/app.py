@@ -554,14 +554,6 @@ class _Service:
                 new = scenario.samples.add_upload(upload)
             except ConflictError as exc:
                 raise ApiError.one(409, "conflict", "item_id", str(exc)) from None
-            if not new and not scenario.samples.get([item_id]):
-                raise ApiError.one(
-                    409,
-                    "conflict",
-                    "item_id",
-                    f"item {item_id!r} was detached from {scenario.name!r}; the sample store"
-                    " keeps a detached upload's place and cannot attach it again",
-                )
             return new
 
         new = await anyio.to_thread.run_sync(attach)

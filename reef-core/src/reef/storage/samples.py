@@ -294,7 +294,10 @@ class TrainerSamples:
         """Store an uploaded trajectory: a sample of no component (P-UP-1).
 
         Every trainer registered to read uploads gets it as untrained. Storing the same upload
-        again changes nothing.
+        again changes nothing. An upload that was removed (its item detached) is stored again
+        as a new upload, at the end of store order, with its body as given now; each trainer
+        keeps its train count of it, so one that trained it does not get it again (a sample
+        trains at most once per trainer) and the others get it as untrained.
 
         :returns: True when stored now.
         :raises ConflictError: when the id is stored with other content, or is not an upload.
@@ -303,16 +306,44 @@ class TrainerSamples:
         with self._database.write() as connection:
             self._lock_scenario(connection)
             stored = self._stored_rows(connection, [upload.id])
-            if stored:
+            counts: dict[str, int] = {}
+            if stored and not (stored[0].origin == "upload" and stored[0].removed):
                 self._check_same([row], stored)
                 return False
+            if stored:
+                counts = self._take_removed_upload(connection, stored[0].seq)
             readers = connection.execute(
                 select(trainers.c.trainer).where(
                     trainers.c.scenario == self.scenario, trainers.c.reads_uploads.is_(True)
                 )
             ).scalars()
-            self._insert(connection, [row], pending_for=list(readers))
+            positions = self._insert(
+                connection, [row], pending_for=[r for r in readers if not counts.get(r)]
+            )
+            if counts:
+                connection.execute(
+                    sample_trains.insert(),
+                    [
+                        {"sample_seq": positions[0].seq, "trainer": trainer, "count": count}
+                        for trainer, count in counts.items()
+                    ],
+                )
         return True
+
+    def _take_removed_upload(self, connection: Connection, seq: int) -> dict[str, int]:
+        """Delete a removed upload's tombstone so that it can be stored again at a new place in
+        store order; returns its train counts by trainer, which the new row keeps."""
+        counts = {
+            str(trainer): int(count)
+            for trainer, count in connection.execute(
+                select(sample_trains.c.trainer, sample_trains.c["count"]).where(
+                    sample_trains.c.sample_seq == seq
+                )
+            )
+        }
+        connection.execute(delete(sample_trains).where(sample_trains.c.sample_seq == seq))
+        connection.execute(delete(samples).where(samples.c.seq == seq))
+        return counts
 
     def remove_upload(self, sample_id: str) -> bool:
         """The upload's item left the scenario: every trainer forgets it (P-UP-2).
@@ -369,11 +400,13 @@ class TrainerSamples:
 
     def _insert(
         self, connection: Connection, rows: list[dict[str, Any]], *, pending_for: list[str]
-    ) -> None:
-        if rows:
-            lock_store_order(connection, "samples", self.scenario)
-            positions = connection.execute(self._insert_new_samples, rows).all()
-            self._insert_pending(connection, positions, pending_for)
+    ) -> list[Row[tuple[int, int]]]:
+        if not rows:
+            return []
+        lock_store_order(connection, "samples", self.scenario)
+        positions = list(connection.execute(self._insert_new_samples, rows).all())
+        self._insert_pending(connection, positions, pending_for)
+        return positions
 
     def _insert_pending(
         self,
