@@ -22,7 +22,6 @@ from reef.server import (
     ServerOptions,
     UnauthenticatedServiceError,
     create_app,
-    snapshot_key,
 )
 from reef.server.testing import scripted_engine, serve_on_loopback, service_test_plugins
 from reef.storage import (
@@ -33,6 +32,7 @@ from reef.storage import (
     ScenarioSettings,
     TrainerSamples,
 )
+from reef.train.trainer import snapshot_key
 
 pytest_plugins = ("reef.testing.storage",)
 
@@ -483,10 +483,14 @@ def test_status_reads_stores_and_the_trainer_snapshot(
             "running_job": {"job_id": "j1", "data_id": "support:data:3"},
             "served_artifact": "art-9",
             "last_errors": [{"at": 4.0, "where": "submit", "error": "boom"}],
+            "holder": "host:12:abcd",
+            "jobs_ended": 3,
         },
     )
     after = client.get("/reef/status", headers=ADMIN).json()
     (trainer,) = next(s for s in after["scenarios"] if s["scenario"] == "support")["trainers"]
+    assert trainer["holder"] == "host:12:abcd"
+    assert trainer["jobs_ended"] == 3
     assert trainer["ready_samples"] == 7
     assert trainer["buffer_size"] == 8
     assert trainer["pending_instructions"] == 2

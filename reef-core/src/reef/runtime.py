@@ -25,7 +25,8 @@ from typing import Any
 from reef.components.interface import TrainingComponent
 from reef.core.deployment import Deployment, ScenarioSection, scenario_classes
 from reef.core.plugins import Plugins
-from reef.pipeline_context import PipelineContext, TrainingMode, check_training_mode
+from reef.pipeline_context import PipelineContext, TrainingMode
+from reef.server.app import LOCAL_ENGINE
 from reef.server.engines import CompletionFunction
 from reef.server.runtime import ServiceRuntime
 from reef.storage import Database, ScenarioSettings, TrainerSamples
@@ -38,14 +39,12 @@ from reef.train.trainer import (
     TrainerParts,
     TrainerSettings,
     process_holder,
+    stored_training_mode,
 )
 
-__all__ = ["LOCAL_ENGINE", "ReefRuntime"]
+__all__ = ["ReefRuntime"]
 
 logger = logging.getLogger(__name__)
-
-#: ``serving.engine`` of a scenario answered by the built-in local engine.
-LOCAL_ENGINE = "local"
 
 
 class ReefRuntime(ServiceRuntime):
@@ -133,8 +132,9 @@ class ReefRuntime(ServiceRuntime):
         options = None if section.training is None else section.training.options
 
         def build(database: Database) -> TrainerParts:
-            stored = ScenarioSettings(database, scenario).get(TRAINING_MODE_SETTING)
-            mode: TrainingMode = check_training_mode(str(stored)) if stored else "auto"
+            mode: TrainingMode = stored_training_mode(
+                ScenarioSettings(database, scenario).get(TRAINING_MODE_SETTING)
+            )
             context = PipelineContext(
                 scenario=scenario,
                 component=trainer,

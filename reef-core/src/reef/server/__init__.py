@@ -18,14 +18,11 @@ from reef.server.app import (
 from reef.server.auth import UnauthenticatedServiceError, check_bind_address
 from reef.server.errors import ApiError, ReportRejected, UploadRejected
 from reef.server.runtime import ServiceRuntime
-from reef.server.status import MODE_KEY, SNAPSHOT_KEY, snapshot_key
 
 __all__ = [
     "LOCAL_ENGINE",
-    "MODE_KEY",
     "RECORD_ID_HEADER",
     "SCENARIO_HEADER",
-    "SNAPSHOT_KEY",
     "ApiError",
     "ReportRejected",
     "ServerOptions",
@@ -35,5 +32,4 @@ __all__ = [
     "check_bind_address",
     "create_app",
     "open_databases",
-    "snapshot_key",
 ]

@@ -62,7 +62,7 @@ from reef.server.errors import ApiError, ReportRejected, UploadRejected
 from reef.server.ledger import ScenarioLedger
 from reef.server.openapi import ApiRoute, openapi_document
 from reef.server.runtime import ServiceRuntime
-from reef.server.status import MODE_KEY, scenario_status
+from reef.server.status import scenario_status
 from reef.storage import (
     ConflictError,
     Database,
@@ -75,6 +75,7 @@ from reef.storage import (
     open_database,
 )
 from reef.train.stages import build_stages, scenario_trainers
+from reef.train.trainer import TRAINING_MODE_SETTING
 
 __all__ = [
     "LOCAL_ENGINE",
@@ -597,7 +598,7 @@ class _Service:
                 "$.training_mode",
                 f"training mode {mode!r} is not supported by trainer {', '.join(refusing)}",
             )
-        await anyio.to_thread.run_sync(scenario.settings.set, MODE_KEY, mode)
+        await anyio.to_thread.run_sync(scenario.settings.set, TRAINING_MODE_SETTING, mode)
         self.runtime.training_mode_changed(scenario.name, mode)
         return answer(ScenarioUpdated(scenario.name, mode))
 

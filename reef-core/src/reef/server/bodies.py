@@ -220,6 +220,10 @@ class TrainerStatus:
     last_errors: tuple[JSONObject, ...]
     snapshot_at: float | None
     pipeline: JSONObject
+    #: The process whose trainer wrote the snapshot (``host:pid:random``): the lease holder.
+    holder: str | None = None
+    #: Jobs that ended in the holder's tenure.
+    jobs_ended: int | None = None
 
 
 @attrs.frozen

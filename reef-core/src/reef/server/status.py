@@ -4,7 +4,8 @@ What the stores hold is read directly: the stored training mode, drop counts by 
 instructions, manual buffers, evicted bodies. What only a trainer knows (its buffer, the job it
 runs, the artifact it serves, its last errors) comes from the trainer's durable status
 snapshot: a JSON object the trainer writes to the scenario's settings under
-``trainer_status:<trainer>`` (see :data:`SNAPSHOT_KEY` and ``docs/service.md`` for its shape).
+``trainer_status:<trainer>`` (:func:`reef.train.trainer.snapshot_key`; ``docs/service.md``
+gives its shape).
 Before a trainer's first snapshot those values are ``None``.
 """
 
@@ -13,33 +14,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from reef.pipeline_context import TrainingMode, check_training_mode
 from reef.server.bodies import ScenarioStatus, TrainerStatus
 from reef.storage import DropCounters, RecordStore, ScenarioSettings, TrainerSamples
+from reef.train.trainer import TRAINING_MODE_SETTING, snapshot_key, stored_training_mode
 
-__all__ = ["MODE_KEY", "SNAPSHOT_KEY", "scenario_status", "snapshot_key", "stored_training_mode"]
-
-#: The scenario setting that holds the selected training mode (P-MODE-14).
-MODE_KEY: Final = "training_mode"
-
-#: The scenario setting prefix under which each trainer writes its status snapshot.
-SNAPSHOT_KEY: Final = "trainer_status:"
+__all__ = ["scenario_status"]
 
 #: The most errors of a snapshot that status shows.
 LAST_ERRORS: Final = 10
-
-
-def snapshot_key(trainer: str) -> str:
-    """The scenario setting under which ``trainer`` writes its status snapshot."""
-    return f"{SNAPSHOT_KEY}{trainer}"
-
-
-def stored_training_mode(
-    settings: ScenarioSettings, default: TrainingMode = "auto"
-) -> TrainingMode:
-    """The scenario's stored training mode, ``default`` when none was ever selected."""
-    value = settings.get(MODE_KEY)
-    return default if value is None else check_training_mode(str(value))
 
 
 def _int_or_none(value: Any) -> int | None:
@@ -66,6 +48,7 @@ def trainer_status(
     served = snapshot.get("served_artifact")
     updated = snapshot.get("updated_at")
     background = snapshot.get("background_jobs_running")
+    holder = snapshot.get("holder")
     pipeline = snapshot.get("pipeline")
     return TrainerStatus(
         trainer=trainer,
@@ -82,6 +65,8 @@ def trainer_status(
         drops=dict(drops),
         last_errors=tuple(e for e in errors if isinstance(e, dict))[-LAST_ERRORS:],
         snapshot_at=float(updated) if isinstance(updated, int | float) else None,
+        holder=holder if isinstance(holder, str) else None,
+        jobs_ended=_int_or_none(snapshot.get("jobs_ended")),
         pipeline=pipeline if isinstance(pipeline, dict) else {},
     )
 
@@ -105,7 +90,7 @@ def scenario_status(
     evicted = sum(records.evictions().values())
     return ScenarioStatus(
         scenario=scenario,
-        training_mode=check_training_mode(str(stored.get(MODE_KEY, "auto"))),
+        training_mode=stored_training_mode(stored.get(TRAINING_MODE_SETTING)),
         trainers=tuple(
             trainer_status(
                 trainer,
