@@ -264,9 +264,10 @@ def _check(url: str, seed: int) -> None:
         )
         del pipeline
     database.dispose()
-    # Both trainers trained many samples, and left some stale (restarts forget artifacts, and
-    # y lags): both paths ran.
-    assert all(len(ids) // 10 < n < len(ids) for n in trained.values()), trained
+    # Both trainers trained samples and left some stale (restarts forget artifacts, and y
+    # lags): both paths ran. How many trained depends on where the kills land (a rebuilt
+    # trainer knows no artifact older than the rebuild, P-STALE-9), so only both paths count.
+    assert all(0 < n < len(ids) for n in trained.values()), trained
 
 
 @pytest.mark.slow
