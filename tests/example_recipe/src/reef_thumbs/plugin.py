@@ -1,0 +1,28 @@
+"""The ``thumbs`` plugin (entry point ``reef.plugins``): the recipe and its two stages.
+
+Reef imports this module when it loads plugins, never at its own import; each hook registers
+classes under the short names a deployment writes.
+"""
+
+from __future__ import annotations
+
+from reef import hookimpl
+from reef.core.plugins import PluginRegistrar
+from reef_thumbs.job_data import ThumbsJobData
+from reef_thumbs.recipe import ThumbsRecipe
+from reef_thumbs.samples import ThumbsSamples
+
+
+@hookimpl
+def reef_register_recipes(registry: PluginRegistrar) -> None:
+    registry.register("thumbs", ThumbsRecipe)
+
+
+@hookimpl
+def reef_register_record2sample(registry: PluginRegistrar) -> None:
+    registry.register("ThumbsSamples", ThumbsSamples)
+
+
+@hookimpl
+def reef_register_sample2job(registry: PluginRegistrar) -> None:
+    registry.register("ThumbsJobData", ThumbsJobData)
