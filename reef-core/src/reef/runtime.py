@@ -86,7 +86,7 @@ class ReefRuntime(ServiceRuntime):
             # Before any trainer of the scenario can build a job: an extension (Agent ECC)
             # sets up what its event hooks need for this scenario.
             plugins.scenario_started(name, classes.extensions)
-            job_parameters = getattr(classes.recipe, "job_parameters", None)
+            job_parameters = getattr(classes.recipe, "job_parameters", {})
             for trainer in scenario_trainers(section):
                 self.trainers[(name, trainer)] = Trainer(
                     name,

@@ -32,10 +32,14 @@ class Recipe(abc.ABC):
         without any keeps :class:`reef.core.plugins.NoSettings`.
     :cvar requires_job_samples: a weight recipe has no default ``job_samples``: a deployment
         that does not set ``pipeline.sample2job.config.job_samples`` fails its build.
+    :cvar job_parameters: what the trainer gives the training component with each job of this
+        recipe (the objective, scheduling, ...), checked by the component's job parameters;
+        empty: the component's defaults.
     """
 
     Settings: ClassVar[type[PluginSettings]] = NoSettings
     requires_job_samples: ClassVar[bool] = False
+    job_parameters: ClassVar[Mapping[str, Any]] = {}
 
     @classmethod
     @abc.abstractmethod
