@@ -24,7 +24,7 @@ from reef.sample2job import GroupedJobData, ReportGroups
 from reef.storage import Database, NewSample, TrainerSamples
 from reef.storage.tables import sample_trains
 from reef.storage.tables import samples as samples_table
-from reef.train.pipeline import TrainingPipeline
+from reef.train.pipeline import GivenBackError, TrainingPipeline
 
 pytest_plugins = ("reef.testing.storage",)
 
@@ -164,6 +164,9 @@ def test_stale_samples_leave_out_their_group(storage_database: Database) -> None
     pipeline.observe_serving_artifact_id("newer")  # a is 2 behind: a and its group-mate b wait
     assert [s.sample_id for s in pipeline.buffer()] == ["c:0", "up1"]
     assert {s.id for s in store.untrained("c")} == {"a:0", "b:0", "c:0", "up1"}
+    # rule: DECISIONS 10: the fresh group-mate held out with the stale sample is shown too
+    status = pipeline.status()
+    assert (status["stale_samples"], status["held_with_stale_group"]) == (1, 1)
 
 
 def test_one_kind_per_buffer(storage_database: Database) -> None:
@@ -293,3 +296,59 @@ def test_recovery(storage_database: Database) -> None:
     second.push(call("c.c", session="c", turns=2))
     second.push(report("c", "c.c"))
     assert Counting.made == 3
+
+
+def test_given_back_samples_return_to_the_buffer(storage_database: Database) -> None:
+    """rule: P-PIPE-8 P-PIPE-9 P-REP-6 P-MODE-8 a submission gives back whole groups: the commit
+    consumes every other reserved sample (submitted or removed) and the given-back ones train
+    in a later job, whose id no commit used, also after a restart."""
+    pipeline = build(storage_database, job_samples=1, buffer_size=10, group_size=2)
+    for name, group in (("a", "g1"), ("b", "g1"), ("c", "g2"), ("d", "g2")):
+        feed(pipeline, name, group=group)
+    feed(pipeline, "e")
+    data = pipeline.build_job_data(1)
+    assert ids(data) == ["a:0", "b:0", "c:0", "d:0", "e:0"]
+    assert data is not None
+    # a plugin submits g2, removes e (consumed untrained, P-REP-6) and gives g1 back
+    submitted = JobData(data.id, data.samples[2:4], given_back=("a:0", "b:0"))
+    acknowledged = pipeline.acknowledge(data.id, given_back=submitted.given_back)
+    assert acknowledged == ("sample:c:0", "sample:d:0", "sample:e:0")
+    assert train_counts(storage_database, "c") == {"c:0": 1, "d:0": 1, "e:0": 1}
+    assert [s.sample_id for s in pipeline.buffer()] == ["a:0", "b:0"]
+    again = pipeline.build_job_data(1)
+    assert ids(again) == ["a:0", "b:0"]
+    assert again is not None
+    assert again.id == f"{data.id}.1"  # the first id is committed: a commit takes an id once
+    assert pipeline.acknowledge(again.id, given_back=("a:0", "b:0")) == ()
+    restarted = build(storage_database, job_samples=1, buffer_size=10, group_size=2)
+    last = restarted.build_job_data(1)
+    assert ids(last) == ["a:0", "b:0"]
+    assert last is not None
+    assert last.id == f"{data.id}.2"
+    assert restarted.acknowledge(last.id) == ("sample:a:0", "sample:b:0")
+    assert train_counts(storage_database, "c") == dict.fromkeys(
+        ["a:0", "b:0", "c:0", "d:0", "e:0"], 1
+    )
+    assert restarted.build_job_data(1) is None
+
+
+def test_given_back_is_checked(storage_database: Database) -> None:
+    """rule: P-PIPE-9 P-BUF-5 a submission may give back only samples it reserved, and only
+    whole groups; a refused acknowledgement commits nothing and keeps the reservation. Job
+    data never both submits and gives back a sample."""
+    pipeline = build(storage_database, job_samples=1, buffer_size=10, group_size=2)
+    for name in ("a", "b"):
+        feed(pipeline, name, group="g1")
+    feed(pipeline, "c")
+    data = pipeline.build_job_data(1)
+    assert data is not None
+    with pytest.raises(GivenBackError, match=r"did not reserve: \['zz'\]"):
+        pipeline.acknowledge(data.id, given_back=("zz",))
+    with pytest.raises(GivenBackError, match="part of group"):
+        pipeline.acknowledge(data.id, given_back=("a:0",))
+    assert train_counts(storage_database, "c") == {}
+    assert pipeline.consumed_sample_ids(data.id, ("c:0",)) == ("a:0", "b:0")
+    assert pipeline.acknowledge(data.id, given_back=("c:0",)) == ("sample:a:0", "sample:b:0")
+    assert [s.sample_id for s in pipeline.buffer()] == ["c:0"]
+    with pytest.raises(ValueError, match=r"both submits and gives back \['c:0'\]"):
+        JobData("x", data.samples, given_back=("c:0",))

@@ -179,18 +179,32 @@ class JobData:
         ``group_id`` on each member.
     :ivar request: the instruction the data answers, in manual mode.
     :ivar metadata: the sample-to-job stage's metadata for the component (JSON).
+    :ivar given_back: ids of reserved samples that this submission gives back to the buffer
+        untrained, for a later job (a plugin sets it in ``reef_before_submit``: Agent ECC gives
+        back the groups its seal left undecided). Every other reserved sample is consumed by
+        the commit, submitted or not (P-REP-6). Whole groups only; never a submitted sample.
+        Not part of the document the component receives.
     """
 
     id: str
     samples: tuple[Sample, ...] = attrs.field()
     request: TrainingInstruction | None = None
     metadata: JSON = attrs.field(factory=dict)
+    given_back: tuple[str, ...] = attrs.field(default=())
 
     @samples.validator
     def _one_kind(self, _: attrs.Attribute[Any], samples: tuple[Sample, ...]) -> None:
         kinds = {sample.kind for sample in samples}
         if len(kinds) > 1:
             raise ValueError(f"job data {self.id!r} mixes sample kinds {sorted(kinds)}")
+
+    @given_back.validator
+    def _not_submitted(self, _: attrs.Attribute[Any], given_back: tuple[str, ...]) -> None:
+        # A sample either trains in this job or waits for a later one, never both.
+        submitted = {sample.sample_id for sample in self.samples}
+        both = sorted(sample_id for sample_id in given_back if sample_id in submitted)
+        if both:
+            raise ValueError(f"job data {self.id!r} both submits and gives back {both}")
 
     @property
     def kind(self) -> SampleKind | None:

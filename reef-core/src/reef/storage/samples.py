@@ -497,6 +497,19 @@ class TrainerSamples:
         with self._database.read() as connection:
             return frozenset(connection.execute(query).scalars())
 
+    def submitted_among(self, trainer: str, data_ids: Sequence[str]) -> frozenset[str]:
+        """Which of ``data_ids`` ``trainer`` committed: the pipeline names new job data with an
+        id no commit used (a commit is idempotent per id). One query by primary key."""
+        if not data_ids:
+            return frozenset()
+        query = select(submissions.c.data_id).where(
+            submissions.c.scenario == self.scenario,
+            submissions.c.trainer == trainer,
+            submissions.c.data_id.in_(list(dict.fromkeys(data_ids))),
+        )
+        with self._database.read() as connection:
+            return frozenset(connection.execute(query).scalars())
+
     def train_counts(self, trainer: str, sample_ids: Sequence[str]) -> dict[str, int]:
         """How many committed jobs of ``trainer`` trained each sample (0 when none)."""
         query = (

@@ -12,8 +12,10 @@ but the local store (P-PIPE-2).
   samples trained), one kind, stale samples left out with their groups, the first
   ``buffer_size`` samples and the rest of the groups they touch.
 - Job data is reserved in memory until acknowledged or released. Acknowledgement commits the
-  submission in the store (train counts, instruction, released records) in one transaction.
-  A restart forgets every reservation: reserved, unacknowledged data is released (Recovery).
+  submission in the store (train counts, instruction, released records) in one transaction. It
+  consumes every reserved sample except those the submission gives back (``JobData.given_back``,
+  whole groups), which return to the buffer untrained. A restart forgets every reservation:
+  reserved, unacknowledged data is released (Recovery).
 
 Recovery is construction: a new pipeline on the same store skips every record its trainer's
 stored samples consumed (the stage sees them as taken, never makes their samples again), reads
@@ -57,6 +59,15 @@ from reef.storage.positions import Position
 from reef.storage.samples import NewSample, StoredSample, TrainerSamples
 
 logger = logging.getLogger(__name__)
+
+#: How many candidate data ids one store query checks when a job starts with a sample an
+#: earlier commit gave back (see :meth:`TrainingPipeline.build_job_data`).
+_ID_PROBE = 16
+
+
+class GivenBackError(ValueError):
+    """A submission gives back samples it may not: ones its job data did not reserve, or part
+    of a group whose other members it consumes (a group trains in one job, P-BUF-5)."""
 
 
 @attrs.frozen
@@ -220,13 +231,7 @@ class TrainingPipeline:
         kind = counting[0].sample.kind
         same_kind = [e for e in counting if e.sample.kind == kind]
         # Step 3: a stale sample made from records leaves out its whole group.
-        stale_groups: set[str] = set()
-        stale_ids: set[str] = set()
-        for entry in same_kind:
-            if entry.origin == "record" and self.record2sample.is_stale(entry.sample):
-                stale_ids.add(str(entry.sample.sample_id))
-                if entry.sample.group_id is not None:
-                    stale_groups.add(entry.sample.group_id)
+        stale_ids, stale_groups = self._stale(same_kind)
         fresh = [
             e
             for e in same_kind
@@ -239,6 +244,17 @@ class TrainingPipeline:
         touched = {e.sample.group_id for e in head if e.sample.group_id is not None}
         rest = [e for e in fresh[limit:] if e.sample.group_id in touched]
         return head + rest
+
+    def _stale(self, entries: Iterable[_Entry]) -> tuple[set[str], set[str]]:
+        """The stale samples made from records among ``entries``, and their groups (P-BUF-4)."""
+        stale_ids: set[str] = set()
+        stale_groups: set[str] = set()
+        for entry in entries:
+            if entry.origin == "record" and self.record2sample.is_stale(entry.sample):
+                stale_ids.add(str(entry.sample.sample_id))
+                if entry.sample.group_id is not None:
+                    stale_groups.add(entry.sample.group_id)
+        return stale_ids, stale_groups
 
     def _auto_buffer(self) -> list[_Entry]:
         handed_out = {sid for r in self._reserved.values() for sid in r.sample_ids}
@@ -310,8 +326,9 @@ class TrainingPipeline:
         """The buffer's job data, reserved until acknowledged or released (P-PIPE-7).
 
         ``None`` when :meth:`ready` is false. Ids: ``<scenario>:data:<number>`` in auto (the
-        number is the store sequence of the job's first sample, unique for the trainer since a
-        sample trains once), ``<scenario>:instruction:<request id>`` in manual (P-MODE-8).
+        number is the store sequence of the job's first sample; when an earlier commit gave that
+        sample back, ``<seq>.<k>`` with the first ``k`` no commit of the trainer used, so ids stay
+        unique), ``<scenario>:instruction:<request id>`` in manual (P-MODE-8).
         """
         if not self.ready(sample_count):
             return None
@@ -321,7 +338,7 @@ class TrainingPipeline:
             data_id = f"{self.context.scenario}:instruction:{instruction.request_id}"
         else:
             first = self._untrained[str(samples[0].sample_id)]
-            data_id = f"{self.context.scenario}:data:{first.position.seq}"
+            data_id = self._unused_data_id(f"{self.context.scenario}:data:{first.position.seq}")
         data = self.sample2job.make_job_data(samples, data_id)
         if data.id != data_id:
             raise ValueError(
@@ -335,25 +352,75 @@ class TrainingPipeline:
         )
         return data
 
+    def _unused_data_id(self, base: str) -> str:
+        # A sample given back stays first in store order, so the next job would take its id
+        # again; the store commits an id once, and an extension (Agent ECC's journal) keys its
+        # decision by it. Released (uncommitted) data keeps its id: it is the same submission.
+        start = 0
+        while True:
+            names = [base if k == 0 else f"{base}.{k}" for k in range(start, start + _ID_PROBE)]
+            taken = self.samples.submitted_among(self._trainer, names)
+            free = next((name for name in names if name not in taken), None)
+            if free is not None:
+                return free
+            start += _ID_PROBE
+
     def release_job_data(self, data_id: str) -> None:
         """Give reserved job data back unsubmitted: its samples stay in the buffer (P-PIPE-8)."""
         self._reserved.pop(data_id, None)
 
+    def consumed_sample_ids(self, data_id: str, given_back: Iterable[str] = ()) -> tuple[str, ...]:
+        """The samples the commit of reserved ``data_id`` consumes, in store order: every
+        reserved sample, submitted or removed by the recipe (P-REP-6), except ``given_back``.
+
+        :raises KeyError: when ``data_id`` is not reserved.
+        :raises GivenBackError: when ``given_back`` names a sample the data did not reserve, or
+            part of a group whose other members the commit consumes.
+        """
+        reservation = self._reserved[data_id]
+        back = set(given_back)
+        unknown = sorted(back.difference(reservation.sample_ids))
+        if unknown:
+            raise GivenBackError(
+                f"job data {data_id!r} gives back samples it did not reserve: {unknown}"
+            )
+        consumed = tuple(sid for sid in reservation.sample_ids if sid not in back)
+        split = sorted(self._groups_of(back) & self._groups_of(consumed))
+        if split:
+            raise GivenBackError(
+                f"job data {data_id!r} gives back part of group(s) {split} and consumes the rest:"
+                " a group trains in one job (P-BUF-5)"
+            )
+        return consumed
+
+    def _groups_of(self, sample_ids: Iterable[str]) -> set[str]:
+        entries = (self._untrained.get(sid) for sid in sample_ids)
+        return {e.sample.group_id for e in entries if e is not None and e.sample.group_id}
+
     def acknowledge(
-        self, data_id: str, *, released_record_ids: Iterable[str] = ()
+        self,
+        data_id: str,
+        *,
+        released_record_ids: Iterable[str] = (),
+        given_back: Iterable[str] = (),
     ) -> tuple[str, ...]:
         """Commit the submission of reserved job data (P-PIPE-9).
 
-        In one transaction the store adds one to this trainer's train count of each sample of
-        the data, consumes the instruction (manual) and the ``released_record_ids`` (the
-        records the stage ended, P-STALE-1), and counts each released record that ended
-        without training under its reason (DECISIONS 10). A job that later fails keeps its
-        samples trained (P-PIPE-10).
+        In one transaction the store adds one to this trainer's train count of each sample the
+        commit consumes (:meth:`consumed_sample_ids`: the reservation less ``given_back``),
+        consumes the instruction (manual) and the ``released_record_ids`` (the records the
+        stage ended, P-STALE-1), and counts each released record that ended without training
+        under its reason (DECISIONS 10). The samples given back return to the buffer
+        untrained, for a later job. A job that later fails keeps its samples trained
+        (P-PIPE-10).
 
-        :returns: ``sample:<id>`` for each sample, then ``instruction:<request id>`` in manual.
+        :returns: ``sample:<id>`` for each consumed sample, then ``instruction:<request id>``
+            in manual.
         :raises KeyError: when ``data_id`` is not reserved.
+        :raises GivenBackError: as :meth:`consumed_sample_ids` (nothing is committed).
         """
         reservation = self._reserved[data_id]
+        consumed = self.consumed_sample_ids(data_id, given_back)
         instruction = reservation.instruction
         released = tuple(dict.fromkeys(released_record_ids))
         ended = self.record2sample.ended_records()
@@ -361,7 +428,7 @@ class TrainingPipeline:
         self.samples.commit_submission(
             self._trainer,
             data_id,
-            reservation.sample_ids,
+            consumed,
             None if instruction is None else instruction.request_id,
             released_record_ids=released,
             drops=drops,
@@ -369,9 +436,9 @@ class TrainingPipeline:
         del self._reserved[data_id]
         # The commit made these ends durable: forget them, so no later commit counts them again.
         self.record2sample.release_records(released)
-        for sample_id in reservation.sample_ids:
+        for sample_id in consumed:
             self._untrained.pop(sample_id, None)
-        ids = tuple(f"sample:{sample_id}" for sample_id in reservation.sample_ids)
+        ids = tuple(f"sample:{sample_id}" for sample_id in consumed)
         if instruction is not None:
             self._instructions.remove(instruction)
             ids += (f"instruction:{instruction.request_id}",)
@@ -471,15 +538,18 @@ class TrainingPipeline:
         ``dropped``: this trainer's durable counts (records ended by committed jobs);
         ``scenario_dropped``: the scenario's own (evicted bodies); ``ending_records``: ends
         that wait for the commit that makes them durable; ``stale_samples`` and
-        ``refused_samples``: samples that stay in the store untrained, as they are now.
+        ``refused_samples``: samples that stay in the store untrained, as they are now;
+        ``held_with_stale_group``: fresh samples held out of the buffer because a member of
+        their group is stale (P-BUF-4), as they are now.
         """
         ready = len(self.buffer())
         counts = DropCounters(self.samples.database, self.context.scenario).counts()
         ending = Counter(self.record2sample.ended_records().values())
-        stale = sum(
+        stale_ids, stale_groups = self._stale(self._untrained.values())
+        held = sum(
             1
-            for entry in self._untrained.values()
-            if entry.origin == "record" and self.record2sample.is_stale(entry.sample)
+            for sample_id, entry in self._untrained.items()
+            if sample_id not in stale_ids and entry.sample.group_id in stale_groups
         )
         return {
             **self.record2sample.status(),
@@ -492,7 +562,8 @@ class TrainingPipeline:
             "dropped": dict(sorted(counts.get(self._trainer, {}).items())),
             "scenario_dropped": dict(sorted(counts.get(None, {}).items())),
             "ending_records": dict(sorted(ending.items())),
-            "stale_samples": stale,
+            "stale_samples": len(stale_ids),
+            "held_with_stale_group": held,
             "refused_samples": len(self._refused),
         }
 
