@@ -23,6 +23,7 @@ from reef.server import (
     UnauthenticatedServiceError,
     create_app,
 )
+from reef.server.status import status_table
 from reef.server.testing import scripted_engine, serve_on_loopback, service_test_plugins
 from reef.storage import (
     Database,
@@ -485,6 +486,7 @@ def test_status_reads_stores_and_the_trainer_snapshot(
             "last_errors": [{"at": 4.0, "where": "submit", "error": "boom"}],
             "holder": "host:12:abcd",
             "jobs_ended": 3,
+            "extensions": {"ecc": {"epoch": {"index": 2, "version_id": "g2"}}},
         },
     )
     after = client.get("/reef/status", headers=ADMIN).json()
@@ -498,6 +500,12 @@ def test_status_reads_stores_and_the_trainer_snapshot(
     assert trainer["served_artifact"] == "art-9"
     assert trainer["last_errors"][0]["error"] == "boom"
     assert trainer["snapshot_at"] == 5.0
+    # what the extensions report of the scenario (reef_scenario_status), as `reef status`
+    # prints it too
+    assert trainer["extensions"] == {"ecc": {"epoch": {"index": 2, "version_id": "g2"}}}
+    assert 'support/noop: ecc: {"epoch": {"index": 2, "version_id": "g2"}}' in (
+        status_table(after).splitlines()
+    )
 
 
 # -- limits and malformed requests ------------------------------------------------------------

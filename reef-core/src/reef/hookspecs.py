@@ -16,6 +16,8 @@ Two families of hooks:
 - **Event hooks** run at fixed points of a training job's life, for every scenario and
   trainer. They are called by the trainer on its own thread and must not block on the network
   for long: the trainer holds its lock.
+- **The status hook** (:func:`reef_scenario_status`) asks each plugin what it shows of a
+  scenario; the trainer calls it for its status snapshot and ``GET /reef/status`` shows it.
 
 An implementation may take any subset of a hook's parameters, by name.
 """
@@ -23,7 +25,7 @@ An implementation may take any subset of a hook's parameters, by name.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
@@ -175,4 +177,26 @@ def reef_job_ended(scenario: str, trainer: str, outcome: JobOutcome) -> None:
     :param trainer: the trainer's name (its training component's name).
     :param outcome: the job's id, component, event (``finished`` or ``failed``), metrics and,
         exactly when it failed, its error.
+    """
+
+
+# --------------------------------------------------------------------------------------------
+# status: what an extension shows of a scenario
+# --------------------------------------------------------------------------------------------
+
+
+@hookspec
+def reef_scenario_status(scenario: str) -> Mapping[str, Any] | None:
+    """What the plugin reports of a scenario's state, for ``GET /reef/status``.
+
+    Called by each trainer of the scenario whenever it writes its status snapshot (after each
+    step), so it must be cheap: read what the plugin holds, not the network. The results of
+    every plugin are merged into the snapshot's ``extensions``, which the status route shows
+    under the trainer; two plugins reporting under the same name is an error the trainer
+    records in its ``last_errors``, as is an exception here (training goes on).
+
+    :param scenario: the scenario's name in the deployment.
+    :return: ``{<extension name>: {...}}``, JSON only (Agent ECC:
+        ``{"ecc": {"epoch": ..., "last_seal": ...}}``); ``None`` for a scenario the plugin
+        does not act on.
     """

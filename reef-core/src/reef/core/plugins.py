@@ -559,6 +559,20 @@ class Plugins:
         """Call :func:`reef.hookspecs.reef_job_ended`."""
         self._pm.hook.reef_job_ended(scenario=scenario, trainer=trainer, outcome=outcome)
 
+    def scenario_status(self, scenario: str) -> dict[str, Any]:
+        """Call :func:`reef.hookspecs.reef_scenario_status`: every plugin's entries, merged.
+
+        :raises ValueError: when two plugins report under the same extension name.
+        """
+        results: list[Mapping[str, Any]] = self._pm.hook.reef_scenario_status(scenario=scenario)
+        merged: dict[str, Any] = {}
+        for result in results:
+            twice = sorted(set(result) & set(merged))
+            if twice:
+                raise ValueError(f"scenario {scenario!r}: two plugins report status under {twice}")
+            merged.update(result)
+        return dict(sorted(merged.items()))
+
 
 def _import_reference(kind: PluginKind, reference: str, installed: Sequence[str]) -> type[Any]:
     module_name, _, qualname = reference.partition(":")

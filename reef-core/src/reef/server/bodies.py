@@ -224,6 +224,9 @@ class TrainerStatus:
     holder: str | None = None
     #: Jobs that ended in the holder's tenure.
     jobs_ended: int | None = None
+    #: What each extension reports of the scenario (``reef_scenario_status``), by extension
+    #: name, as of the snapshot: Agent ECC's epoch in force and last seal under ``ecc``.
+    extensions: JSONObject = attrs.field(factory=dict)
 
 
 @attrs.frozen

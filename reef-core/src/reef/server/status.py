@@ -11,6 +11,7 @@ Before a trainer's first snapshot those values are ``None``.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -50,6 +51,7 @@ def trainer_status(
     background = snapshot.get("background_jobs_running")
     holder = snapshot.get("holder")
     pipeline = snapshot.get("pipeline")
+    extensions = snapshot.get("extensions")
     return TrainerStatus(
         trainer=trainer,
         accepts_trajectories=accepts_trajectories,
@@ -68,6 +70,7 @@ def trainer_status(
         holder=holder if isinstance(holder, str) else None,
         jobs_ended=_int_or_none(snapshot.get("jobs_ended")),
         pipeline=pipeline if isinstance(pipeline, dict) else {},
+        extensions=extensions if isinstance(extensions, dict) else {},
     )
 
 
@@ -112,7 +115,8 @@ def scenario_status(
 
 def status_table(document: Mapping[str, Any]) -> str:
     """``GET /reef/status``'s JSON as a table for a person: one row per scenario and trainer,
-    then each scenario's drops and each trainer's last errors."""
+    then each scenario's drops, each trainer's last errors and what its extensions report (one
+    line per extension, its JSON)."""
     header = ("SCENARIO", "TRAINER", "MODE", "READY", "JOB", "BUFFER", "PENDING", "MANUAL",
               "BG", "RUNNING JOB", "SERVED ARTIFACT", "DROPS")  # fmt: skip
     rows: list[tuple[str, ...]] = [header]
@@ -145,6 +149,9 @@ def status_table(document: Mapping[str, Any]) -> str:
             )
             for error in trainer.get("last_errors") or []:
                 notes.append(f"{name}/{trainer.get('trainer')}: error: {error.get('error')}")
+            for extension, report in sorted((trainer.get("extensions") or {}).items()):
+                shown_report = json.dumps(report, sort_keys=True, separators=(", ", ": "))
+                notes.append(f"{name}/{trainer.get('trainer')}: {extension}: {shown_report}")
         scenario_drops = ", ".join(
             f"{k}={v}" for k, v in sorted((scenario.get("drops") or {}).items())
         )

@@ -11,13 +11,16 @@ commits once another process took over. Each step, under the trainer's lock:
    writes both to the store; manual-buffer edits are read from the store by the pipeline);
 4. with no job running: give the pipeline the serving artifact, then ``ready(job_samples)``,
    ``build_job_data``, validate it against the stage's ``output_schema``, the event hooks
-   (``reef_job_data_built``; ``reef_before_submit``, which may replace the data), record the job
-   as running, submit it to the component and commit the submission (``acknowledge``);
+   (``reef_job_data_built``; ``reef_before_submit``, which may replace the data and give part
+   of the reservation back, ``JobData.given_back``), record the job as running, submit it to
+   the component and commit the submission (``acknowledge``: every reserved sample but those
+   given back is consumed; those return to the buffer);
 5. with a job running: ``poll`` it; once it ended, commit its outcome durably
    (``record_job_outcome``), hand it to the pipeline (``job_ended``) and to the plugins
    (``reef_job_ended``), publish the new weights as an artifact (served from the next
    reservation on), and clear the running job;
-6. write the trainer's status snapshot.
+6. write the trainer's status snapshot, with what the extensions report of the scenario
+   (``reef_scenario_status``) under ``extensions``.
 
 Recovery (a start under a new lease): a trainer that finds no running job hands the last
 job outcome to its fresh stage and to the plugins before anything else (P-PIPE-13). One that
@@ -144,7 +147,12 @@ PartsFactory = Callable[[Database], TrainerParts]
 
 @attrs.frozen
 class _RunningJob:
-    """A job submitted and not ended: what recovery needs to finish its commit."""
+    """A job submitted and not ended: what recovery needs to finish its commit.
+
+    ``sample_ids`` are the samples the commit consumes (the reservation less what the
+    submission gave back), not only those submitted: a commit that recovery finishes consumes
+    exactly what the acknowledgement would have.
+    """
 
     job_id: str
     sample_ids: tuple[str, ...]
@@ -345,8 +353,9 @@ class Trainer:
                     self._plugins.job_ended(self.scenario, self.name, ended)
             return None
         running = _RunningJob.from_json(body)
-        counts = pipeline.samples.train_counts(self.name, list(running.sample_ids))
-        committed = any(counts.values()) or not running.sample_ids
+        # Asked of the store by the job's id: a submission that gave every sample back (or
+        # an instruction without samples) consumes none, yet its commit may be missing.
+        committed = bool(pipeline.samples.submitted_among(self.name, [running.job_id]))
         outcome = component.poll(JobHandle(running.job_id, component.name))
         if not committed:
             if outcome is not None and outcome.event == "finished":
@@ -405,16 +414,16 @@ class Trainer:
             if self._plugins is not None:
                 self._plugins.job_data_built(self.scenario, self.name, data)
                 data = self._plugins.before_submit(self.scenario, self.name, data)
+            consumed = pipeline.consumed_sample_ids(data.id, data.given_back)
         except Exception as exc:
             # Refused before anything was submitted: the data goes back to the buffer.
             pipeline.release_job_data(data.id)
             self._note_error("before_submit", exc)
             return None
-        sample_ids = tuple(str(s.sample_id) for s in data.samples)
         released = pipeline.releasable_record_ids()
         running = _RunningJob(
             data.id,
-            sample_ids,
+            consumed,
             None if data.request is None else data.request.request_id,
             tuple(released),
         )
@@ -426,13 +435,14 @@ class Trainer:
             state.set_running_job(self.name, None)
             self._note_error("submit", exc)
             return None
-        pipeline.acknowledge(data.id, released_record_ids=released)
+        pipeline.acknowledge(data.id, released_record_ids=released, given_back=data.given_back)
         logger.info(
-            "scenario %s, trainer %s: submitted %s (%d samples)",
+            "scenario %s, trainer %s: submitted %s (%d samples, %d given back)",
             self.scenario,
             self.name,
             data.id,
-            len(sample_ids),
+            len(data.samples),
+            len(data.given_back),
         )
         return running
 
@@ -492,6 +502,12 @@ class Trainer:
         # The pipeline's queue holds instructions read from the store and not yet consumed,
         # so the unread ones in the store are its queue plus those not read yet.
         unread = [i.request_id for i in pipeline.samples.unread_instructions(self.name)]
+        extensions: JSON = {}
+        if self._plugins is not None:
+            try:
+                extensions = self._plugins.scenario_status(self.scenario)
+            except Exception as exc:  # an extension's status never stops training
+                self._note_error("scenario_status", exc)
         return {
             "scenario": self.scenario,
             "trainer": self.name,
@@ -511,9 +527,11 @@ class Trainer:
                 "trainer": status.get("dropped", {}),
                 "scenario": status.get("scenario_dropped", {}),
                 "stale_samples": status.get("stale_samples", 0),
+                "held_with_stale_group": status.get("held_with_stale_group", 0),
                 "refused_samples": status.get("refused_samples", 0),
             },
             "last_errors": list(self._errors),
             "pipeline": status,
+            "extensions": extensions,
             "updated_at": time.time(),
         }

@@ -1,0 +1,167 @@
+"""The trainer and its plugins: a submission that gives part of its reservation back, and what
+extensions report of a scenario in the trainer's status snapshot and ``GET /reef/status``
+(issue 5, "Into Reef"). Runs a real :class:`Trainer` thread on SQLite (and PostgreSQL with
+REEF_TEST_DATABASE_URL)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+
+from reef.components.interface import Artifact, JobHandle
+from reef.core.job_data import JobData, JobOutcome, TrajectorySample, sample_body
+from reef.core.plugins import Plugins
+from reef.hookspecs import hookimpl
+from reef.pipeline_context import PipelineContext
+from reef.record2sample.no_samples import NoSamples
+from reef.sample2job import GroupedJobData
+from reef.server.status import scenario_status
+from reef.storage import Database, NewSample, RecordStore, ScenarioSettings, TrainerSamples
+from reef.train.pipeline import TrainingPipeline
+from reef.train.trainer import Trainer, TrainerParts, TrainerSettings, snapshot_key
+
+pytest_plugins = ("reef.testing.storage",)
+
+
+class RecordingComponent:
+    """A component that trains nothing and finishes each job at once; it keeps what it was
+    given and tells the test when the jobs it waits for were submitted."""
+
+    name = "c"
+
+    def __init__(self, expected_jobs: int) -> None:
+        self.submitted: list[JobData] = []
+        self.expected_jobs = expected_jobs
+        self.all_submitted = threading.Event()
+
+    def submit(self, data: JobData, parameters: Mapping[str, Any] | None = None) -> JobHandle:
+        self.submitted.append(data)
+        if len(self.submitted) >= self.expected_jobs:
+            self.all_submitted.set()
+        return JobHandle(data.id, self.name)
+
+    def poll(self, handle: JobHandle) -> JobOutcome | None:
+        return JobOutcome(handle.job_id, self.name, "finished")
+
+    def wait(self, handle: JobHandle, timeout: float | None = None) -> JobOutcome:
+        return JobOutcome(handle.job_id, self.name, "finished")
+
+    def publish(self) -> Artifact:
+        return Artifact("art-0", Path("."))
+
+    def close(self) -> None:
+        pass
+
+
+class GiveBackOnce:
+    """An extension that gives the first group of the first job back (as Agent ECC gives back
+    a group its seal left undecided) and reports how many jobs it saw."""
+
+    def __init__(self) -> None:
+        self.seen = 0
+
+    @hookimpl
+    def reef_before_submit(self, job_data: JobData) -> JobData | None:
+        self.seen += 1
+        if self.seen > 1:
+            return None
+        first = job_data.samples[0].group_id
+        back = tuple(str(s.sample_id) for s in job_data.samples if s.group_id == first)
+        kept = tuple(s for s in job_data.samples if s.group_id != first)
+        return attrs.evolve(job_data, samples=kept, given_back=back)
+
+    @hookimpl
+    def reef_scenario_status(self, scenario: str) -> dict[str, Any] | None:
+        return {"giveback": {"scenario": scenario, "jobs_seen": self.seen}}
+
+
+class Quiet:
+    """A second plugin that reports nothing: its ``None`` is left out of the merge."""
+
+    @hookimpl
+    def reef_scenario_status(self, scenario: str) -> dict[str, Any] | None:
+        return None
+
+
+def _store_groups(samples: TrainerSamples) -> None:
+    samples.register_trainer("c", reads_uploads=False)
+    for group in ("g1", "g2"):
+        unit = [
+            NewSample(
+                f"{group}-{i}",
+                "trajectory",
+                sample_body(TrajectorySample({"steps": []}, reward=float(i))),
+            )
+            for i in range(2)
+        ]
+        samples.add_record_samples("c", unit, [f"record-{group}"])
+
+
+def test_given_back_samples_train_in_the_next_job_and_extensions_show_in_status(
+    storage_database: Database,
+) -> None:
+    """rule: P-PIPE-9 P-REP-6 P-BUF-5 P-BUF-8 the trainer commits what the (replaced) job data
+    does not give back; the given-back group trains in the next job, under a new id; the
+    extensions' reports reach the durable snapshot and the status route."""
+    samples = TrainerSamples(storage_database, "s")
+    _store_groups(samples)
+    component = RecordingComponent(expected_jobs=2)
+    plugins = Plugins(blocked=())
+    plugins.register(GiveBackOnce(), "giveback")
+    plugins.register(Quiet(), "quiet")
+
+    def build(database: Database) -> TrainerParts:
+        context = PipelineContext("s", "c")
+        pipeline = TrainingPipeline(
+            NoSamples(context),
+            GroupedJobData(context, job_samples=2, buffer_size=10),
+            samples=TrainerSamples(database, "s"),
+            context=context,
+        )
+        return TrainerParts(pipeline, component)  # type: ignore[arg-type]
+
+    trainer = Trainer(
+        "s",
+        "c",
+        database=storage_database,
+        build=build,
+        plugins=plugins,
+        settings=TrainerSettings(poll_interval=0.05),
+    )
+    trainer.start()
+    try:
+        assert component.all_submitted.wait(30)
+    finally:
+        trainer.stop(30)
+    first, second = component.submitted
+    assert [s.sample_id for s in first.samples] == ["g2-0", "g2-1"]
+    assert [s.sample_id for s in second.samples] == ["g1-0", "g1-1"]
+    assert second.id == f"{first.id}.1"  # the given-back group starts the next job
+    counts = samples.train_counts("c", ["g1-0", "g1-1", "g2-0", "g2-1"])
+    assert counts == {"g1-0": 1, "g1-1": 1, "g2-0": 1, "g2-1": 1}
+
+    snapshot = ScenarioSettings(storage_database, "s").get(snapshot_key("c"))
+    assert snapshot["extensions"] == {"giveback": {"scenario": "s", "jobs_seen": 2}}
+    status = scenario_status(
+        "s",
+        records=RecordStore(storage_database, "s"),
+        samples=samples,
+        settings=ScenarioSettings(storage_database, "s"),
+        trainers={"c": (False, ("auto", "manual"), 2, 10)},
+    )
+    (shown,) = status.trainers
+    assert shown.extensions == {"giveback": {"scenario": "s", "jobs_seen": 2}}
+
+
+def test_two_plugins_reporting_under_one_name_is_an_error() -> None:
+    """The merge of ``reef_scenario_status`` keeps each extension's name to one plugin."""
+    plugins = Plugins(blocked=())
+    plugins.register(GiveBackOnce(), "one")
+    plugins.register(GiveBackOnce(), "two")
+    with pytest.raises(ValueError, match=r"two plugins report status under \['giveback'\]"):
+        plugins.scenario_status("s")
