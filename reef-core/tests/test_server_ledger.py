@@ -1,4 +1,8 @@
-"""Scenario ledgers of several processes on one store: links stay what one writer would make.
+"""The scenario ledger: group commit, refusals inside a batch, and several processes on one store.
+
+Admissions that wait together (inference records and reports) share one transaction; a
+refused one takes nothing and its neighbours are stored and answered as if it were not there;
+a write conflict that only the insert finds sends the batch back one item at a time.
 
 Each ``reef serve`` process has its own ledger per scenario, with its own trajectory index.
 Two ledgers on separate :class:`~reef.storage.Database` objects (two processes, as far as the
@@ -12,30 +16,39 @@ from __future__ import annotations
 
 import concurrent.futures
 import random
+import threading
+from collections.abc import Iterator
+from typing import Any
 
-from reef.core.records import InferenceRecord
-from reef.core.trajectory_index import TrajectoryIndex
+import pytest
+from sqlalchemy import event
+
+from reef.core.records import InferenceRecord, Report
+from reef.core.trajectory_index import LinkEntry, TrajectoryIndex
+from reef.server.errors import ApiError, ReportRejected
 from reef.server.ledger import ScenarioLedger
-from reef.storage import RecordStore, open_database
+from reef.storage import ConflictError, Database, RecordStore, open_database
 
 pytest_plugins = ("reef.testing.storage",)
 
 SCENARIO = "links"
 
 
-def _conversations(count: int, length: int) -> list[list[InferenceRecord]]:
+def _conversations(
+    count: int, length: int, prefix: str = "c", scenario: str = SCENARIO
+) -> list[list[InferenceRecord]]:
     """``count`` conversations of ``length`` calls, each call resending the one before."""
     conversations = []
     for c in range(count):
-        messages: list[dict[str, object]] = [{"role": "system", "content": f"agent {c}"}]
+        messages: list[dict[str, object]] = [{"role": "system", "content": f"agent {prefix}{c}"}]
         calls = []
         for n in range(length):
             messages = [*messages, {"role": "user", "content": f"question {n}"}]
             reply = {"role": "assistant", "content": f"answer {n}"}
             calls.append(
                 InferenceRecord(
-                    id=f"c{c}-{n}",
-                    scenario=SCENARIO,
+                    id=f"{prefix}{c}-{n}",
+                    scenario=scenario,
                     request={"messages": messages},
                     response={"choices": [{"message": reply, "finish_reason": "stop"}]},
                 )
@@ -76,3 +89,134 @@ def test_two_ledgers_on_one_store_link_as_one_writer_in_store_order(storage_url:
             ledger.close()
         for database in databases:
             database.dispose()
+
+
+class _HeldCommits:
+    """Counts a database's commits and holds the first one until released: what is queued
+    meanwhile reaches the ledger together, as concurrent requests do."""
+
+    def __init__(self, database: Database) -> None:
+        self.count = 0
+        self.holding = threading.Event()
+        self.release = threading.Event()
+        event.listen(database.engine, "commit", self._commit)
+        self._engine = database.engine
+
+    def _commit(self, _connection: Any) -> None:
+        self.count += 1
+        if self.count == 1:
+            self.holding.set()
+            assert self.release.wait(timeout=60)
+
+    def remove(self) -> None:
+        self.release.set()
+        event.remove(self._engine, "commit", self._commit)
+
+
+@pytest.fixture
+def ledger(storage_url: str) -> Iterator[tuple[ScenarioLedger, Database]]:
+    database = open_database(storage_url)
+    ledger = ScenarioLedger(RecordStore(database, SCENARIO), [])
+    try:
+        yield ledger, database
+    finally:
+        ledger.close()
+        database.dispose()
+
+
+def _outcome(future: concurrent.futures.Future[Any]) -> object:
+    try:
+        return future.result(timeout=60)
+    except Exception as exc:
+        return exc
+
+
+def test_concurrent_admissions_share_one_commit_and_refusals_spare_their_neighbours(
+    ledger: tuple[ScenarioLedger, Database],
+) -> None:
+    """rule: P-REP-1, P-REP-2 (each report judged as if admitted alone, in arrival order)"""
+    writer, database = ledger
+    (a,) = _conversations(1, 1, prefix="a")[0]
+    b1, b2 = _conversations(1, 2, prefix="b")[0]
+    (stray,) = _conversations(1, 1, prefix="s", scenario="elsewhere")[0]
+    commits = _HeldCommits(database)
+    try:
+        first = writer.append(a)
+        assert commits.holding.wait(timeout=60)  # the ledger is inside a's commit
+        queued = {
+            "b1": writer.append(b1),
+            "b2": writer.append(b2),  # continues b1, taken in the same batch
+            "good": writer.admit(Report("r-good", SCENARIO, (b2.id,))),
+            "inner": writer.admit(Report("r-inner", SCENARIO, (b1.id,))),
+            "missing": writer.admit(Report("r-missing", SCENARIO, ("nowhere",))),
+            "on-a": writer.admit(Report("r-a", SCENARIO, (a.id,))),
+            "retry": writer.admit(Report("r-good", SCENARIO, (b2.id,))),
+            "other-content": writer.admit(Report("r-good", SCENARIO, (a.id,), score=1.0)),
+            "call-id": writer.admit(Report(b1.id, SCENARIO, (a.id,))),
+            "stray": writer.append(stray),
+        }
+        commits.release.set()
+        first.result(timeout=60)
+        got = {name: _outcome(future) for name, future in queued.items()}
+    finally:
+        commits.remove()
+    # a's commit, then one for everything queued while it was held.
+    assert commits.count == 2
+    assert isinstance(got["b2"], LinkEntry)
+    assert got["b2"].parent_id == b1.id  # linked to b1, taken earlier in the same batch
+    assert got["good"][1] is True  # type: ignore[index]
+    assert got["on-a"][1] is True  # type: ignore[index]
+    assert got["retry"] == (got["good"][0], False)  # type: ignore[index]
+    reasons = {
+        name: outcome.reason if isinstance(outcome, ReportRejected) else type(outcome)
+        for name, outcome in got.items()
+        if isinstance(outcome, Exception)
+    }
+    assert reasons == {
+        "inner": "inner",
+        "missing": "missing",
+        "other-content": ApiError,
+        "call-id": ApiError,
+        "stray": ValueError,
+    }
+    assert [got["other-content"].status, got["call-id"].status] == [409, 409]  # type: ignore[union-attr]
+    stored = RecordStore(database, SCENARIO).read_after(None)
+    assert [row.id for row in stored] == [a.id, b1.id, b2.id, "r-good", "r-a"]
+
+
+def test_a_conflict_only_the_insert_finds_is_written_again_item_by_item(
+    ledger: tuple[ScenarioLedger, Database], storage_url: str
+) -> None:
+    """Another scenario takes an id between the batch's look-up and its insert: the batch
+    falls back to one transaction per item, and only that item is refused."""
+    if storage_url.startswith("sqlite"):
+        pytest.skip("SQLite serialises every writer: no one can take an id inside the batch")
+    writer, database = ledger
+    calls = _conversations(3, 1, prefix="x")
+    (taken,) = _conversations(1, 1, prefix="x", scenario="elsewhere")[0]  # id "x0-0"
+    intruder = open_database(storage_url)
+    raced = threading.Event()
+
+    def take_the_id(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        if statement.startswith("INSERT INTO reef_records") and not raced.is_set():
+            raced.set()
+            RecordStore(intruder, "elsewhere").append(taken, link=TrajectoryIndex().add(taken))
+
+    commits = _HeldCommits(database)
+    try:
+        held = writer.append(_conversations(1, 1, prefix="held")[0][0])
+        assert commits.holding.wait(timeout=60)
+        event.listen(database.engine, "before_cursor_execute", take_the_id)
+        futures = [writer.append(conversation[0]) for conversation in calls]
+        commits.release.set()
+        held.result(timeout=60)
+        outcomes = [_outcome(future) for future in futures]
+    finally:
+        commits.remove()
+        event.remove(database.engine, "before_cursor_execute", take_the_id)
+        intruder.dispose()
+    assert raced.is_set()
+    assert isinstance(outcomes[0], ConflictError)
+    assert [entry.call_id for entry in outcomes[1:]] == ["x1-0", "x2-0"]  # type: ignore[union-attr]
+    stored = [row.id for row in RecordStore(database, SCENARIO).read_after(None)]
+    assert stored == ["held0-0", "x1-0", "x2-0"]

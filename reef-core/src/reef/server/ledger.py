@@ -5,14 +5,21 @@ scenario's :class:`ScenarioLedger`, which runs on a thread of its own:
 
 - it keeps the scenario's :class:`~reef.core.trajectory_index.TrajectoryIndex`, rebuilt from the
   store's link entries (no bodies) when the ledger starts;
-- inference records waiting together are linked in arrival order and appended in one
-  transaction (group commit: one durable commit answers many calls). Inside that transaction,
-  under the scenario's write lock, the index first restores the link entries other processes
-  of the deployment stored since (:meth:`~reef.storage.RecordStore.append_calls`), so several
-  processes on one store link exactly as one writer would;
-- a report is admitted after the inference records queued before it are durable and the index
-  caught up with the store, against the store: each reference must be a stored inference
-  record of the scenario that no stored call continues (P-REP-1, P-REP-2).
+- what waits in its queue together (inference records and reports, up to :data:`MAX_BATCH`) is
+  written in **one transaction** (group commit: one durable commit answers them all), in
+  arrival order, through a :class:`~reef.storage.records.RecordBatch`. Inside that
+  transaction, under the scenario's write lock, the index first restores the link entries
+  other processes of the deployment stored since, so several processes on one store link
+  exactly as one writer would; then one query looks up every id the batch names;
+- each item is judged before anything is written and, when refused, takes nothing: its
+  neighbours are committed and answered as if it had not been there. An inference record is
+  linked with the index as it stands (after the calls before it). A report is admitted
+  against the store and the calls before it in the batch: each reference must be a stored
+  inference record of the scenario that no call continues (P-REP-1, P-REP-2);
+- every item is answered only after its batch commits. When the transaction itself fails
+  (the database, or a write conflict no check foresaw, such as another process taking an id),
+  the index is rebuilt and the items are written again one transaction each, so a failure
+  reaches only the item that causes it.
 
 Answers go back to the asyncio loop through :class:`concurrent.futures.Future` values, which
 the routes await with :func:`asyncio.wrap_future`.
@@ -23,8 +30,9 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
+from functools import partial
 from typing import Final
 
 import attrs
@@ -33,14 +41,14 @@ from reef.core.records import InferenceRecord, Report
 from reef.core.trajectory_index import LinkEntry, TrajectoryIndex
 from reef.server.bodies import ReportReceipt
 from reef.server.errors import ApiError, ReportRejected
-from reef.storage import ConflictError, Position, RecordStore
-from reef.storage.records import content_hash
+from reef.storage import ConflictError, Position, RecordStore, StorageError
+from reef.storage.records import RecordBatch, content_hash
 
 __all__ = ["ScenarioLedger"]
 
 _log = logging.getLogger(__name__)
 
-#: The most inference records appended in one transaction.
+#: The most items (inference records, reports) written in one transaction.
 MAX_BATCH: Final = 256
 #: Rows read at a time while the index catches up with the store.
 _PAGE: Final = 2000
@@ -116,17 +124,11 @@ class ScenarioLedger:
                     batch.append(self._queue.get_nowait())
                 except queue.Empty:
                     break
-            pending: list[_Append] = []
-            for item in batch:
-                if isinstance(item, _Append):
-                    pending.append(item)
-                    continue
-                self._flush(pending)
-                pending = []
-                if isinstance(item, _Stop):
-                    return
-                self._admit(item)
-            self._flush(pending)
+            work = [item for item in batch if not isinstance(item, _Stop)]
+            if work:
+                self._commit(work)
+            if len(work) < len(batch):
+                return
 
     def _catch_up(self) -> None:
         """Restore the link entries other writers stored since the last read (store order);
@@ -140,58 +142,90 @@ class ScenarioLedger:
             if len(links) < _PAGE:
                 return
 
-    def _flush(self, pending: list[_Append]) -> None:
-        if not pending:
-            return
+    def _commit(self, items: list[_Append | _Admit]) -> None:
+        """Write ``items`` in one transaction and answer each once it is durable; when the
+        transaction fails, write them one transaction each."""
         try:
-            # The index catches up with the store inside the append's transaction, under the
-            # scenario's write lock: no other process can store a parent in between.
-            entries, self._cursor = self.store.append_calls(
-                [append.record for append in pending], self._index, self._cursor
+            answers = self._write(items)
+        except Exception as exc:
+            # Nothing was stored, but the index may hold some of the calls: rebuild it.
+            self._rebuild()
+            if len(items) == 1:
+                items[0].done.set_exception(exc)
+                return
+            _log.warning(
+                "scenario %r: a batch of %d writes failed (%r); writing them one at a time",
+                self.scenario,
+                len(items),
+                exc,
             )
-        except Exception as exc:
-            # Nothing was stored, but the index may hold some of the calls: start it afresh
-            # (the next append or admission rebuilds it from the store's link entries).
-            self._index = TrajectoryIndex()
-            self._cursor = None
-            for append in pending:
-                append.done.set_exception(exc)
+            for item in items:
+                self._commit([item])
             return
-        for append, entry in zip(pending, entries, strict=True):
-            append.done.set_result(entry)
+        for answer in answers:
+            answer()
 
-    def _admit(self, item: _Admit) -> None:
+    def _rebuild(self) -> None:
+        """Start the index afresh and catch it up (outside the write lock)."""
+        self._index = TrajectoryIndex()
+        self._cursor = None
         try:
-            self._catch_up()  # an "inner" reference is judged against every stored call
-            item.done.set_result(self._admit_report(item.report))
-        except Exception as exc:
-            item.done.set_exception(exc)
+            self._catch_up()
+        except Exception as exc:  # the next batch catches up inside its transaction
+            _log.warning("scenario %r: rebuilding the trajectory index: %r", self.scenario, exc)
 
-    def _admit_report(self, report: Report) -> tuple[ReportReceipt, bool]:
+    def _write(self, items: list[_Append | _Admit]) -> list[Callable[[], object]]:
+        """Judge and take each item, in order, inside one transaction; returns how to answer
+        each once it committed. A refusal took nothing, so its neighbours stand."""
+        ids: list[str] = []
+        for item in items:
+            if isinstance(item, _Append):
+                ids.append(item.record.id)
+            else:
+                ids += (item.report.id, *item.report.references)
+        answers: list[Callable[[], object]] = []
+        # The index catches up with the store inside the transaction, under the scenario's
+        # write lock: no other process can store a parent in between.
+        with self.store.batch(self._index, self._cursor) as batch:
+            batch.find(ids)
+            for item in items:
+                try:
+                    if isinstance(item, _Append):
+                        answers.append(partial(item.done.set_result, batch.add_call(item.record)))
+                    else:
+                        receipt = self._admit(batch, item.report)
+                        answers.append(partial(item.done.set_result, receipt))
+                except (ReportRejected, ApiError, StorageError, ValueError) as refusal:
+                    answers.append(partial(item.done.set_exception, refusal))
+        self._cursor = batch.cursor
+        return answers
+
+    def _admit(self, batch: RecordBatch, report: Report) -> tuple[ReportReceipt, bool]:
         receipt = ReportReceipt(report.id, report.scenario, report.references, content_hash(report))
-        stored = self.store.get(report.id)
-        if stored is not None:
+        stored = batch.stored(report.id)
+        if stored is not None and stored.scenario == self.scenario:
             if stored.kind != "report":
                 raise _conflict(report, f"the id names a stored {stored.kind} record")
             # A retry: the same content gets the original receipt, even when the references
             # were evicted or continued since (P-REP-15); other content is a conflict.
             try:
-                self.store.append(report)
+                batch.add(report)
             except ConflictError:
                 raise _conflict(report, "a report with this id has other content") from None
             return receipt, False
         for position, reference in enumerate(report.references):
-            self._check_reference(reference, f"$.references[{position}]")
+            self._check_reference(batch, reference, f"$.references[{position}]")
         try:
-            new = self.store.append(report)
+            new = batch.add(report)
         except ConflictError as exc:  # the id is taken in another scenario
             raise _conflict(report, str(exc)) from None
         return receipt, new
 
-    def _check_reference(self, reference: str, field: str) -> None:
-        found = self.store.get(reference)
-        if found is None:
-            if any(other.get(reference) is not None for other in self._other_stores):
+    def _check_reference(self, batch: RecordBatch, reference: str, field: str) -> None:
+        found = batch.stored(reference)
+        if found is None or found.scenario != self.scenario:
+            # Another scenario's record: in this database, or in another scenario's.
+            if found is not None or any(other.get(reference) for other in self._other_stores):
                 raise ReportRejected(
                     "foreign",
                     field,
@@ -204,6 +238,8 @@ class ScenarioLedger:
             raise ReportRejected(
                 "wrong-kind", field, f"{reference!r} is a {found.kind} record, not an inference"
             )
+        # Judged with the index as it stands at this point of the batch: calls taken before
+        # the report count, calls queued after it do not (as if each were committed alone).
         if not self._index.is_last_call(reference):
             child = self._index.children(reference)[0]
             raise ReportRejected(

@@ -21,11 +21,12 @@ the count of evicted bodies grows durably, in the same transaction.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Final
 
 import attrs
@@ -40,12 +41,22 @@ from reef.storage.positions import Position, after, lock_store_order
 from reef.storage.tables import record_usage, records
 from reef.storage.upserts import add_counts
 
-__all__ = ["RecordCapacity", "RecordStore", "StoredLink", "StoredRecord"]
+__all__ = [
+    "RecordBatch",
+    "RecordCapacity",
+    "RecordStore",
+    "StoredId",
+    "StoredLink",
+    "StoredRecord",
+]
 
 _log = logging.getLogger(__name__)
 
 #: The eviction reason of bodies evicted to keep a scenario within its capacity.
 CAPACITY: Final = "capacity"
+
+#: Ids looked up in one query by :meth:`RecordBatch.find`.
+_FIND_CHUNK: Final = 500
 
 #: Rows fetched at a time while choosing the bodies to evict.
 _EVICTION_BATCH: Final = 500
@@ -101,10 +112,34 @@ class StoredLink:
     entry: LinkEntry
 
 
-def content_hash(record: Record) -> str:
-    """The hash that decides whether two records under one id are the same record."""
-    content = record.content_key() if isinstance(record, Report) else dumps(record)
+def content_hash(record: Record, body: str | None = None) -> str:
+    """The hash that decides whether two records under one id are the same record.
+
+    :param body: ``dumps(record)`` when the caller has it already (it is what is hashed,
+        except for a report, whose admission time is left out).
+    """
+    if isinstance(record, Report):
+        content = record.content_key()
+    else:
+        content = dumps(record) if body is None else body
     return hashlib.sha256(content.encode()).hexdigest()
+
+
+@attrs.frozen
+class StoredId:
+    """What the store holds under an id, without the body: what a write under the id is
+    judged by.
+
+    :ivar scenario: the scenario of the stored record (ids are unique across scenarios).
+    :ivar kind: ``"inference"``, ``"report"`` or ``"judged"``.
+    :ivar content_hash: :func:`content_hash` of the record.
+    :ivar link: its trajectory link entry (an inference record), else ``None``.
+    """
+
+    scenario: str
+    kind: str
+    content_hash: str
+    link: LinkEntry | None
 
 
 class RecordStore:
@@ -144,20 +179,11 @@ class RecordStore:
         :returns: how many were stored now (the others were stored already).
         :raises ConflictError, MissingLinkError: as :meth:`append`; nothing is stored then.
         """
-        rows: dict[str, dict[str, Any]] = {}
-        for record, link in items:
-            row = self._row(record, link)
-            earlier = rows.get(record.id)
-            if earlier is not None and earlier["content_hash"] != row["content_hash"]:
-                raise ConflictError("record", record.id, self.scenario)
-            rows.setdefault(record.id, row)
-        if not rows:
+        if not items:
             return 0
-        with self._database.write() as connection:
-            lock_store_order(connection, "records", self.scenario)
-            positions, evicted = self._write_rows(connection, rows)
-        self._warn_evicted(evicted)
-        return len(positions)
+        with self.batch() as batch:
+            batch.find(record.id for record, _ in items)
+            return sum(batch.add(record, link=link) for record, link in items)
 
     def append_calls(
         self, calls: Sequence[InferenceRecord], index: TrajectoryIndex, cursor: Position | None
@@ -167,7 +193,7 @@ class RecordStore:
 
         Inside the transaction, after the scenario's writers are serialised, ``index`` first
         restores the link entries stored after ``cursor`` (what other writers committed), then
-        links each call in order (:meth:`TrajectoryIndex.add`). A call therefore never misses
+        links each call in order (:meth:`RecordBatch.add_call`). A call therefore never misses
         a parent committed before it, whichever process stored that parent.
 
         :param index: the caller's index, brought up to ``cursor`` by earlier calls; it is
@@ -176,56 +202,31 @@ class RecordStore:
             stored.
         :raises ConflictError, MissingLinkError: as :meth:`append`; nothing is stored then.
         """
+        with self.batch(index, cursor) as batch:
+            batch.find(call.id for call in calls)
+            entries = [batch.add_call(call) for call in calls]
+        return entries, batch.cursor
+
+    @contextlib.contextmanager
+    def batch(
+        self, index: TrajectoryIndex | None = None, cursor: Position | None = None
+    ) -> Iterator[RecordBatch]:
+        """One write transaction of the scenario's records: a :class:`RecordBatch`.
+
+        The scenario's writers are serialised first (:func:`lock_store_order`); with an
+        ``index``, it then restores the link entries stored after ``cursor``. The records the
+        block adds are inserted when it ends and committed together (one durable commit for
+        them all); if the block raises, nothing is stored.
+
+        :param index: the writer's trajectory index, brought up to ``cursor``; it is changed in
+            place, and must be rebuilt when the block or the commit raises.
+        """
         with self._database.write() as connection:
             lock_store_order(connection, "records", self.scenario)
-            for link in self._links_after(connection, cursor, None):
-                cursor = link.position
-                if link.entry.call_id not in index:
-                    index.restore(link.entry)
-            entries = [index.add(call) for call in calls]
-            rows: dict[str, dict[str, Any]] = {}
-            for call, entry in zip(calls, entries, strict=True):
-                rows.setdefault(call.id, self._row(call, entry))
-            positions, evicted = self._write_rows(connection, rows)
+            batch = RecordBatch(self, connection, index, cursor)
+            yield batch
+            evicted = batch._write()
         self._warn_evicted(evicted)
-        # Under the lock nothing was stored between the catch-up and these rows.
-        return entries, max(positions, default=cursor)
-
-    def _write_rows(
-        self, connection: Connection, rows: dict[str, dict[str, Any]]
-    ) -> tuple[list[Position], int]:
-        """Insert the rows not stored yet (after the conflict check); evict beyond the
-        capacity. The caller holds the store-order lock. Returns the new rows' positions and
-        how many bodies were evicted."""
-        stored = connection.execute(
-            select(records.c.id, records.c.scenario, records.c.content_hash).where(
-                records.c.id.in_(list(rows))
-            )
-        )
-        rows = dict(rows)
-        for record_id, scenario, digest in stored:
-            if scenario != self.scenario or digest != rows[record_id]["content_hash"]:
-                raise ConflictError("record", record_id, scenario)
-            del rows[record_id]
-        if not rows:
-            return [], 0
-        new = list(rows.values())
-        inserted = connection.execute(self._insert, new).all()
-        add_counts(
-            connection,
-            record_usage,
-            [
-                {
-                    "scenario": self.scenario,
-                    "bodies": len(new),
-                    "body_bytes": sum(row["body_bytes"] for row in new),
-                }
-            ],
-            key=("scenario",),
-            columns=("bodies", "body_bytes"),
-        )
-        evicted = self._evict(connection, self.capacity) if self.capacity is not None else 0
-        return [Position(row.commit_tx, row.seq) for row in inserted], evicted
 
     def _warn_evicted(self, evicted: int) -> None:
         if evicted:
@@ -236,12 +237,15 @@ class RecordStore:
                 self.capacity,
             )
 
-    def _row(self, record: Record, link: LinkEntry | None) -> dict[str, Any]:
+    def _check_scenario(self, record: Record) -> None:
         if record.scenario != self.scenario:
             raise ValueError(
                 f"record {record.id!r} is of scenario {record.scenario!r}, "
                 f"not of this store's {self.scenario!r}"
             )
+
+    def _row(self, record: Record, link: LinkEntry | None) -> dict[str, Any]:
+        self._check_scenario(record)
         if record.kind == "inference":
             if link is None or link.call_id != record.id:
                 raise MissingLinkError(
@@ -256,7 +260,7 @@ class RecordStore:
             "kind": record.kind,
             "body": body,
             "body_bytes": len(body.encode()),
-            "content_hash": content_hash(record),
+            "content_hash": content_hash(record, body),
             "stored_at": time.time(),
             "evicted_reason": None,
             "parent_id": link.parent_id if link else None,
@@ -375,15 +379,12 @@ class RecordStore:
             .order_by(records.c.commit_tx, records.c.seq)
             .limit(limit)
         )
-        return [
-            StoredLink(
-                Position(row.commit_tx, row.seq),
-                LinkEntry(
-                    row.id, row.parent_id, row.request_key, tuple(json.loads(row.reply_keys))
-                ),
-            )
-            for row in connection.execute(query)
-        ]
+        links = []
+        for row in connection.execute(query):
+            link = _link(row)
+            assert link is not None  # an inference record is always stored with its entry
+            links.append(StoredLink(Position(row.commit_tx, row.seq), link))
+        return links
 
     def trajectory_index(self) -> TrajectoryIndex:
         """A trajectory index of every stored inference call, rebuilt from the link entries.
@@ -415,15 +416,160 @@ class RecordStore:
         return (0, 0) if row is None else (int(row.bodies), int(row.body_bytes))
 
 
+class RecordBatch:
+    """The records written in one transaction of :meth:`RecordStore.batch`.
+
+    A writer looks up the ids it will judge with :meth:`find` (one query for many ids), then
+    adds records one at a time. Each one is judged against what is stored and what the batch
+    took before it, and is either refused (an exception; the batch is unchanged) or taken, so
+    a refused record does not spoil its neighbours. The rows taken are inserted when the
+    batch's block ends, and committed together.
+
+    :ivar cursor: the position of the last link entry restored or stored (a cursor for
+        :meth:`RecordStore.read_links_after`); final once the block has ended.
+    """
+
+    def __init__(
+        self,
+        store: RecordStore,
+        connection: Connection,
+        index: TrajectoryIndex | None,
+        cursor: Position | None,
+    ) -> None:
+        self._store = store
+        self._connection = connection
+        self._index = index
+        self.cursor = cursor
+        # What is known about each id looked up or taken: None when nothing is stored.
+        self._known: dict[str, StoredId | None] = {}
+        self._rows: list[dict[str, Any]] = []
+        if index is not None:
+            for link in store._links_after(connection, cursor, None):
+                self.cursor = link.position
+                if link.entry.call_id not in index:
+                    index.restore(link.entry)
+
+    def find(self, ids: Iterable[str]) -> dict[str, StoredId]:
+        """What is stored under ``ids``, in any scenario, or taken by this batch; an id that
+        is free is not in the answer. Queries only the ids not looked up before."""
+        wanted = list(dict.fromkeys(ids))
+        unknown = [record_id for record_id in wanted if record_id not in self._known]
+        for start in range(0, len(unknown), _FIND_CHUNK):
+            chunk = unknown[start : start + _FIND_CHUNK]
+            self._known.update(dict.fromkeys(chunk))
+            query = select(
+                records.c.id,
+                records.c.scenario,
+                records.c.kind,
+                records.c.content_hash,
+                records.c.parent_id,
+                records.c.request_key,
+                records.c.reply_keys,
+            ).where(records.c.id.in_(chunk))
+            for row in self._connection.execute(query):
+                self._known[row.id] = StoredId(row.scenario, row.kind, row.content_hash, _link(row))
+        return {
+            record_id: found
+            for record_id in wanted
+            if (found := self._known[record_id]) is not None
+        }
+
+    def stored(self, record_id: str) -> StoredId | None:
+        """What is stored under ``record_id`` or taken by this batch, or ``None``."""
+        return self.find([record_id]).get(record_id)
+
+    def add(self, record: Record, *, link: LinkEntry | None = None) -> bool:
+        """Take ``record`` (with ``link``, the entry an inference call was linked with).
+
+        :returns: True when taken; False when it is stored or taken already with the same
+            content (nothing to write).
+        :raises ConflictError: when the id is stored or taken with different content, or in
+            another scenario; the batch is unchanged.
+        :raises MissingLinkError, ValueError: as :meth:`RecordStore.append`; the batch is
+            unchanged.
+        """
+        row = self._store._row(record, link)
+        if self._already(record.id, row["content_hash"]) is not None:
+            return False
+        self._take(row, link)
+        return True
+
+    def add_call(self, call: InferenceRecord) -> LinkEntry:
+        """Link ``call`` with the batch's index and take it.
+
+        A call stored or taken already with the same content is not linked again: its stored
+        entry is the answer.
+
+        :raises ConflictError: as :meth:`add`; the batch and the index are unchanged.
+        :raises ValueError: when the call is of another scenario, or the batch was opened
+            without an index.
+        """
+        if self._index is None:
+            raise ValueError("this batch was opened without a trajectory index to link calls")
+        if self.stored(call.id) is not None:
+            stored = self._already(call.id, content_hash(call))
+            if stored is not None and stored.link is not None:
+                return stored.link
+        self._store._check_scenario(call)
+        entry = self._index.add(call)
+        self._take(self._store._row(call, entry), entry)
+        return entry
+
+    def _already(self, record_id: str, digest: str) -> StoredId | None:
+        """The stored or taken record under ``record_id`` when it has this content; ``None``
+        when the id is free; :class:`ConflictError` otherwise."""
+        stored = self.stored(record_id)
+        if stored is None:
+            return None
+        if stored.scenario != self._store.scenario or stored.content_hash != digest:
+            raise ConflictError("record", record_id, stored.scenario)
+        return stored
+
+    def _take(self, row: dict[str, Any], link: LinkEntry | None) -> None:
+        self._rows.append(row)
+        self._known[row["id"]] = StoredId(row["scenario"], row["kind"], row["content_hash"], link)
+
+    def _write(self) -> int:
+        """Insert the rows taken and evict beyond the capacity; how many bodies went."""
+        if not self._rows:
+            return 0
+        store = self._store
+        inserted = self._connection.execute(store._insert, self._rows).all()
+        add_counts(
+            self._connection,
+            record_usage,
+            [
+                {
+                    "scenario": store.scenario,
+                    "bodies": len(self._rows),
+                    "body_bytes": sum(row["body_bytes"] for row in self._rows),
+                }
+            ],
+            key=("scenario",),
+            columns=("bodies", "body_bytes"),
+        )
+        # Under the store-order lock nothing was stored between the catch-up and these rows.
+        positions = [Position(row.commit_tx, row.seq) for row in inserted]
+        if self.cursor is not None:
+            positions.append(self.cursor)
+        self.cursor = max(positions)
+        return store._evict(self._connection, store.capacity) if store.capacity is not None else 0
+
+
+def _link(row: Any) -> LinkEntry | None:
+    """The link entry in the link columns of ``row`` (any query result holding them), if
+    it has one."""
+    if row.request_key is None:
+        return None
+    return LinkEntry(row.id, row.parent_id, row.request_key, tuple(json.loads(row.reply_keys)))
+
+
 def _stored(row: Row[Any]) -> StoredRecord:
-    link = None
-    if row.request_key is not None:
-        link = LinkEntry(row.id, row.parent_id, row.request_key, tuple(json.loads(row.reply_keys)))
     return StoredRecord(
         position=Position(row.commit_tx, row.seq),
         id=row.id,
         kind=row.kind,
         record=None if row.body is None else loads(row.body),
-        link=link,
+        link=_link(row),
         evicted_reason=row.evicted_reason,
     )
