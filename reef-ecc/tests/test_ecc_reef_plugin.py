@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,9 +21,12 @@ from agent_ecc import (
     consumption_records,
     reef_plugin,
 )
+from agent_ecc.execution import ExecRequest, RawOutput
+from agent_ecc.recompute.service import ReverifyService
 from agent_ecc.records import dump_jsonl
-from agent_ecc.synthetic import SyntheticWorld
-from reef.core.job_data import JobData, JobOutcome, TrajectorySample
+from agent_ecc.store import get_text
+from agent_ecc.synthetic import SyntheticExecutor, SyntheticWorld, synthetic_patch
+from reef.core.job_data import JobData, JobOutcome, TrajectorySample, sample_body
 from reef.core.plugins import PluginConfigError, Plugins
 
 GROUPS = {
@@ -158,3 +163,128 @@ def test_a_deployment_turns_the_seal_on_for_its_scenario(
     bad = text.replace('"mode"', '"x"').replace('"journal_dir"', '"journal_dri"')
     with pytest.raises(DeploymentError, match=r"did you mean 'journal_dir'\?"):
         load_deployment(bad, plugins=plugins)
+
+
+class GatedExecutor(SyntheticExecutor):
+    """Runs the synthetic world's checks, holding every run of one patch until ``gate`` opens
+    (a re-execution still under way when the seal's deadline passes)."""
+
+    def __init__(self, world: SyntheticWorld, held_patch: str) -> None:
+        super().__init__(world.store)
+        self.held_patch = held_patch
+        self.gate = threading.Event()
+        self.released = threading.Event()
+        self.network = "none"
+
+    def run(self, request: ExecRequest) -> RawOutput:
+        if get_text(self.store, request.patch) == self.held_patch:
+            self.gate.wait(60)
+            try:
+                return super().run(request)
+            finally:
+                self.released.set()
+        return super().run(request)
+
+
+def test_unused_groups_come_back_in_the_next_job_and_status_shows_the_seal(
+    plugins: Plugins, registry: DirectoryRegistry, world: SyntheticWorld, tmp_path: Path
+) -> None:
+    """rule: E-SEAL-3, E-SEAL-5, I5: through Reef's pipeline, the seal hands over the decided
+    group, retires the excluded one (consumed, never submitted) and gives the unused one (its
+    re-execution still running at the deadline) back to the buffer; the next job takes it,
+    under a batch id of its own, and trains its rewards under the epoch in force. The scenario
+    status shows that epoch and the last seal."""
+    from reef.pipeline_context import PipelineContext
+    from reef.record2sample.no_samples import NoSamples
+    from reef.sample2job import GroupedJobData
+    from reef.storage import NewSample, TrainerSamples, open_database
+    from reef.train.pipeline import TrainingPipeline
+
+    version = registry.grader("g0")
+    # store order: the unused group first (its sample starts the next job too), then the
+    # decided one, then one with a member the producers never recorded (undeterminable)
+    groups = {"late": ("t2", ("correct", "wrong")), "done": ("t1", ("wrong", "skip")),
+              "lost": ("t1", ("wrong", "correct"))}  # fmt: skip
+    database = open_database(f"sqlite:///{tmp_path / 'reef.db'}")
+    samples = TrainerSamples(database, "swe")
+    context = PipelineContext("swe", "c")
+    pipeline = TrainingPipeline(
+        NoSamples(context),
+        GroupedJobData(context, job_samples=2, buffer_size=10),
+        samples=samples,
+        context=context,
+    )
+    for gid, (task, behaviours) in groups.items():
+        unit = []
+        for i, behaviour in enumerate(behaviours):
+            record, score = world.produce(version, task, f"{gid}{i}", behaviour)
+            if (gid, i) != ("lost", 1):
+                dump_jsonl(tmp_path / "records.jsonl", [record])
+                dump_jsonl(tmp_path / "scores.jsonl", [score])
+            sample = TrajectorySample(
+                {"steps": []},
+                reward=1.0 if score.passed else 0.0,
+                metadata={"agent_ecc": {"member_id": record.record_id}},
+            )
+            unit.append(NewSample(f"{gid}-{i}", "trajectory", sample_body(sample)))
+        samples.add_record_samples("c", unit, [f"record-{gid}"])
+    registry.publish_grader(world.version(2), source="hardened")  # needs re-executions
+    executor = GatedExecutor(world, synthetic_patch("t2", "correct"))
+    service = ReverifyService(world.store, executor=executor, capacity=4).start()  # type: ignore[arg-type]
+    try:
+        reef_plugin.configure(
+            "swe",
+            {
+                "registry": str(registry.path),
+                "store": str(world.store.root),
+                "journal_dir": str(tmp_path / "journals"),
+                "records": str(tmp_path / "records.jsonl"),
+                "scores": str(tmp_path / "scores.jsonl"),
+                "service": service.url,
+                "deadline_s": 0.5,
+            },
+        )
+        first = pipeline.build_job_data(2)
+        assert first is not None
+        sealed = plugins.before_submit("swe", "c", first)
+        assert [s.sample_id for s in sealed.samples] == ["done-0", "done-1"]
+        assert sealed.given_back == ("late-0", "late-1")
+        pipeline.acknowledge(sealed.id, given_back=sealed.given_back)
+        # the decided group trained, the excluded one is retired, the unused one waits
+        counts = samples.train_counts("c", [f"{g}-{i}" for g in groups for i in range(2)])
+        assert {k for k, v in counts.items() if v} == {"done-0", "done-1", "lost-0", "lost-1"}
+        executor.gate.set()
+        assert executor.released.wait(30)
+        second = pipeline.build_job_data(2)
+        assert second is not None
+        assert second.id == f"{first.id}.1"  # a batch id of its own: the journal decides once
+        resealed = plugins.before_submit("swe", "c", second)
+        rewards = {s.sample_id: s.reward for s in resealed.samples}
+        assert rewards == {"late-0": 1.0, "late-1": 0.0}
+        assert resealed.given_back == ()
+        pipeline.acknowledge(resealed.id, given_back=resealed.given_back)
+        assert pipeline.build_job_data(2) is None
+        status: dict[str, Any] = plugins.scenario_status("swe")
+    finally:
+        service.close()
+        database.dispose()
+    journal = SealJournal(tmp_path / "journals" / "swe.jsonl")
+    assert [d.batch_id for d in journal.read()] == [first.id, second.id]
+    last = journal.read()[-1]
+    # g2 is the second grader published: epoch 1
+    assert status == {
+        "ecc": {
+            "epoch": {"index": 1, "version_id": "g2"},
+            "last_seal": {
+                "batch_id": second.id,
+                "epoch": {"index": 1, "version_id": "g2"},
+                "stats": last.stats,
+                "shortfall": 0,
+                "groups": {"batch": 1},
+                "failed": None,
+            },
+        }
+    }
+    # after a restart the last seal is read back from the journal
+    reef_plugin.configure("swe", reef_plugin.configured("swe").settings)  # type: ignore[union-attr]
+    assert plugins.scenario_status("swe")["ecc"]["last_seal"]["batch_id"] == second.id

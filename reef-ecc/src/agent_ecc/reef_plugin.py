@@ -13,13 +13,18 @@ of agent_ecc that imports Reef. For a scenario it is configured for (:func:`conf
    has a committed decision (a submission refused or crashed after its seal) is given that
    decision again, never a second one (I5);
 3. returns the job data with only the groups handed over, every reward rewritten by
-   :func:`~agent_ecc.seal.apply_rewards` (all or nothing). A seal that raises is failed
-   strictly (every reward 0.0, recorded in the journal); a journal that refuses the decision
-   (I3) raises, which refuses the submission and releases the data to the buffer.
+   :func:`~agent_ecc.seal.apply_rewards` (all or nothing), and the samples of the unused groups
+   (offered, never decided) in ``given_back``: Reef returns them to the buffer for a later job.
+   Excluded groups are neither submitted nor given back: the commit consumes them (retired, no
+   gradient under this epoch). A seal that raises is failed strictly (every reward 0.0,
+   recorded in the journal); a journal that refuses the decision (I3) raises, which refuses
+   the submission and releases the data to the buffer.
 
 ``reef_job_ended`` writes the consumption lines of a finished or failed job
 (``<journal_dir>/<scenario>.learner.jsonl`` and ``.completions.jsonl``) from the decision of its
-batch, for :func:`~agent_ecc.consumption.consumption_records`.
+batch, for :func:`~agent_ecc.consumption.consumption_records`. ``reef_scenario_status`` shows
+the epoch in force and the last seal (its batch, epoch, stats and shortfall) under ``ecc`` in
+``GET /reef/status``.
 
 Configuration: :class:`EccSettings`, registered as the extension ``ecc``: a deployment turns
 the seal on for a scenario with ``scenarios.<name>.extensions.ecc: {...}``, checked when the
@@ -31,6 +36,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -43,7 +49,7 @@ from agent_ecc.candidates import Candidate, Member
 from agent_ecc.journal import SealJournal
 from agent_ecc.recompute.service import HTTPBackend
 from agent_ecc.records import ExecutionRecord, RecordedScore, load_jsonl
-from agent_ecc.registry import DirectoryRegistry
+from agent_ecc.registry import DirectoryRegistry, Epoch, RegistryError
 from agent_ecc.scorer import Scorer
 from agent_ecc.seal import Decision, SealSession, apply_rewards
 from agent_ecc.store import ContentStore
@@ -127,7 +133,10 @@ class ScenarioSeal:
         self.learner = folder / f"{scenario}.learner.jsonl"
         self.completions = folder / f"{scenario}.completions.jsonl"
         self.inputs = _Records(Path(settings.records), Path(settings.scores))
-        self.last: Decision | None = None
+        # The last committed seal, read once from the journal so that status shows it after a
+        # restart too; each seal replaces it.
+        committed = self.journal.read()
+        self.last: Decision | None = committed[-1] if committed else None
         self._lock = threading.Lock()  # seals are serialized (E-SEAL-5)
 
     def _candidates(self, samples: tuple[Sample, ...]) -> list[Candidate]:
@@ -158,7 +167,8 @@ class ScenarioSeal:
         )
 
     def seal(self, data: JobData) -> JobData:
-        """The job data to submit: the handed-over groups with their sealed rewards."""
+        """The job data to submit: the handed-over groups with their sealed rewards, and the
+        unused groups' samples given back."""
         with self._lock:
             candidates = self._candidates(data.samples)
             decision = next((d for d in self.journal.read() if d.batch_id == data.id), None)
@@ -191,7 +201,32 @@ class ScenarioSeal:
             attrs.evolve(s, reward=rewards[id(s)]) if isinstance(s, TrajectorySample) else s
             for s in samples
         )
-        return attrs.evolve(data, samples=rewritten)
+        unused = set(decision.group_ids("unused"))
+        given_back = tuple(
+            str(s.sample_id) for c in candidates if c.group_id in unused for s in c.handle
+        )
+        return attrs.evolve(data, samples=rewritten, given_back=given_back)
+
+    def status(self) -> dict[str, Any]:
+        """The epoch in force (the registry's pointer, read now) and the last seal."""
+        try:
+            epoch: Epoch | None = self.registry.read_pointer().epoch
+        except RegistryError:  # nothing published yet: no epoch is in force
+            epoch = None
+        last = self.last
+        return {
+            "epoch": _epoch_json(epoch),
+            "last_seal": None
+            if last is None
+            else {
+                "batch_id": last.batch_id,
+                "epoch": _epoch_json(last.epoch),
+                "stats": last.stats,
+                "shortfall": last.shortfall,
+                "groups": dict(Counter(g.outcome for g in last.groups)),
+                "failed": last.failed,
+            },
+        }
 
     def ended(self, outcome: JobOutcome) -> None:
         """Write the consumption lines of the job's batch once (the hook may come twice)."""
@@ -221,6 +256,10 @@ class ScenarioSeal:
         with open(self.completions, "a", encoding="utf-8") as handle:
             done = {"batch_id": outcome.job_id, "step": step, "ok": outcome.event == "finished"}
             handle.write(json.dumps(done, sort_keys=True) + "\n")
+
+
+def _epoch_json(epoch: Epoch | None) -> dict[str, Any] | None:
+    return None if epoch is None else {"index": epoch.index, "version_id": epoch.version_id}
 
 
 _SCENARIOS: dict[str, ScenarioSeal] = {}
@@ -261,6 +300,13 @@ def reef_before_submit(scenario: str, job_data: JobData) -> JobData | None:
     if seal is None or job_data.kind != "trajectory":
         return None
     return seal.seal(job_data)
+
+
+@hookimpl
+def reef_scenario_status(scenario: str) -> dict[str, Any] | None:
+    """``{"ecc": ...}``: the epoch in force and the last seal, for a sealed scenario."""
+    seal = _SCENARIOS.get(scenario)
+    return None if seal is None else {"ecc": seal.status()}
 
 
 @hookimpl
