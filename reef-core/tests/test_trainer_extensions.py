@@ -21,7 +21,14 @@ from reef.pipeline_context import PipelineContext
 from reef.record2sample.no_samples import NoSamples
 from reef.sample2job import GroupedJobData
 from reef.server.status import scenario_status
-from reef.storage import Database, NewSample, RecordStore, ScenarioSettings, TrainerSamples
+from reef.storage import (
+    Database,
+    NewSample,
+    RecordStore,
+    ScenarioSettings,
+    TrainerSamples,
+    TrainerState,
+)
 from reef.train.pipeline import TrainingPipeline
 from reef.train.trainer import Trainer, TrainerParts, TrainerSettings, snapshot_key
 
@@ -165,3 +172,48 @@ def test_two_plugins_reporting_under_one_name_is_an_error() -> None:
     plugins.register(GiveBackOnce(), "two")
     with pytest.raises(ValueError, match=r"two plugins report status under \['giveback'\]"):
         plugins.scenario_status("s")
+
+
+def test_recovery_commits_what_the_crashed_submission_consumed(
+    storage_database: Database,
+) -> None:
+    """rule: P-PIPE-9 P-PIPE-13 Recovery: a crash between submission and commit of a job that
+    gave a group back: the component finished it, so the new tenure commits the samples the job
+    consumed (the recorded ``sample_ids``) and nothing else; the given-back group trains next."""
+    samples = TrainerSamples(storage_database, "s")
+    _store_groups(samples)
+    first_id = "s:data:1"
+    TrainerState(storage_database, "s").set_running_job(
+        "c",
+        {
+            "job_id": first_id,
+            "sample_ids": ["g2-0", "g2-1"],
+            "instruction_id": None,
+            "released_record_ids": [],
+        },
+    )
+    component = RecordingComponent(expected_jobs=1)
+
+    def build(database: Database) -> TrainerParts:
+        context = PipelineContext("s", "c")
+        pipeline = TrainingPipeline(
+            NoSamples(context),
+            GroupedJobData(context, job_samples=2, buffer_size=10),
+            samples=TrainerSamples(database, "s"),
+            context=context,
+        )
+        return TrainerParts(pipeline, component)  # type: ignore[arg-type]
+
+    trainer = Trainer(
+        "s", "c", database=storage_database, build=build, settings=TrainerSettings(0.05)
+    )
+    trainer.start()
+    try:
+        assert component.all_submitted.wait(30)
+    finally:
+        trainer.stop(30)
+    (resubmitted,) = component.submitted
+    assert [s.sample_id for s in resubmitted.samples] == ["g1-0", "g1-1"]
+    assert samples.submitted_among("c", [first_id, resubmitted.id]) == {first_id, resubmitted.id}
+    counts = samples.train_counts("c", ["g1-0", "g1-1", "g2-0", "g2-1"])
+    assert counts == {"g1-0": 1, "g1-1": 1, "g2-0": 1, "g2-1": 1}
