@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from reef.core.job_data import TrajectorySample
-from reef.core.plugins import PluginConfigError
+from reef.core.plugins import PluginConfigError, RecipeConfigError
 from reef.core.records import InferenceRecord, Report
 from reef.pipeline_context import PipelineContext
 from reef.storage import Database, NewSample, TrainerSamples, open_database
@@ -128,6 +128,19 @@ def test_reports_and_uploads_train_through_the_pipeline(storage_database: Databa
 
 
 def test_job_samples_is_required() -> None:
-    """rule: P-SIZE-2 a weight recipe's job data has no default job_samples."""
-    with pytest.raises(PluginConfigError):
+    """rule: P-SIZE-2 a weight recipe's job data has no default job_samples: RecipeConfigError."""
+    with pytest.raises(RecipeConfigError):
         SFTJobData.from_config({}, context=CONTEXT, record2sample=SFTSamples(CONTEXT), environ={})
+
+
+def test_buffer_size_below_job_samples_is_refused() -> None:
+    """rule: P-BUF-6 buffer_size defaults to job_samples and is refused below it."""
+    r2s = SFTSamples(CONTEXT)
+    stage = SFTJobData.from_config(
+        {"job_samples": 3}, context=CONTEXT, record2sample=r2s, environ={}
+    )
+    assert stage.buffer_size == 3
+    with pytest.raises(PluginConfigError, match="smaller than job_samples"):
+        SFTJobData.from_config(
+            {"job_samples": 3, "buffer_size": 2}, context=CONTEXT, record2sample=r2s, environ={}
+        )

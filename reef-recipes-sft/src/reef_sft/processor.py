@@ -23,7 +23,6 @@ from reef.core.plugins import PluginSettings
 from reef.core.records import JSON
 from reef.pipeline_context import PipelineContext
 from reef.record2sample.reports import ReportContext, ReportSamples, SkippedReport
-from reef.record2sample.stage import Record2Sample
 from reef.sample2job.stage import Sample2Job
 
 
@@ -105,49 +104,15 @@ class SFTSamples(ReportSamples):
         return {**trajectory, "extra": extra}
 
 
-@attrs.frozen
-class SFTJobDataSettings(PluginSettings):
-    """The job size of SFT: a weight recipe, so ``job_samples`` has no default."""
-
-    job_samples: int = config_option(
-        help="the fewest samples of one job; usually the component's batch size",
-        validator=attrs.validators.gt(0),
-    )
-    buffer_size: int | None = config_option(
-        default=None,
-        help="the most samples one job takes from the buffer; job_samples when absent",
-        validator=attrs.validators.optional(attrs.validators.gt(0)),
-    )
-
-    def __attrs_post_init__(self) -> None:
-        if self.buffer_size is not None and self.buffer_size < self.job_samples:
-            raise ValueError(
-                f"buffer_size ({self.buffer_size}) is smaller than job_samples ({self.job_samples})"
-            )
-
-
 class SFTJobData(Sample2Job):
     """The sample-to-job stage of SFT: the buffer's trajectories, trained by cross entropy.
 
-    It takes uploaded trajectories (P-UP-3).
+    It takes uploaded trajectories (P-UP-3). Its settings are the base's job size: SFT is a
+    weight recipe, so a config without ``job_samples`` fails with ``RecipeConfigError``
+    (P-SIZE-2), and ``buffer_size`` below it with ``PluginConfigError`` (P-BUF-6).
     """
 
-    Settings: ClassVar[type[PluginSettings]] = SFTJobDataSettings
     accepts_trajectories: ClassVar[bool] = True
-
-    @classmethod
-    def from_config(
-        cls,
-        config: Mapping[str, Any] | None,
-        *,
-        context: PipelineContext,
-        record2sample: Record2Sample,
-        environ: Mapping[str, str],
-    ) -> Self:
-        """Parse the job size (P-STG-10) and build the stage."""
-        del record2sample, environ
-        settings = SFTJobDataSettings.parse(config, plugin_class=cls)
-        return cls(context, job_samples=settings.job_samples, buffer_size=settings.buffer_size)
 
     def make_job_data(self, samples: Sequence[Sample], data_id: str) -> JobData:
         """Every sample of the buffer; the component's objective is ``cross_entropy``."""

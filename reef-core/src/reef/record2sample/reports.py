@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Hashable, Mapping, Sequence
-from typing import Any, ClassVar, Self
+from collections.abc import Hashable, Sequence
+from typing import Any, ClassVar
 
 import attrs
 
@@ -163,20 +163,6 @@ class ReportSamples(Record2Sample):
         self._seen_reports: set[str] = set()
         self._groups: dict[Hashable, _Group] = {}
         self._contexts: dict[str, ReportContext] = {}
-
-    @classmethod
-    def from_config(
-        cls,
-        config: Mapping[str, Any] | None,
-        *,
-        context: PipelineContext,
-        environ: Mapping[str, str],
-    ) -> Self:
-        """Parse :class:`Record2SampleSettings`; a recipe's subclass passes its grouping."""
-        del environ
-        settings = cls.Settings.parse(config, plugin_class=cls)
-        assert isinstance(settings, Record2SampleSettings)
-        return cls(context, max_staleness=settings.max_staleness)
 
     # -- records in ------------------------------------------------------------------------
 
