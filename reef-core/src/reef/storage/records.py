@@ -30,7 +30,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Final
 
 import attrs
-from sqlalchemy import Connection, Row, func, select, update
+from sqlalchemy import Connection, Row, bindparam, func, select, tuple_, update
 
 from reef.core.records import InferenceRecord, Record, Report, dumps, loads
 from reef.core.trajectory_index import LinkEntry, TrajectoryIndex
@@ -39,7 +39,7 @@ from reef.storage.drops import EVICTED, add_drops
 from reef.storage.errors import ConflictError, MissingLinkError
 from reef.storage.positions import Position, after, lock_store_order
 from reef.storage.tables import record_usage, records
-from reef.storage.upserts import add_counts
+from reef.storage.upserts import dialect_insert
 
 __all__ = [
     "RecordBatch",
@@ -156,9 +156,46 @@ class RecordStore:
         self._database = database
         self.scenario = scenario
         self.capacity = capacity
+        # Statements of the hot paths (each batch runs them), built once: SQLAlchemy then
+        # skips most of its work.
         self._insert = (
             records.insert().values(commit_tx=0).returning(records.c.commit_tx, records.c.seq)
         )
+        upsert = dialect_insert(database.dialect, record_usage)
+        self._add_usage = upsert.on_conflict_do_update(
+            index_elements=[record_usage.c.scenario],
+            set_={
+                "bodies": record_usage.c.bodies + upsert.excluded.bodies,
+                "body_bytes": record_usage.c.body_bytes + upsert.excluded.body_bytes,
+            },
+        )
+        self._find = select(
+            records.c.id,
+            records.c.scenario,
+            records.c.kind,
+            records.c.content_hash,
+            records.c.parent_id,
+            records.c.request_key,
+            records.c.reply_keys,
+        ).where(records.c.id.in_(bindparam("ids", expanding=True)))
+        self._links_after_query = (
+            select(
+                records.c.commit_tx,
+                records.c.seq,
+                records.c.id,
+                records.c.parent_id,
+                records.c.request_key,
+                records.c.reply_keys,
+            )
+            .where(
+                records.c.scenario == scenario,
+                records.c.kind == "inference",
+                tuple_(records.c.commit_tx, records.c.seq)
+                > tuple_(bindparam("commit_tx"), bindparam("seq")),
+            )
+            .order_by(records.c.commit_tx, records.c.seq)
+        )
+        self._links_page_query = self._links_after_query.limit(bindparam("limit"))
 
     # -- writing --------------------------------------------------------------------------
 
@@ -362,25 +399,12 @@ class RecordStore:
     def _links_after(
         self, connection: Connection, cursor: Position | None, limit: int | None
     ) -> list[StoredLink]:
-        query = (
-            select(
-                records.c.commit_tx,
-                records.c.seq,
-                records.c.id,
-                records.c.parent_id,
-                records.c.request_key,
-                records.c.reply_keys,
-            )
-            .where(
-                records.c.scenario == self.scenario,
-                records.c.kind == "inference",
-                after(records.c.commit_tx, records.c.seq, cursor),
-            )
-            .order_by(records.c.commit_tx, records.c.seq)
-            .limit(limit)
-        )
+        # No stored position is negative: (-1, -1) is before every row.
+        start = cursor or Position(-1, -1)
+        parameters = {"commit_tx": start.commit_tx, "seq": start.seq, "limit": limit}
+        query = self._links_after_query if limit is None else self._links_page_query
         links = []
-        for row in connection.execute(query):
+        for row in connection.execute(query, parameters):
             link = _link(row)
             assert link is not None  # an inference record is always stored with its entry
             links.append(StoredLink(Position(row.commit_tx, row.seq), link))
@@ -457,16 +481,7 @@ class RecordBatch:
         for start in range(0, len(unknown), _FIND_CHUNK):
             chunk = unknown[start : start + _FIND_CHUNK]
             self._known.update(dict.fromkeys(chunk))
-            query = select(
-                records.c.id,
-                records.c.scenario,
-                records.c.kind,
-                records.c.content_hash,
-                records.c.parent_id,
-                records.c.request_key,
-                records.c.reply_keys,
-            ).where(records.c.id.in_(chunk))
-            for row in self._connection.execute(query):
+            for row in self._connection.execute(self._store._find, {"ids": chunk}):
                 self._known[row.id] = StoredId(row.scenario, row.kind, row.content_hash, _link(row))
         return {
             record_id: found
@@ -535,18 +550,13 @@ class RecordBatch:
             return 0
         store = self._store
         inserted = self._connection.execute(store._insert, self._rows).all()
-        add_counts(
-            self._connection,
-            record_usage,
-            [
-                {
-                    "scenario": store.scenario,
-                    "bodies": len(self._rows),
-                    "body_bytes": sum(row["body_bytes"] for row in self._rows),
-                }
-            ],
-            key=("scenario",),
-            columns=("bodies", "body_bytes"),
+        self._connection.execute(
+            store._add_usage,
+            {
+                "scenario": store.scenario,
+                "bodies": len(self._rows),
+                "body_bytes": sum(row["body_bytes"] for row in self._rows),
+            },
         )
         # Under the store-order lock nothing was stored between the catch-up and these rows.
         positions = [Position(row.commit_tx, row.seq) for row in inserted]
