@@ -9,6 +9,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+
+# The server extra (reef-core[server]); without it reef-core's own tests skip this module.
+pytest.importorskip("starlette")
+pytest.importorskip("uvicorn")
+pytest.importorskip("httpx")
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import func, select

@@ -21,6 +21,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+
+# The server extra (reef-core[server]); without it reef-core's own tests skip this module.
+pytest.importorskip("starlette")
+pytest.importorskip("uvicorn")
+pytest.importorskip("httpx")
+
 from sqlalchemy import event
 
 from reef.core.records import InferenceRecord, Report

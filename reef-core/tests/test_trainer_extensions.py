@@ -13,6 +13,12 @@ from typing import Any
 import attrs
 import pytest
 
+# GET /reef/status's reef.server.status needs the server extra (reef-core[server]); without
+# it reef-core's own tests skip this module.
+pytest.importorskip("starlette")
+pytest.importorskip("uvicorn")
+pytest.importorskip("httpx")
+
 from reef.components.interface import Artifact, JobHandle
 from reef.core.job_data import JobData, JobOutcome, TrajectorySample, sample_body
 from reef.core.plugins import Plugins
