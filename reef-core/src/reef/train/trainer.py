@@ -44,13 +44,13 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 import attrs
-import jsonschema  # type: ignore[import-untyped]  # no stubs in the dev tools yet
 
 from reef.components.interface import JobHandle, TrainingComponent
-from reef.core.job_data import JobData, JobOutcome, TrainingInstruction, job_data_to_json
+from reef.core.job_data import JobOutcome, TrainingInstruction
 from reef.core.plugins import Plugins
 from reef.core.records import JSON
 from reef.pipeline_context import TrainingMode, check_training_mode
+from reef.sample2job.validation import validate_job_data
 from reef.storage import (
     Database,
     FencedDatabase,
@@ -67,7 +67,6 @@ from reef.train.pipeline import TrainingPipeline
 __all__ = [
     "STATUS_SNAPSHOT_PREFIX",
     "TRAINING_MODE_SETTING",
-    "JobDataError",
     "PartsFactory",
     "Trainer",
     "TrainerParts",
@@ -109,11 +108,6 @@ _LAST_ERRORS: Final = 10
 def process_holder() -> str:
     """A lease holder name unique to this process: host, pid and a random part."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-
-
-class JobDataError(ValueError):
-    """Job data that does not match its stage's ``output_schema``; names the data and the
-    first problem's path."""
 
 
 @attrs.frozen
@@ -410,7 +404,7 @@ class Trainer:
         if data is None:
             return None
         try:
-            self.validate(pipeline, data)
+            validate_job_data(pipeline.sample2job, data)  # before any hook sees it (P-PIPE-7)
             if self._plugins is not None:
                 self._plugins.job_data_built(self.scenario, self.name, data)
                 data = self._plugins.before_submit(self.scenario, self.name, data)
@@ -445,20 +439,6 @@ class Trainer:
             len(data.given_back),
         )
         return running
-
-    def validate(self, pipeline: TrainingPipeline, data: JobData) -> None:
-        """Check ``data`` against its sample-to-job stage's ``output_schema`` (P-PIPE-7).
-
-        :raises JobDataError: naming the data, the path and the problem.
-        """
-        try:
-            jsonschema.validate(job_data_to_json(data), pipeline.sample2job.output_schema)
-        except jsonschema.ValidationError as exc:
-            path = "$" + "".join(f"[{p!r}]" for p in exc.absolute_path)
-            raise JobDataError(
-                f"job data {data.id!r} of {type(pipeline.sample2job).__name__} does not match"
-                f" its output_schema at {path}: {exc.message}"
-            ) from exc
 
     def _end_job(
         self,
