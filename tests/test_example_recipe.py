@@ -3,8 +3,9 @@
 ``tests/example_recipe`` (the distribution ``reef-example-thumbs``) is built into a wheel by its
 own build backend and installed into a throwaway folder; Reef finds it through its entry point,
 ``reef plugins`` lists it, the guide's deployment names it, and records and reports go through
-the pipeline Reef builds from that deployment (``build_stages``, ``TrainingPipeline``) on the
-real sample store, into job data. The example's own tests run against the installed wheel too.
+the pipeline Reef builds from that deployment (``build_pipeline``, as the runtime builds a
+trainer's) on the real sample store, into job data that ``validate_job_data`` checks as the
+trainer does. The example's own tests run against the installed wheel too.
 The guide's code excerpts are checked against the package, so the two cannot drift apart.
 """
 
@@ -19,18 +20,18 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-import jsonschema  # type: ignore[import-untyped]  # no stubs in the dev tools yet
 import pytest
 import yaml
 
 from reef.core.deployment import DeploymentError, load_deployment, scenario_classes
-from reef.core.job_data import JobData, TrajectorySample, job_data_to_json
+from reef.core.job_data import JobData, TrajectorySample
 from reef.core.plugins import PluginKind, Plugins
 from reef.core.records import InferenceRecord, Record, Report
-from reef.pipeline_context import PipelineContext
-from reef.storage import Database, TrainerSamples
+from reef.sample2job import validate_job_data
+from reef.storage import Database, ScenarioSettings, TrainerSamples
 from reef.train.pipeline import TrainingPipeline
-from reef.train.stages import build_stages, scenario_trainers
+from reef.train.stages import build_pipeline
+from reef.train.trainer import TRAINING_MODE_SETTING
 
 pytest_plugins = ("reef.testing.storage",)
 
@@ -42,8 +43,9 @@ SCENARIO = "support"
 
 #: A fenced block of the guide: its language and its text.
 _FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.DOTALL | re.MULTILINE)
-#: The first line of a block that quotes a file of the example: ``# tests/example_recipe/...``.
-_QUOTED_FILE = re.compile(r"^# (tests/example_recipe/\S+)\n")
+#: The first line of a block that quotes a file of the example, or of this test:
+#: ``# tests/example_recipe/...``, ``# tests/test_example_recipe.py``.
+_QUOTED_FILE = re.compile(r"^# (tests/\S+)\n")
 
 
 def run(*args: str | Path, env: Mapping[str, str] | None = None, cwd: Path | None = None) -> str:
@@ -114,7 +116,8 @@ def test_reef_plugins_lists_the_example_with_its_distribution(site: Path) -> Non
 
 
 def test_the_guide_quotes_the_package_as_it_is() -> None:
-    """Every block of the guide that names a file of the example is a verbatim part of it."""
+    """Every block of the guide that names a file of the example (or this test) is a verbatim
+    part of it."""
     quoted = 0
     for _, body in guide_blocks():
         match = _QUOTED_FILE.match(body)
@@ -213,17 +216,11 @@ TRAFFIC: tuple[Record, ...] = (
 )
 
 
-def build_pipeline(plugins: Plugins, database: Database) -> TrainingPipeline:
-    """The guide's scenario's pipeline, built as the runtime builds a trainer's."""
+def guide_pipeline(plugins: Plugins, database: Database) -> TrainingPipeline:
+    """The guide's scenario's pipeline, built as the runtime builds its trainer's."""
     deployment = load_deployment(guide_deployment(), plugins=plugins, environ={})
-    section = deployment.scenarios[SCENARIO]
-    (trainer,) = scenario_trainers(section)
-    context = PipelineContext(SCENARIO, trainer, trainers=scenario_trainers(section))
-    record2sample, sample2job = build_stages(
-        SCENARIO, section, plugins=plugins, context=context, environ={}
-    )
-    return TrainingPipeline(
-        record2sample, sample2job, samples=TrainerSamples(database, SCENARIO), context=context
+    return build_pipeline(
+        SCENARIO, deployment.scenarios[SCENARIO], plugins=plugins, database=database, environ={}
     )
 
 
@@ -232,7 +229,7 @@ def submit(pipeline: TrainingPipeline, job_samples: int) -> JobData:
     records (P-PIPE-9)."""
     data = pipeline.build_job_data(job_samples)
     assert data is not None
-    jsonschema.validate(job_data_to_json(data), pipeline.sample2job.output_schema)
+    validate_job_data(pipeline.sample2job, data)
     acknowledged = pipeline.acknowledge(
         data.id, released_record_ids=pipeline.releasable_record_ids()
     )
@@ -249,7 +246,7 @@ def test_thumbs_train_through_the_pipeline(plugins: Plugins, storage_database: D
     P-REP-8 P-REP-9 P-REP-10 P-REP-11 the guide's traffic becomes the guide's jobs: each mixed
     conversation trains as one group, in store order, each sample once; what cannot train is
     counted by reason once its end is committed; a restart makes no sample again."""
-    pipeline = build_pipeline(plugins, storage_database)
+    pipeline = guide_pipeline(plugins, storage_database)
     job_samples = pipeline.sample2job.job_samples
     assert job_samples == 2
     store = TrainerSamples(storage_database, SCENARIO)
@@ -294,10 +291,27 @@ def test_thumbs_train_through_the_pipeline(plugins: Plugins, storage_database: D
     assert (status["ready_samples"], status["held_records"]) == (1, 2)  # c6 and c9 are free
 
     # A restart: a new pipeline on the same store reads the same traffic again.
-    restarted = build_pipeline(plugins, storage_database)
+    restarted = guide_pipeline(plugins, storage_database)
     restarted.push_many(TRAFFIC)
     assert [s.sample_id for s in restarted.buffer()] == ["r8:0"]
     assert restarted.status()["dropped"] == dropped
+
+
+def test_the_pipeline_is_the_runtime_trainers(plugins: Plugins, storage_database: Database) -> None:
+    """rule: P-MODE-14 the guide's scenario has one trainer, named by its component; its
+    pipeline starts in the training mode stored for the scenario; a trainer the scenario does
+    not have is refused with the deployment path."""
+    ScenarioSettings(storage_database, SCENARIO).set(TRAINING_MODE_SETTING, "manual")
+    pipeline = guide_pipeline(plugins, storage_database)
+    assert (pipeline.context.trainer, pipeline.context.trainers) == ("local", ("local",))
+    assert pipeline.training_mode == "manual"
+    section = load_deployment(guide_deployment(), plugins=plugins, environ={}).scenarios[SCENARIO]
+    with pytest.raises(DeploymentError) as info:
+        build_pipeline(SCENARIO, section, "tinker", plugins=plugins, database=storage_database)
+    assert info.value.problems == (
+        f"the scenario has no trainer 'tinker'; its trainers: ['local'] @ $.scenarios.{SCENARIO}"
+        ".training",
+    )
 
 
 def test_the_example_passes_its_own_tests(site: Path) -> None:

@@ -25,21 +25,18 @@ from typing import Any
 from reef.components.interface import TrainingComponent
 from reef.core.deployment import Deployment, ScenarioSection, scenario_classes
 from reef.core.plugins import Plugins
-from reef.pipeline_context import PipelineContext, TrainingMode
+from reef.pipeline_context import TrainingMode
 from reef.server.app import LOCAL_ENGINE
 from reef.server.engines import CompletionFunction
 from reef.server.runtime import ServiceRuntime
-from reef.storage import Database, ScenarioSettings, TrainerSamples
-from reef.train.pipeline import TrainingPipeline
-from reef.train.stages import build_stages, scenario_trainers
+from reef.storage import Database
+from reef.train.stages import build_pipeline, scenario_trainers
 from reef.train.trainer import (
-    TRAINING_MODE_SETTING,
     PartsFactory,
     Trainer,
     TrainerParts,
     TrainerSettings,
     process_holder,
-    stored_training_mode,
 )
 
 __all__ = ["ReefRuntime"]
@@ -132,24 +129,14 @@ class ReefRuntime(ServiceRuntime):
         options = None if section.training is None else section.training.options
 
         def build(database: Database) -> TrainerParts:
-            mode: TrainingMode = stored_training_mode(
-                ScenarioSettings(database, scenario).get(TRAINING_MODE_SETTING)
-            )
-            context = PipelineContext(
-                scenario=scenario,
-                component=trainer,
-                trainers=scenario_trainers(section),
-                training_mode=mode,
+            pipeline = build_pipeline(
+                scenario,
+                section,
+                trainer,
+                plugins=self._plugins,
+                database=database,
                 has_runtime_loader=scenario in self._engines,
-            )
-            record2sample, sample2job = build_stages(
-                scenario, section, plugins=self._plugins, context=context, environ=self._environ
-            )
-            pipeline = TrainingPipeline(
-                record2sample,
-                sample2job,
-                samples=TrainerSamples(database, scenario),
-                context=context,
+                environ=self._environ,
                 replay_last_outcome=False,  # the trainer replays it once it knows no job runs
             )
             component: TrainingComponent = component_class.from_config(options, name=trainer)

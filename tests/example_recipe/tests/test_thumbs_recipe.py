@@ -14,6 +14,7 @@ from reef.core.job_data import TrajectorySample
 from reef.core.plugins import PluginConfigError, PluginKind, Plugins, RecipeConfigError
 from reef.core.records import InferenceRecord, Report
 from reef.pipeline_context import PipelineContext
+from reef.sample2job import validate_job_data
 from reef.storage import Database, TrainerSamples
 from reef.train.pipeline import TrainingPipeline
 
@@ -115,8 +116,8 @@ def test_reports_become_grouped_samples_or_end_with_a_reason() -> None:
 
 
 def test_job_data_keeps_every_sample_and_counts_thumbs() -> None:
-    """rule: P-SIZE-2 P-STG-3 P-REP-6 job_samples is required; the job data is the buffer in
-    order, with its groups."""
+    """rule: P-SIZE-2 P-STG-3 P-REP-6 P-PIPE-7 job_samples is required; the job data is the
+    buffer in order, with its groups, and passes the trainer's check of its output_schema."""
     with pytest.raises(RecipeConfigError):
         ThumbsJobData.from_config({}, context=CONTEXT, record2sample=stage(), environ={})
     jobs = ThumbsJobData.from_config(
@@ -128,6 +129,7 @@ def test_job_data_keeps_every_sample_and_counts_thumbs() -> None:
         TrajectorySample({"steps": []}, reward=-1.0, sample_id="r6:0"),
     )
     data = jobs.make_job_data(samples, "support:data:1")
+    validate_job_data(jobs, data)  # what the trainer checks before it submits (P-PIPE-7)
     assert data.samples == samples
     assert data.metadata == {
         "objective": "group_relative",

@@ -1,10 +1,13 @@
-"""Building a scenario's two stages from the deployment, the one way every caller does it.
+"""Building a scenario's two stages, and its trainers' pipelines, from the deployment, the one
+way every caller does it.
 
-The trainer builds them to compose its :class:`~reef.train.pipeline.TrainingPipeline`; the HTTP
-service builds them too, to run admission the way the pipeline will read (``uploaded_sample``
-of each trainer that accepts uploads, the training modes a stage supports). Both go through
+The HTTP service builds the stages to run admission the way the pipeline will read
+(``uploaded_sample`` of each trainer that accepts uploads, the training modes a stage
+supports); the runtime builds each trainer's :class:`~reef.train.pipeline.TrainingPipeline`
+with :func:`build_pipeline`, which builds its stages the same way. Both go through
 :func:`build_stages`, so a stage is configured once and admission can never disagree with the
-trainer about which class or config a scenario uses.
+trainer about which class or config a scenario uses. A recipe's tests call
+:func:`build_pipeline` too, to run a deployment's scenario as its trainer would.
 """
 
 from __future__ import annotations
@@ -12,13 +15,16 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from reef.core.deployment import ScenarioSection, scenario_classes
+from reef.core.deployment import DeploymentError, ScenarioSection, scenario_classes
 from reef.core.plugins import Plugins
 from reef.pipeline_context import PipelineContext
 from reef.record2sample.stage import Record2Sample
 from reef.sample2job.stage import Sample2Job
+from reef.storage import Database, ScenarioSettings, TrainerSamples
+from reef.train.pipeline import TrainingPipeline
+from reef.train.trainer import TRAINING_MODE_SETTING, stored_training_mode
 
-__all__ = ["build_stages", "scenario_trainers"]
+__all__ = ["build_pipeline", "build_stages", "scenario_trainers"]
 
 
 def scenario_trainers(scenario: ScenarioSection) -> tuple[str, ...]:
@@ -56,3 +62,64 @@ def build_stages(
         environ=env,
     )
     return record2sample, sample2job
+
+
+def build_pipeline(
+    name: str,
+    scenario: ScenarioSection,
+    trainer: str | None = None,
+    *,
+    plugins: Plugins,
+    database: Database,
+    has_runtime_loader: bool = False,
+    environ: Mapping[str, str] | None = None,
+    replay_last_outcome: bool = True,
+) -> TrainingPipeline:
+    """The pipeline of ``trainer`` in scenario ``name``, as the runtime builds it when the
+    trainer takes its lease: its context (the scenario's trainers, the training mode stored for
+    the scenario, ``auto`` when none was selected), its stages (:func:`build_stages`) and its
+    sample store on ``database``.
+
+    :param trainer: the trainer's name; ``None`` for the scenario's only trainer.
+    :param database: the scenario's database (the runtime passes its fenced one).
+    :param has_runtime_loader: the scenario is served by an engine that loads the trained
+        weights, so samples can go stale (P-STALE-10); the runtime sets it for a scenario its
+        local engine serves.
+    :param replay_last_outcome: hand the trainer's last job outcome to the fresh stage now
+        (P-PIPE-13); the trainer passes ``False`` and replays it once it knows no job runs.
+    :raises reef.core.deployment.DeploymentError: when the scenario has no such trainer, a class
+        cannot be resolved or a config does not parse.
+    :raises reef.core.plugins.PluginConfigError: when a stage refuses its config at build time.
+    :raises ValueError: when the stored training mode names none.
+    """
+    trainers = scenario_trainers(scenario)
+    chosen = trainers[0] if trainer is None and len(trainers) == 1 else trainer
+    if chosen is None or chosen not in trainers:
+        missing = (
+            "name the trainer: the scenario has not exactly one"
+            if trainer is None
+            else f"the scenario has no trainer {trainer!r}"
+        )
+        raise DeploymentError(
+            f"scenario {name!r}",
+            (f"{missing}; its trainers: {list(trainers)} @ $.scenarios.{name}.training",),
+        )
+    context = PipelineContext(
+        scenario=name,
+        component=chosen,
+        trainers=trainers,
+        training_mode=stored_training_mode(
+            ScenarioSettings(database, name).get(TRAINING_MODE_SETTING)
+        ),
+        has_runtime_loader=has_runtime_loader,
+    )
+    record2sample, sample2job = build_stages(
+        name, scenario, plugins=plugins, context=context, environ=environ
+    )
+    return TrainingPipeline(
+        record2sample,
+        sample2job,
+        samples=TrainerSamples(database, name),
+        context=context,
+        replay_last_outcome=replay_last_outcome,
+    )
