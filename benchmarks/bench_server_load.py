@@ -1,37 +1,50 @@
-"""Load on the service: inference records and reports posted by concurrent clients.
+"""Load on the service: inference records and reports at a fixed rate, against a bare baseline.
 
-Starts three uvicorn processes on loopback: the scripted engine, Reef on a fresh SQLite file
-(synchronous=FULL, the default) forwarding to it, and a bare Starlette endpoint that does no work
-(the baseline). Each client runs agent turns: a chat call through Reef (one inference record),
-then a report on that call (one admitted report). The same requests go to the bare endpoint.
+Processes, all on loopback: the scripted engine, Reef on a fresh SQLite file (synchronous=FULL,
+the default) forwarding to it, a bare Starlette endpoint that does no work (the baseline), and
+for each target a **load generator in a process of its own**, so its work is not the server's.
 
-Two phases per target, for a fixed time each:
+The load is **open loop**: request ``k`` is due at ``start + k / rate`` whatever the answers,
+and its latency runs from when it was due (a late send counts against the server, so a queue
+cannot hide). The mix is fixed: requests alternate between a chat call (a new conversation,
+so an inference record) and a report on one earlier chat call that was answered (each
+answered call is reported once). A warm-up at the same rate comes first and is not measured;
+it also stocks the answered calls the first reports refer to. The load generator speaks
+HTTP/1.1 on raw keep-alive connections (a pool), so it spends microseconds per request, not
+the milliseconds an HTTP client library would.
 
-- closed loop: CLIENTS clients send as fast as answers come (the most it takes);
-- open loop: requests started at RATE per second whatever the answers (the latency at a load).
+For each target it prints the rate asked, the rate answered (answers that arrived inside the
+measured window, per second), p50/p99 of every request and of each kind, errors, and the CPU
+each process used; then Reef's figures over the bare endpoint's. Goal: at 500 req/s, p99 under
+50 ms on SQLite.
 
-Prints requests per second and p50/p99 latency. Goal: at 500 req/s, p99 under 50 ms on SQLite.
-
-    .venv/bin/python benchmarks/bench_server_load.py [--seconds 10] [--rate 500]
+    .venv/bin/python benchmarks/bench_server_load.py [--rate 500] [--seconds 10] [--warmup 3]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
+import json
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from typing import Any
 
-import httpx
-
-CLIENTS = 32
 GOAL_RATE = 500
 GOAL_P99_MS = 50.0
+#: Keep-alive connections of the load generator (more are opened only up to this).
+CONNECTIONS = 128
+#: How long the load generator waits for the answers still due after the window.
+DRAIN_SECONDS = 30.0
+TOKEN = "bench"
+
+
+# -- the servers (child processes) -----------------------------------------------------------
 
 
 def serve(kind: str, port: int, engine: str, folder: str) -> None:
@@ -58,7 +71,7 @@ def serve(kind: str, port: int, engine: str, folder: str) -> None:
         text = f"""
 storage: {{url: "sqlite:///{folder}/reef.db"}}
 serving: {{engine: "{engine}/v1"}}
-auth: {{tokens: {{bench: {{token: bench, scopes: [infer, feedback, admin]}}}}}}
+auth: {{tokens: {{{TOKEN}: {{token: {TOKEN}, scopes: [infer, feedback, admin]}}}}}}
 scenarios:
   bench: {{recipe: "reef.server.testing:ServiceTestRecipe"}}
 """
@@ -69,6 +82,8 @@ scenarios:
 
 
 def start(kind: str, port: int, engine: str, folder: str) -> subprocess.Popen[bytes]:
+    import httpx
+
     command = [sys.executable, __file__, "--serve", kind, "--port", str(port)]
     command += ["--engine", engine, "--folder", folder]
     process = subprocess.Popen(command)
@@ -84,91 +99,192 @@ def start(kind: str, port: int, engine: str, folder: str) -> subprocess.Popen[by
     raise RuntimeError(f"the {kind} server did not start")
 
 
-Turn = Callable[[httpx.AsyncClient, int], Awaitable[list[float]]]
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` so far (Linux /proc)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def agent_turn(base: str) -> Turn:
-    """A chat call, then a report on it; the latency of each request, in seconds."""
-    headers = {"authorization": "Bearer bench"}
+# -- the load generator (a child process) ----------------------------------------------------
 
-    async def turn(client: httpx.AsyncClient, n: int) -> list[float]:
-        messages = [{"role": "user", "content": f"question {n}"}]
-        started = time.perf_counter()
-        answer = await client.post(
-            f"{base}/scenarios/bench/v1/chat/completions", json={"messages": messages},
-            headers=headers,
-        )  # fmt: skip
-        middle = time.perf_counter()
-        answer.raise_for_status()
-        record_id = answer.headers.get("x-reef-record-id", f"none-{n}")
-        report = {"id": f"report-{n}", "references": [record_id], "score": 1.0}
-        reported = await client.post(
-            f"{base}/reef/scenarios/bench/reports", json=report, headers=headers
+
+class Connection:
+    """One keep-alive HTTP/1.1 connection; requests on it go one at a time."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+
+    async def post(self, path: str, body: bytes) -> tuple[int, dict[str, str], bytes]:
+        head = (
+            f"POST {path} HTTP/1.1\r\nhost: bench\r\nauthorization: Bearer {TOKEN}\r\n"
+            f"content-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
         )
-        ended = time.perf_counter()
-        reported.raise_for_status()
-        return [middle - started, ended - middle]
-
-    return turn
-
-
-async def closed_loop(turn: Turn, seconds: float, offset: int) -> tuple[float, list[float]]:
-    latencies: list[float] = []
-    stop = time.perf_counter() + seconds
-    counter = iter(range(offset, offset + 10**9))
-    limits = httpx.Limits(max_connections=CLIENTS, max_keepalive_connections=CLIENTS)
-    async with httpx.AsyncClient(limits=limits, timeout=30) as client:
-
-        async def worker() -> None:
-            while time.perf_counter() < stop:
-                latencies.extend(await turn(client, next(counter)))
-
-        began = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(CLIENTS)))
-        elapsed = time.perf_counter() - began
-    return len(latencies) / elapsed, latencies
+        self.writer.write(head.encode() + body)
+        lines = (await self.reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
+        status = int(lines[0].split(" ", 2)[1])
+        headers = {}
+        for line in lines[1:]:
+            if line:
+                name, _, value = line.partition(":")
+                headers[name.strip().lower()] = value.strip()
+        if "content-length" not in headers:
+            raise RuntimeError(f"an answer without content-length: {headers}")
+        return status, headers, await self.reader.readexactly(int(headers["content-length"]))
 
 
-async def open_loop(
-    turn: Turn, seconds: float, rate: float, offset: int
-) -> tuple[float, list[float]]:
-    latencies: list[float] = []
-    limits = httpx.Limits(max_connections=256, max_keepalive_connections=256)
-    async with httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(60, pool=None)) as client:
-        tasks = []
-        began = time.perf_counter()
-        # Each turn is two requests: start turns at half the request rate.
-        interval = 2 / rate
-        for n in range(int(seconds * rate / 2)):
-            delay = began + n * interval - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)  # the schedule of an open-loop load
-            tasks.append(asyncio.ensure_future(turn(client, offset + n)))
-        failed = 0
-        for done in await asyncio.gather(*tasks, return_exceptions=True):
-            if isinstance(done, BaseException):
-                failed += 1
-            else:
-                latencies.extend(done)
-        if failed:
-            print(f"  ({failed} turns failed: the server could not keep up)")
-        elapsed = time.perf_counter() - began
-    return len(latencies) / elapsed, latencies
+class Pool:
+    """At most ``size`` connections to ``port``; a request waits for a free one."""
+
+    def __init__(self, port: int, size: int) -> None:
+        self.port = port
+        self.free: asyncio.Queue[Connection] = asyncio.Queue()
+        self.room = asyncio.Semaphore(size)
+
+    async def post(self, path: str, body: bytes) -> tuple[int, dict[str, str], bytes]:
+        async with self.room:
+            try:
+                connection = self.free.get_nowait()
+            except asyncio.QueueEmpty:
+                connection = Connection(*await asyncio.open_connection("127.0.0.1", self.port))
+            try:
+                answer = await connection.post(path, body)
+            except BaseException:
+                connection.writer.close()
+                raise
+            self.free.put_nowait(connection)
+            return answer
 
 
-def summary(name: str, rate: float, latencies: list[float]) -> tuple[float, float]:
-    ordered = sorted(latencies)
-    p50 = statistics.median(ordered) * 1000
-    p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000
-    print(f"  {name:<28} {rate:8.0f} req/s   p50 {p50:7.1f} ms   p99 {p99:7.1f} ms")
-    return p50, p99
+async def generate(port: int, rate: float, warmup: float, seconds: float) -> dict[str, Any]:
+    """Run the open-loop load; the measured window's figures."""
+    pool = Pool(port, CONNECTIONS)
+    answered_calls: collections.deque[str] = collections.deque()
+    chat_path = "/scenarios/bench/v1/chat/completions"
+    report_path = "/reef/scenarios/bench/reports"
+    results: list[tuple[str, float, float, int]] = []  # kind, due, answered at, status
+    tasks: set[asyncio.Task[None]] = set()
+    measured_from = warmup
+    measured_to = warmup + seconds
+
+    async def request(kind: str, n: int, due: float, measured: bool, reference: str) -> None:
+        if kind == "chat":
+            messages = [{"role": "user", "content": f"question {n}"}]
+            path, body = chat_path, json.dumps({"messages": messages})
+        else:
+            path, body = (
+                report_path,
+                json.dumps({"id": f"report-{n}", "references": [reference], "score": 1.0}),
+            )
+        try:
+            status, headers, _ = await pool.post(path, body.encode())
+        except (OSError, asyncio.IncompleteReadError, RuntimeError):
+            status, headers = 0, {}
+        done = time.perf_counter() - began
+        if kind == "chat" and status == 200:
+            answered_calls.append(headers.get("x-reef-record-id", f"none-{n}"))
+        if measured:
+            results.append((kind, due, done, status))
+
+    began = time.perf_counter()
+    sent = collections.Counter[str]()
+    late = []
+    n = 0
+    while True:
+        due = n / rate
+        if due >= measured_to:
+            break
+        # The schedule of an open-loop load (a late generator still lets answers in).
+        await asyncio.sleep(max(0.0, due - (time.perf_counter() - began)))
+        measured = due >= measured_from
+        if measured:
+            late.append(time.perf_counter() - began - due)
+        # The fixed mix: chat, report, chat, report...; a report needs an answered call.
+        kind = "report" if n % 2 and answered_calls else "chat"
+        reference = answered_calls.popleft() if kind == "report" else ""
+        sent[kind] += measured
+        task = asyncio.ensure_future(request(kind, n, due, measured, reference))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+        n += 1
+    _, pending = await asyncio.wait(tasks, timeout=DRAIN_SECONDS) if tasks else (set(), set())
+    for task in pending:
+        task.cancel()
+    answered_in_window = sum(1 for _, _, done, _ in results if done <= measured_to)
+    figures: dict[str, Any] = {
+        "asked_rate": rate,
+        "answered_rate": answered_in_window / seconds,
+        "sent": dict(sent),
+        "unanswered": len(pending),
+        "errors": collections.Counter(
+            str(status) for _, _, _, status in results if status >= 400 or status == 0
+        ),
+        "send_lag_p99_ms": _percentile(late, 0.99) * 1000,
+    }
+    for kind in ("all", "chat", "report"):
+        latencies = [done - due for k, due, done, _ in results if kind in ("all", k)]
+        latencies += [DRAIN_SECONDS] * (len(pending) if kind == "all" else 0)
+        if latencies:
+            figures[kind] = {
+                "p50_ms": statistics.median(latencies) * 1000,
+                "p99_ms": _percentile(latencies, 0.99) * 1000,
+            }
+    return figures
+
+
+def _percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))] if ordered else 0.0
+
+
+# -- the run ---------------------------------------------------------------------------------
+
+
+def measure(
+    name: str, port: int, args: argparse.Namespace, servers: dict[str, int]
+) -> dict[str, Any]:
+    """Run one load generator process against ``port``; its figures and the CPU used."""
+    command = [sys.executable, __file__, "--load", str(port), "--rate", str(args.rate)]
+    command += ["--seconds", str(args.seconds), "--warmup", str(args.warmup)]
+    before = {kind: cpu_seconds(pid) for kind, pid in servers.items()}
+    began = time.perf_counter()
+    generator = subprocess.Popen(command, stdout=subprocess.PIPE)
+    out, _ = generator.communicate()
+    wall = time.perf_counter() - began
+    if generator.returncode != 0:
+        raise RuntimeError(f"the load generator failed against {name}: {generator.returncode}")
+    figures: dict[str, Any] = json.loads(out)
+    # CPU over the whole run of the generator (warm-up, window, drain), as cores busy.
+    figures["cpu"] = {
+        kind: (cpu_seconds(pid) - before[kind]) / wall for kind, pid in servers.items()
+    }
+    figures["cpu"]["load generator"] = figures.pop("generator_cpu") / wall
+    return figures
+
+
+def show(name: str, figures: dict[str, Any]) -> None:
+    print(f"{name}:")
+    print(
+        f"  asked {figures['asked_rate']:.0f} req/s, answered {figures['answered_rate']:.0f} req/s"
+        f" in the window; sent {figures['sent']}, errors {dict(figures['errors']) or 0},"
+        f" unanswered {figures['unanswered']}, send lag p99 {figures['send_lag_p99_ms']:.1f} ms"
+    )
+    for kind in ("all", "chat", "report"):
+        if kind in figures:
+            p50, p99 = figures[kind]["p50_ms"], figures[kind]["p99_ms"]
+            print(f"  {kind:<7} p50 {p50:8.1f} ms   p99 {p99:8.1f} ms")
+    cpu = ", ".join(f"{kind} {share:.2f}" for kind, share in figures["cpu"].items())
+    print(f"  cpu (cores busy): {cpu}")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--rate", type=float, default=GOAL_RATE)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--warmup", type=float, default=3.0)
     parser.add_argument("--serve", choices=["engine", "bare", "reef"])
+    parser.add_argument("--load", type=int, help="(child) generate load against this port")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--engine", default="")
     parser.add_argument("--folder", default="")
@@ -176,38 +292,47 @@ def main() -> int:
     if args.serve:
         serve(args.serve, args.port, args.engine, args.folder)
         return 0
+    if args.load:
+        figures = asyncio.run(generate(args.load, args.rate, args.warmup, args.seconds))
+        figures["generator_cpu"] = time.process_time()
+        print(json.dumps(figures))
+        return 0
     from reef.server.testing import free_port
 
+    print(
+        f"open loop at {args.rate:.0f} req/s, {args.warmup:.0f} s warm-up then {args.seconds:.0f} s"
+        f" measured; cpus: {os.cpu_count()}; load average before: {os.getloadavg()}"
+    )
     with tempfile.TemporaryDirectory() as folder:
         ports = {kind: free_port() for kind in ("engine", "bare", "reef")}
         engine = f"http://127.0.0.1:{ports['engine']}"
-        processes = [start("engine", ports["engine"], "", folder)]
+        processes = {"engine": start("engine", ports["engine"], "", folder)}
         try:
-            processes.append(start("bare", ports["bare"], "", folder))
-            processes.append(start("reef", ports["reef"], engine, folder))
-            print(f"{CLIENTS} clients closed loop, then {args.rate:.0f} req/s open loop,"
-                  f" {args.seconds:.0f} s each; cpus: {os.cpu_count()}")  # fmt: skip
-            results = {}
-            for name, base in (
-                ("bare Starlette (baseline)", f"http://127.0.0.1:{ports['bare']}"),
-                ("reef (SQLite, FULL sync)", f"http://127.0.0.1:{ports['reef']}"),
-            ):
-                offset = 0 if name.startswith("bare") else 10**6
-                turn = agent_turn(base)
-                rate, latencies = asyncio.run(closed_loop(turn, args.seconds, offset))
-                summary(f"{name}, closed", rate, latencies)
-                rate, latencies = asyncio.run(
-                    open_loop(turn, args.seconds, args.rate, offset + 10**5)
-                )
-                results[name] = (rate, *summary(f"{name}, open", rate, latencies))
-            rate, _, p99 = results["reef (SQLite, FULL sync)"]
-            met = rate >= args.rate * 0.95 and p99 < GOAL_P99_MS
-            verdict = "met" if met else "NOT met"
-            print(f"goal ({args.rate:.0f} req/s, p99 < {GOAL_P99_MS:.0f} ms): {verdict}")
+            processes["bare"] = start("bare", ports["bare"], "", folder)
+            processes["reef"] = start("reef", ports["reef"], engine, folder)
+            bare = measure("bare", ports["bare"], args, {"bare": processes["bare"].pid})
+            show("bare Starlette (baseline)", bare)
+            reef = measure(
+                "reef",
+                ports["reef"],
+                args,
+                {"reef": processes["reef"].pid, "engine": processes["engine"].pid},
+            )
+            show("Reef (SQLite, synchronous=FULL)", reef)
         finally:
-            for process in processes:
+            for process in processes.values():
                 process.terminate()
                 process.wait()
+    print(
+        f"Reef / bare: answered rate {reef['answered_rate'] / bare['answered_rate']:.2f},"
+        f" p50 {reef['all']['p50_ms'] / bare['all']['p50_ms']:.1f}x,"
+        f" p99 {reef['all']['p99_ms'] / bare['all']['p99_ms']:.1f}x"
+    )
+    met = reef["answered_rate"] >= args.rate * 0.95 and reef["all"]["p99_ms"] < GOAL_P99_MS
+    print(
+        f"goal ({args.rate:.0f} req/s, p99 < {GOAL_P99_MS:.0f} ms): {'met' if met else 'NOT met'}"
+    )
+    print(f"load average after: {os.getloadavg()}")
     return 0
 
 
