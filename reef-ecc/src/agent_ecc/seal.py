@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Literal, Protocol, TypeAlias, TypeVar
@@ -490,13 +491,21 @@ def arm_session(
     registry: RegistryView,
     scorer: Scorer,
     *,
-    batch_id: str,
+    batch_id: str | None = None,
     cache: ExecutionCache | None = None,
     **options: Any,
 ) -> SealSession:
-    """A seal configured as one comparison arm (contract section 5; E-SEAL-11)."""
+    """A seal configured as one comparison arm (contract section 5; E-SEAL-11).
+
+    ``batch_id`` names the batch in the journal; without one (as a comparison arm is usually
+    opened, ``arm_session("never", registry, scorer, cache=...)``) the session gets a fresh
+    unique id ``<arm>-<hex>``, so two arm sessions never collide in one journal (I5). A replay
+    passes the logged batch's id.
+    """
     if arm not in ARMS:
         raise SealError(f"unknown arm {arm!r}; known: {', '.join(ARMS)}")
+    if batch_id is None:
+        batch_id = f"{arm}-{uuid.uuid4().hex[:16]}"
     if cache is not None:
         scorer = scorer.with_cache(cache)
     if arm == "keep":
