@@ -8,15 +8,17 @@ import importlib
 import importlib.util
 import inspect
 import sys
+import threading
 import types
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import attrs
 import pytest
 
-from reef.core.job_data import JobData, Sample, TrainingInstruction
+from reef.components.interface import Artifact, JobHandle
+from reef.core.job_data import JobData, JobOutcome, Sample, TrainingInstruction
 from reef.core.trajectory_index import TrajectoryIndex
 from reef.pipeline_context import PipelineContext
 from reef.record2sample import ReportSamples, TrajectorySamples
@@ -25,6 +27,7 @@ from reef.sample2job import GroupedJobData
 from reef.sample2job.stage import Sample2Job
 from reef.storage import Database, RecordStore, TrainerSamples
 from reef.train.pipeline import TrainingPipeline
+from reef.train.trainer import Trainer, TrainerParts, TrainerSettings
 
 pytest_plugins = ("reef.testing.storage",)
 
@@ -422,3 +425,104 @@ def test_stage_packages_layout() -> None:
     assert reef.pipeline_context.PipelineContext is PipelineContext
     assert Record2Sample.__module__.startswith("reef.record2sample.")
     assert Sample2Job.__module__.startswith("reef.sample2job.")
+
+
+class _OneJobComponent:
+    """A component that finishes each job at once and tells the test when it got one."""
+
+    name = "c"
+
+    def __init__(self) -> None:
+        self.submitted: list[JobData] = []
+        self.got_job = threading.Event()
+
+    def submit(self, data: JobData, parameters: Mapping[str, Any] | None = None) -> JobHandle:
+        self.submitted.append(data)
+        self.got_job.set()
+        return JobHandle(data.id, self.name)
+
+    def poll(self, handle: JobHandle) -> JobOutcome | None:
+        return JobOutcome(handle.job_id, self.name, "finished")
+
+    def wait(self, handle: JobHandle, timeout: float | None = None) -> JobOutcome:
+        return JobOutcome(handle.job_id, self.name, "finished")
+
+    def publish(self) -> Artifact:
+        return Artifact("art-0", Path("."))
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_trainer_calls_the_pipeline_on_its_thread_under_its_lock(
+    storage_database: Database,
+) -> None:
+    """rule: P-PIPE-2 P-SLOW-1 the trainer calls the pipeline, and so the stages' push, advance,
+    make_samples and make_job_data, on its own thread while it holds its lock."""
+    calls: list[tuple[str, str, bool]] = []
+    holder: list[Trainer] = []
+
+    def note(method: str) -> None:
+        # The lock is held by the calling thread when no other thread can take it now.
+        free: list[bool] = []
+        probe = threading.Thread(target=lambda: free.append(_try_lock(holder[0].lock)))
+        probe.start()
+        probe.join()
+        calls.append((method, threading.current_thread().name, not free[0]))
+
+    class Noting(ReportSamples):
+        def push(self, record: Any) -> None:
+            note("push")
+            super().push(record)
+
+        def advance(self, now: float) -> None:
+            note("advance")
+            super().advance(now)
+
+        def make_samples(self, record_set: Any) -> Any:
+            note("make_samples")
+            return super().make_samples(record_set)
+
+    class NotingJobData(GroupedJobData):
+        def make_job_data(self, samples: Sequence[Sample], data_id: str) -> JobData:
+            note("make_job_data")
+            return super().make_job_data(samples, data_id)
+
+    records = RecordStore(storage_database, "s")
+    records.append_calls([call("a.c", session="a")], TrajectoryIndex(), None)
+    records.append(report("a", "a.c"))
+    component = _OneJobComponent()
+
+    def parts(database: Database) -> TrainerParts:
+        context = PipelineContext("s", "c")
+        pipeline = TrainingPipeline(
+            Noting(context),
+            NotingJobData(context, job_samples=1),
+            samples=TrainerSamples(database, "s"),
+            context=context,
+        )
+        return TrainerParts(pipeline, component)  # type: ignore[arg-type]
+
+    trainer = Trainer(
+        "s", "c", database=storage_database, build=parts, settings=TrainerSettings(0.05)
+    )
+    holder.append(trainer)
+    trainer.start()
+    try:
+        assert component.got_job.wait(30)
+    finally:
+        trainer.stop(30)
+    assert {method for method, _, _ in calls} == {
+        "push",
+        "advance",
+        "make_samples",
+        "make_job_data",
+    }
+    assert {(thread, locked) for _, thread, locked in calls} == {("reef-trainer-s-c", True)}
+
+
+def _try_lock(lock: Any) -> bool:
+    taken = bool(lock.acquire(blocking=False))
+    if taken:
+        lock.release()
+    return taken

@@ -95,8 +95,9 @@ def test_sample_result_ready_iff_samples() -> None:
 
 
 def test_report_forms_one_set_with_its_trajectory() -> None:
-    """rule: P-SET-3 P-SET-8 P-SET-14 P-SET-15 the report and the calls of its trajectory form
-    one set; a lone report is a unit of one set, ready once its sample is made."""
+    """rule: P-STG-1 P-SET-3 P-SET-8 P-SET-14 P-SET-15 the stage decides the set and unit (the
+    report and the calls of its trajectory form one set; a lone report is a unit of one set,
+    ready once its sample is made) and turns the set into its sample."""
     stage = ReportSamples(CTX)
     for record in (call("c1", 1), call("c2", 2), call("c3", 3), report("r", "c3", score=0.5)):
         stage.push(record)
@@ -332,8 +333,9 @@ class _Judged(JudgedSamples):
 
 
 def test_judged_samples_judge_on_the_stages_worker() -> None:
-    """rule: P-JUDGE-1 P-JUDGE-2 P-JUDGE-3 P-SLOW-2 push hands records to the worker;
-    advance forms judged sets; background_jobs_running meanwhile; expire retires."""
+    """rule: P-JUDGE-1 P-JUDGE-2 P-JUDGE-3 P-SLOW-2 P-SLOW-1 push hands records to the worker;
+    advance forms judged sets; background_jobs_running meanwhile; expire retires. push and
+    advance return while the judge (the model call) is still blocked on its gate."""
     judging = _Judging()
     stage = _Judged(judging, BackgroundJobWorker("t"), context=CTX)
     try:
