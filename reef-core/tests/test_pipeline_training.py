@@ -149,8 +149,9 @@ def test_groups_stay_together_and_buffer_size(storage_database: Database) -> Non
 
 
 def test_stale_samples_leave_out_their_group(storage_database: Database) -> None:
-    """rule: P-BUF-4 P-STALE-6 P-BUF-7 P-UP-7 a stale sample leaves out its whole group and
-    stays untrained in the store; an upload is never stale."""
+    """rule: P-BUF-4 P-STALE-6 P-BUF-7 P-UP-7 E-SEAL-6 a stale sample leaves out its whole group
+    and stays untrained in the store; an upload is never stale. Staleness is checked when the
+    buffer is handed out, not when the sample is admitted (stored)."""
     pipeline = build(storage_database, job_samples=1, buffer_size=10, group_size=2, max_staleness=1)
     pipeline.observe_serving_artifact_id("old")
     feed(pipeline, "a", artifact="old", group="g")
