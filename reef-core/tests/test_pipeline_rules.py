@@ -18,15 +18,20 @@ import attrs
 import pytest
 
 from reef.components.interface import Artifact, JobHandle
+from reef.core.deployment import PipelineSection, RecipeSection, ScenarioSection, StageSection
 from reef.core.job_data import JobData, JobOutcome, Sample, TrainingInstruction
+from reef.core.plugins import Plugins
 from reef.core.trajectory_index import TrajectoryIndex
 from reef.pipeline_context import PipelineContext
+from reef.recipe import PipelineSpec, Recipe
 from reef.record2sample import ReportSamples, TrajectorySamples
 from reef.record2sample.stage import Record2Sample
 from reef.sample2job import GroupedJobData
 from reef.sample2job.stage import Sample2Job
 from reef.storage import Database, RecordStore, TrainerSamples
+from reef.testing import inline_plugin
 from reef.train.pipeline import TrainingPipeline
+from reef.train.stages import build_stages
 from reef.train.trainer import Trainer, TrainerParts, TrainerSettings
 
 pytest_plugins = ("reef.testing.storage",)
@@ -526,3 +531,68 @@ def _try_lock(lock: Any) -> bool:
     if taken:
         lock.release()
     return taken
+
+
+class _OwnedSamples(ReportSamples):
+    """A record-to-sample stage that owns a value its sample-to-job stage needs."""
+
+    group_size = 3
+
+
+class _ReadingJobData(GroupedJobData):
+    """Reads the group size from the record-to-sample stage it is built with, never from its
+    own config."""
+
+    def __init__(self, context: PipelineContext, *, job_samples: int, group_size: int) -> None:
+        super().__init__(context, job_samples=job_samples)
+        self.group_size = group_size
+        self.source: Record2Sample | None = None
+
+    @classmethod
+    def from_config(
+        cls,
+        config: Mapping[str, Any] | None,
+        *,
+        context: PipelineContext,
+        record2sample: Record2Sample,
+        environ: Mapping[str, str],
+    ) -> _ReadingJobData:
+        built = GroupedJobData.from_config(
+            config, context=context, record2sample=record2sample, environ=environ
+        )
+        assert isinstance(record2sample, _OwnedSamples)
+        made = cls(context, job_samples=built.job_samples, group_size=record2sample.group_size)
+        made.source = record2sample
+        return made
+
+
+class _Recipe(Recipe):
+    @classmethod
+    def pipeline_spec(cls) -> PipelineSpec:
+        return PipelineSpec(record2sample="OwnedSamples", sample2job="ReadingJobData")
+
+
+def test_the_sample_to_job_stage_reads_the_record_to_sample_stages_values() -> None:
+    """rule: P-STG-9 P-STG-8 build_stages builds the record-to-sample stage first and hands that
+    very stage to the sample-to-job stage's from_config, which reads the values the other stage
+    owns from it (configured once, in the record-to-sample stage)."""
+    plugins = Plugins(blocked=())
+    plugins.register(
+        inline_plugin(
+            recipes={"owned": _Recipe},
+            record2sample={"OwnedSamples": _OwnedSamples},
+            sample2job={"ReadingJobData": _ReadingJobData},
+        ),
+        "test",
+    )
+    scenario = ScenarioSection(
+        recipe=RecipeSection(class_="owned"),
+        pipeline=PipelineSection(sample2job=StageSection(config={"job_samples": 2})),
+    )
+    record2sample, sample2job = build_stages(
+        "s", scenario, plugins=plugins, context=PipelineContext("s", "c"), environ={}
+    )
+    assert isinstance(record2sample, _OwnedSamples)
+    assert isinstance(sample2job, _ReadingJobData)
+    assert sample2job.source is record2sample  # the very stage built first, not a copy
+    assert (sample2job.job_samples, sample2job.group_size) == (2, 3)
