@@ -3,7 +3,11 @@
 Two kinds, behind one interface (:class:`ChatEngine`):
 
 - :class:`HttpEngine`: any OpenAI-compatible server (vLLM, SGLang, another Reef) by base URL,
-  through one pooled :class:`httpx.AsyncClient`;
+  over keep-alive HTTP/1.1 connections it speaks itself. The forward is on every chat call's
+  path and was most of the service's CPU through httpx (its connection pool walks every open
+  connection on each request); this one builds the request head once, encodes the body once,
+  and keeps idle connections on a stack. No proxy settings from the environment are applied;
+  ``http`` and ``https`` URLs are served;
 - :class:`FunctionEngine`: an engine that is a function of the request (the built-in
   :class:`~reef.components.local_engine.LocalEngine`), run on a worker thread so the event loop
   never waits for the model. It streams by answering whole and sending the answer as chunks.
@@ -14,14 +18,17 @@ so the recorded response is the same whether the client streamed or not.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import ssl
 import time
+import urllib.parse
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, Protocol
 
 import anyio.to_thread
 import attrs
-import httpx
 
 from reef.core.records import JSON
 
@@ -105,6 +112,10 @@ class CompletionFunction(Protocol):
 class HttpEngine:
     """An OpenAI-compatible server at ``base_url`` (``http://host:port/v1``).
 
+    It speaks HTTP/1.1 itself over keep-alive connections (see the module docstring for why).
+    Idle connections are kept up to :data:`IDLE_CONNECTIONS`; at most
+    :data:`MAX_CONNECTIONS` calls are in flight at once (the rest wait for a slot).
+
     :param base_url: the engine's base URL, ending before ``/chat/completions``.
     :param api_key: sent as a bearer token when given.
     :param model: the model name to send when the client names none.
@@ -119,14 +130,23 @@ class HttpEngine:
         model: str | None = None,
         timeout: float = 600.0,
     ) -> None:
-        headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+        url = urllib.parse.urlsplit(base_url.rstrip("/") + "/chat/completions")
+        if url.scheme not in ("http", "https") or not url.hostname:
+            raise ValueError(f"engine URL {base_url!r} is not an http(s) URL")
         self.model = model
-        self._client = httpx.AsyncClient(
-            base_url=base_url.rstrip("/"),
-            headers=headers,
-            timeout=httpx.Timeout(timeout),
-            limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
-        )
+        self._host = url.hostname
+        self._port = url.port or (443 if url.scheme == "https" else 80)
+        self._ssl = ssl.create_default_context() if url.scheme == "https" else None
+        self._timeout = timeout
+        target = url.path + (f"?{url.query}" if url.query else "")
+        authorization = f"authorization: Bearer {api_key}\r\n" if api_key else ""
+        # Everything but the length and the body is the same on every call: built once.
+        self._head = (
+            f"POST {target} HTTP/1.1\r\nhost: {url.netloc.rpartition('@')[2]}\r\n"
+            f"accept: */*\r\ncontent-type: application/json\r\n{authorization}"
+        ).encode("latin-1")
+        self._idle: list[_Connection] = []
+        self._slots = asyncio.Semaphore(MAX_CONNECTIONS)
 
     def _body(self, request: JSON) -> JSON:
         if self.model is not None and not request.get("model"):
@@ -134,14 +154,18 @@ class HttpEngine:
         return request
 
     async def complete(self, request: JSON) -> EngineAnswer:
+        async with self._slots:
+            connection, response = await self._send(self._body(request))
+            try:
+                content = await response.read_all(connection, self._timeout)
+            except _BROKEN as exc:
+                connection.close()
+                raise EngineError(502, f"the engine broke off its answer: {exc!r}") from exc
+            self._release(connection, response)
+        if response.status >= 400:
+            raise _engine_error(response.status, content)
         try:
-            response = await self._client.post("/chat/completions", json=self._body(request))
-        except httpx.HTTPError as exc:
-            raise EngineError(502, f"the engine did not answer: {exc!r}") from exc
-        if response.status_code >= 400:
-            raise _engine_error(response.status_code, response.content)
-        try:
-            body = response.json()
+            body = json.loads(content)
         except ValueError as exc:
             raise EngineError(502, "the engine answered something that is not JSON") from exc
         if not isinstance(body, dict):
@@ -149,30 +173,194 @@ class HttpEngine:
         return EngineAnswer(body, response.headers.get(ARTIFACT_HEADER))
 
     async def stream(self, request: JSON) -> EngineStream:
-        http_request = self._client.build_request(
-            "POST", "/chat/completions", json={**self._body(request), "stream": True}
-        )
+        await self._slots.acquire()
         try:
-            response = await self._client.send(http_request, stream=True)
-        except httpx.HTTPError as exc:
-            raise EngineError(502, f"the engine did not answer: {exc!r}") from exc
-        if response.status_code >= 400:
-            content = await response.aread()
-            await response.aclose()
-            raise _engine_error(response.status_code, content)
+            connection, response = await self._send({**self._body(request), "stream": True})
+        except BaseException:
+            self._slots.release()
+            raise
+        if response.status >= 400:
+            try:
+                content = await response.read_all(connection, self._timeout)
+            except _BROKEN as exc:
+                connection.close()
+                raise EngineError(502, f"the engine broke off its answer: {exc!r}") from exc
+            else:
+                self._release(connection, response)
+            finally:
+                self._slots.release()
+            raise _engine_error(response.status, content)
 
         async def events() -> AsyncIterator[str]:
+            finished = False
             try:
-                async for line in response.aiter_lines():
-                    if line.startswith("data:"):
-                        yield line[5:].strip()
+                pending = b""
+                async for piece in response.pieces(connection, self._timeout):
+                    lines = (pending + piece).split(b"\n")
+                    pending = lines.pop()
+                    for line in lines:
+                        if line.startswith(b"data:"):
+                            yield line[5:].strip().decode()
+                if pending.startswith(b"data:"):
+                    yield pending[5:].strip().decode()
+                finished = True
             finally:
-                await response.aclose()
+                # A stream left before its end leaves the connection mid-answer: not reusable.
+                if finished:
+                    self._release(connection, response)
+                else:
+                    connection.close()
+                self._slots.release()
 
         return EngineStream(events(), response.headers.get(ARTIFACT_HEADER))
 
+    async def _send(self, body: JSON) -> tuple[_Connection, _Response]:
+        """Send one call and read the answer's head, on an idle connection or a new one."""
+        payload = json.dumps(body).encode()
+        message = b"%scontent-length: %d\r\n\r\n%s" % (self._head, len(payload), payload)
+        while True:
+            reused = bool(self._idle)
+            connection = self._idle.pop() if reused else await self._connect()
+            try:
+                connection.writer.write(message)
+                async with asyncio.timeout(self._timeout):
+                    head = await connection.reader.readuntil(b"\r\n\r\n")
+                return connection, _Response.parse(head)
+            except asyncio.IncompleteReadError as exc:
+                connection.close()
+                # The engine closed a kept-alive connection before reading the call (its idle
+                # timeout): the call was not taken; send it again on another connection.
+                if reused and not exc.partial:
+                    continue
+                raise EngineError(502, f"the engine did not answer: {exc!r}") from exc
+            except _BROKEN as exc:
+                connection.close()
+                raise EngineError(502, f"the engine did not answer: {exc!r}") from exc
+            except BaseException:
+                connection.close()
+                raise
+
+    async def _connect(self) -> _Connection:
+        try:
+            async with asyncio.timeout(self._timeout):
+                reader, writer = await asyncio.open_connection(
+                    self._host, self._port, ssl=self._ssl, limit=_READ_LIMIT
+                )
+        except (OSError, TimeoutError) as exc:
+            raise EngineError(502, f"the engine did not answer: {exc!r}") from exc
+        return _Connection(reader, writer)
+
+    def _release(self, connection: _Connection, response: _Response) -> None:
+        """Keep the connection for the next call when the answer was whole and it may stay open."""
+        if (
+            response.keep_alive
+            and not connection.reader.at_eof()
+            and len(self._idle) < IDLE_CONNECTIONS
+        ):
+            self._idle.append(connection)
+        else:
+            connection.close()
+
     async def aclose(self) -> None:
-        await self._client.aclose()
+        idle, self._idle = self._idle, []
+        for connection in idle:
+            connection.close()
+        for connection in idle:
+            with contextlib.suppress(OSError):
+                await connection.writer.wait_closed()
+
+
+#: Calls in flight to one engine at most (each on its own connection).
+MAX_CONNECTIONS = 256
+#: Idle keep-alive connections kept per engine.
+IDLE_CONNECTIONS = 64
+#: The longest answer head or chunk-size line read (asyncio's default is 64 KiB).
+_READ_LIMIT = 1 << 20
+#: What a connection that broke, timed out or answered something that is not HTTP raises.
+_BROKEN = (OSError, EOFError, ValueError, TimeoutError, asyncio.LimitOverrunError)
+
+
+@attrs.define
+class _Connection:
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+@attrs.frozen
+class _Response:
+    """The head of an HTTP/1.1 answer, and how its body is framed."""
+
+    status: int
+    headers: dict[str, str]
+    length: int | None
+    chunked: bool
+    keep_alive: bool
+
+    @classmethod
+    def parse(cls, head: bytes) -> _Response:
+        """:raises ValueError: for a head that is not HTTP/1.x."""
+        lines = head.decode("latin-1").split("\r\n")
+        version, _, rest = lines[0].partition(" ")
+        if not version.startswith("HTTP/1."):
+            raise ValueError(f"not an HTTP/1 answer: {lines[0][:80]!r}")
+        status = int(rest[:3])
+        headers: dict[str, str] = {}
+        for line in lines[1:]:
+            if line:
+                name, _, value = line.partition(":")
+                headers[name.strip().lower()] = value.strip()
+        chunked = "chunked" in headers.get("transfer-encoding", "").lower()
+        length = (
+            None if chunked or "content-length" not in headers else int(headers["content-length"])
+        )
+        if status < 200 or status in (204, 304):
+            length = 0
+        keep_alive = (
+            version == "HTTP/1.1"
+            and headers.get("connection", "").lower() != "close"
+            and (chunked or length is not None)
+        )
+        return cls(status, headers, length, chunked, keep_alive)
+
+    async def pieces(self, connection: _Connection, timeout: float) -> AsyncIterator[bytes]:
+        """The body as it arrives. :raises EOFError: when the engine closes it before its end."""
+        reader = connection.reader
+        if self.chunked:
+            while True:
+                async with asyncio.timeout(timeout):
+                    size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
+                    if size == 0:
+                        while await reader.readuntil(b"\r\n") != b"\r\n":
+                            pass  # trailers: nothing to keep
+                        return
+                    piece = await reader.readexactly(size + 2)
+                yield piece[:-2]
+        elif self.length is not None:
+            left = self.length
+            while left:
+                async with asyncio.timeout(timeout):
+                    piece = await reader.read(min(left, 1 << 16))
+                if not piece:
+                    raise EOFError(f"the body ended {left} bytes short")
+                left -= len(piece)
+                yield piece
+        else:
+            while True:
+                async with asyncio.timeout(timeout):
+                    piece = await reader.read(1 << 16)
+                if not piece:
+                    return
+                yield piece
+
+    async def read_all(self, connection: _Connection, timeout: float) -> bytes:
+        """The whole body."""
+        if self.length is not None and not self.chunked:
+            async with asyncio.timeout(timeout):
+                return await connection.reader.readexactly(self.length)
+        return b"".join([piece async for piece in self.pieces(connection, timeout)])
 
 
 def _engine_error(status: int, content: bytes) -> EngineError:
