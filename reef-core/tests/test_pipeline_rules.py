@@ -20,7 +20,7 @@ import pytest
 from reef.components.interface import Artifact, JobHandle
 from reef.core.deployment import PipelineSection, RecipeSection, ScenarioSection, StageSection
 from reef.core.job_data import JobData, JobOutcome, Sample, TrainingInstruction
-from reef.core.plugins import Plugins
+from reef.core.plugins import PluginKind, Plugins, UnknownPluginError
 from reef.core.trajectory_index import TrajectoryIndex
 from reef.pipeline_context import PipelineContext
 from reef.recipe import PipelineSpec, Recipe
@@ -596,3 +596,33 @@ def test_the_sample_to_job_stage_reads_the_record_to_sample_stages_values() -> N
     assert isinstance(sample2job, _ReadingJobData)
     assert sample2job.source is record2sample  # the very stage built first, not a copy
     assert (sample2job.job_samples, sample2job.group_size) == (2, 3)
+
+
+def test_installed_recipes_keep_their_own_stages_in_their_processor_module() -> None:
+    """rule: P-LAYOUT-4 for every installed recipe that brings its own stages, those stages live
+    in the processor module of the recipe's package, and the recipe module names them in
+    pipeline_spec() (stages from reef itself are shared, not a method's own)."""
+    plugins = Plugins(blocked=())
+    plugins.load()
+    checked = 0
+    for name in plugins.names(PluginKind.RECIPE):
+        recipe = plugins.resolve(PluginKind.RECIPE, name)
+        package = recipe.__module__.rsplit(".", 1)[0]
+        if package.split(".")[0] == "reef" or not hasattr(recipe, "pipeline_spec"):
+            continue
+        spec = recipe.pipeline_spec()
+        for kind, stage_name in (
+            (PluginKind.RECORD2SAMPLE, spec.record2sample),
+            (PluginKind.SAMPLE2JOB, spec.sample2job),
+        ):
+            try:
+                stage = plugins.resolve(kind, stage_name)
+            except UnknownPluginError:
+                continue  # a recipe whose stages are not built yet (distill, spade)
+            if stage.__module__.split(".")[0] != package.split(".")[0]:
+                continue  # a stage shared from another distribution
+            assert recipe.__module__ == f"{package}.recipe", recipe
+            assert stage.__module__ == f"{package}.processor", (name, stage)
+            checked += 1
+    if checked == 0:
+        pytest.skip("no installed recipe brings its own stages")
