@@ -505,3 +505,25 @@ def test_uploaded_sample_default_is_the_trajectory() -> None:
     """rule: P-UP-4 the default uploaded_sample returns the trajectory as uploaded."""
     trajectory = {"schema_version": "ATIF-v1.4", "steps": [{"source": "agent", "message": "x"}]}
     assert ReportSamples(CTX).uploaded_sample(trajectory) == TrajectorySample(trajectory)
+
+
+@pytest.mark.parametrize("eligible", [True, False])
+def test_a_stored_report_with_an_eligibility_flag_fails_explicitly_on_replay(
+    eligible: bool,
+) -> None:
+    """rule: P-LAYOUT-5 P-REP-3 a legacy report carrying metadata.training.eligible (either
+    value) fails explicitly when replayed; it is neither trained nor dropped, and its records
+    stay held until it is corrected."""
+    from reef.record2sample.reports import ReportError
+
+    stage = ReportSamples(CTX)
+    stage.push(call("c1", 1))
+    legacy = report("r", "c1", training={"eligible": eligible})
+    with pytest.raises(ReportError, match=r"metadata\.training\.eligible"):
+        stage.push(legacy)
+    assert not stage.ready_units()
+    assert "c1" not in stage.releasable_record_ids()
+    corrected = report("r", "c1")
+    stage.push(corrected)  # the same id, corrected: it trains (the failed one was not taken)
+    (unit,) = stage.ready_units()
+    assert unit.record_ids == ("c1", "r")

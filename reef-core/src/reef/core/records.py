@@ -161,6 +161,16 @@ class Report:
         return json.dumps(body, sort_keys=True, separators=(",", ":"))
 
 
+def has_eligibility_flag(metadata: Mapping[str, Any]) -> bool:
+    """Whether report metadata carries ``training.eligible``, which no report may carry.
+
+    Reports cannot opt in or out of training: admission refuses such a report, and a stored
+    (legacy) one fails explicitly when it is replayed, whatever the flag's value.
+    """
+    training = metadata.get("training")
+    return isinstance(training, Mapping) and "eligible" in training
+
+
 @attrs.frozen(eq=True)
 class Judgment:
     """The result of judging a record: a score, feedback and the judge's metadata."""

@@ -25,7 +25,7 @@ import attrs
 
 from reef.core.job_data import Sample, TaskSample, TrajectorySample
 from reef.core.plugins import PluginSettings, Record2SampleSettings
-from reef.core.records import InferenceRecord, Record, Report
+from reef.core.records import InferenceRecord, Record, Report, has_eligibility_flag
 from reef.core.trajectory_index import TrajectoryIndex
 from reef.pipeline_context import PipelineContext
 from reef.record2sample.assembly import SampleAssembly
@@ -201,6 +201,12 @@ class ReportSamples(Record2Sample):
             raise
 
     def _place_report(self, report: Report) -> None:
+        if has_eligibility_flag(report.metadata):
+            # Admission refuses it; only a report stored before that rule can get here.
+            raise ReportError(
+                f"report {report.id!r} carries metadata.training.eligible, which reports may no"
+                " longer carry: correct the stored report before it is replayed (P-LAYOUT-5)"
+            )
         report_type = report.metadata.get(REPORT_TYPE_KEY)
         if report_type is not None and report_type != self.report_type:
             if report_type not in self.context.admitted_report_types:

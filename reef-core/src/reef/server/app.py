@@ -35,7 +35,13 @@ from reef.core.converters import describe, make_converter
 from reef.core.deployment import Deployment, ScenarioSection
 from reef.core.job_data import TrajectorySample, sample_body
 from reef.core.plugins import Plugins
-from reef.core.records import JSON, TAG_HEADER_PREFIX, InferenceRecord, Report
+from reef.core.records import (
+    JSON,
+    TAG_HEADER_PREFIX,
+    InferenceRecord,
+    Report,
+    has_eligibility_flag,
+)
 from reef.pipeline_context import PipelineContext, check_training_mode
 from reef.record2sample.stage import Record2Sample
 from reef.sample2job.stage import Sample2Job
@@ -749,8 +755,7 @@ def admissible_report(scenario: str, body: ReportBody) -> Report:
 
     :raises ReportRejected: naming the field and the reason.
     """
-    training = body.metadata.get("training")
-    if isinstance(training, dict) and "eligible" in training:
+    if has_eligibility_flag(body.metadata):
         raise ReportRejected(
             "eligibility",
             "$.metadata.training.eligible",
