@@ -39,7 +39,7 @@ from reef.storage.drops import EVICTED, add_drops
 from reef.storage.errors import ConflictError, MissingLinkError
 from reef.storage.positions import Position, after, lock_store_order
 from reef.storage.tables import record_usage, records
-from reef.storage.upserts import dialect_insert
+from reef.storage.upserts import add_counts_statement
 
 __all__ = [
     "RecordBatch",
@@ -161,13 +161,8 @@ class RecordStore:
         self._insert = (
             records.insert().values(commit_tx=0).returning(records.c.commit_tx, records.c.seq)
         )
-        upsert = dialect_insert(database.dialect, record_usage)
-        self._add_usage = upsert.on_conflict_do_update(
-            index_elements=[record_usage.c.scenario],
-            set_={
-                "bodies": record_usage.c.bodies + upsert.excluded.bodies,
-                "body_bytes": record_usage.c.body_bytes + upsert.excluded.body_bytes,
-            },
+        self._add_usage = add_counts_statement(
+            database.dialect, record_usage, key=["scenario"], columns=["bodies", "body_bytes"]
         )
         self._find = select(
             records.c.id,

@@ -15,6 +15,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 __all__ = [
     "add_counts",
+    "add_counts_statement",
     "dialect_insert",
     "insert_or_ignore",
     "insert_or_replace",
@@ -63,6 +64,16 @@ def insert_or_replace(
     connection.execute(statement.on_conflict_do_update(index_elements=key, set_=changed), row)
 
 
+def add_counts_statement(
+    dialect: str, table: Table, *, key: Sequence[str], columns: Sequence[str]
+) -> Any:
+    """The statement that adds a row's ``columns`` to the counts stored under its ``key`` (a
+    new row starts them); a hot path builds it once and executes it many times."""
+    statement = dialect_insert(dialect, table)
+    totals = {name: table.c[name] + statement.excluded[name] for name in columns}
+    return statement.on_conflict_do_update(index_elements=key, set_=totals)
+
+
 def add_counts(
     connection: Connection,
     table: Table,
@@ -72,8 +83,6 @@ def add_counts(
     columns: Sequence[str],
 ) -> None:
     """Add each row's ``columns`` to the stored counts under its ``key`` (a new row starts them)."""
-    if not rows:
-        return
-    statement = _insert(connection, table)
-    totals = {name: table.c[name] + statement.excluded[name] for name in columns}
-    connection.execute(statement.on_conflict_do_update(index_elements=key, set_=totals), list(rows))
+    if rows:
+        statement = add_counts_statement(connection.dialect.name, table, key=key, columns=columns)
+        connection.execute(statement, list(rows))
