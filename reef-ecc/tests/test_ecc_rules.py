@@ -8,6 +8,7 @@ import ast
 from pathlib import Path
 
 import attrs
+import pytest
 
 import agent_ecc
 from agent_ecc import (
@@ -23,12 +24,10 @@ from agent_ecc import (
     SealSession,
     load_recordings,
 )
-from agent_ecc.reef_plugin import member_id
 from agent_ecc.replay import replay_seals
 from agent_ecc.seal import Given
 from agent_ecc.synthetic import SyntheticExecutor, SyntheticWorld
 from agent_ecc.versions import version_to_body
-from reef.core.job_data import TrajectorySample
 
 
 def _group(
@@ -59,6 +58,16 @@ def test_the_producer_records_the_attempt_under_its_pinned_epoch(
     assert record.runs
     assert score.grader_version == pin.epoch.version_id == "g0"
     assert score.verdict == "pass"  # g0's rule: a skipped FAIL_TO_PASS test is no failure
+
+
+def test_the_sample_carries_the_attempt_as_its_member_id() -> None:
+    """rule: E-GRADE-1 the sample carries the attempt's record id as its member id
+    (metadata.agent_ecc.member_id, else its sample id). The sample is Reef's, so this runs where
+    reef-core is installed."""
+    pytest.importorskip("reef", reason="the sample side needs reef-core (reef-ecc[reef])")
+    from agent_ecc.reef_plugin import member_id
+    from reef.core.job_data import TrajectorySample
+
     tagged = TrajectorySample(
         {"steps": []}, sample_id="s:1", metadata={"agent_ecc": {"member_id": "attempt-7"}}
     )
