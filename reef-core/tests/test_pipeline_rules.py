@@ -17,9 +17,8 @@ from typing import Any
 import attrs
 import pytest
 
-from reef.components.interface import Artifact, JobHandle
 from reef.core.deployment import PipelineSection, RecipeSection, ScenarioSection, StageSection
-from reef.core.job_data import JobData, JobOutcome, Sample, TrainingInstruction
+from reef.core.job_data import JobData, Sample, TrainingInstruction
 from reef.core.plugins import PluginKind, Plugins, UnknownPluginError
 from reef.core.trajectory_index import TrajectoryIndex
 from reef.pipeline_context import PipelineContext
@@ -30,6 +29,7 @@ from reef.sample2job import GroupedJobData
 from reef.sample2job.stage import Sample2Job
 from reef.storage import Database, RecordStore, TrainerSamples
 from reef.testing import inline_plugin
+from reef.testing.components import RecordingComponent
 from reef.train.pipeline import TrainingPipeline
 from reef.train.stages import build_stages
 from reef.train.trainer import Trainer, TrainerParts, TrainerSettings
@@ -432,33 +432,6 @@ def test_stage_packages_layout() -> None:
     assert Sample2Job.__module__.startswith("reef.sample2job.")
 
 
-class _OneJobComponent:
-    """A component that finishes each job at once and tells the test when it got one."""
-
-    name = "c"
-
-    def __init__(self) -> None:
-        self.submitted: list[JobData] = []
-        self.got_job = threading.Event()
-
-    def submit(self, data: JobData, parameters: Mapping[str, Any] | None = None) -> JobHandle:
-        self.submitted.append(data)
-        self.got_job.set()
-        return JobHandle(data.id, self.name)
-
-    def poll(self, handle: JobHandle) -> JobOutcome | None:
-        return JobOutcome(handle.job_id, self.name, "finished")
-
-    def wait(self, handle: JobHandle, timeout: float | None = None) -> JobOutcome:
-        return JobOutcome(handle.job_id, self.name, "finished")
-
-    def publish(self) -> Artifact:
-        return Artifact("art-0", Path("."))
-
-    def close(self) -> None:
-        pass
-
-
 def test_the_trainer_calls_the_pipeline_on_its_thread_under_its_lock(
     storage_database: Database,
 ) -> None:
@@ -496,7 +469,7 @@ def test_the_trainer_calls_the_pipeline_on_its_thread_under_its_lock(
     records = RecordStore(storage_database, "s")
     records.append_calls([call("a.c", session="a")], TrajectoryIndex(), None)
     records.append(report("a", "a.c"))
-    component = _OneJobComponent()
+    component = RecordingComponent()
 
     def parts(database: Database) -> TrainerParts:
         context = PipelineContext("s", "c")
@@ -514,7 +487,7 @@ def test_the_trainer_calls_the_pipeline_on_its_thread_under_its_lock(
     holder.append(trainer)
     trainer.start()
     try:
-        assert component.got_job.wait(30)
+        assert component.all_submitted.wait(30)
     finally:
         trainer.stop(30)
     assert {method for method, _, _ in calls} == {

@@ -5,9 +5,6 @@ REEF_TEST_DATABASE_URL)."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import attrs
@@ -19,8 +16,7 @@ pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 pytest.importorskip("httpx")
 
-from reef.components.interface import Artifact, JobHandle
-from reef.core.job_data import JobData, JobOutcome, TrajectorySample, sample_body
+from reef.core.job_data import JobData, TrajectorySample, sample_body
 from reef.core.plugins import Plugins
 from reef.hookspecs import hookimpl
 from reef.pipeline_context import PipelineContext
@@ -35,40 +31,11 @@ from reef.storage import (
     TrainerSamples,
     TrainerState,
 )
+from reef.testing.components import RecordingComponent
 from reef.train.pipeline import TrainingPipeline
 from reef.train.trainer import Trainer, TrainerParts, TrainerSettings, snapshot_key
 
 pytest_plugins = ("reef.testing.storage",)
-
-
-class RecordingComponent:
-    """A component that trains nothing and finishes each job at once; it keeps what it was
-    given and tells the test when the jobs it waits for were submitted."""
-
-    name = "c"
-
-    def __init__(self, expected_jobs: int) -> None:
-        self.submitted: list[JobData] = []
-        self.expected_jobs = expected_jobs
-        self.all_submitted = threading.Event()
-
-    def submit(self, data: JobData, parameters: Mapping[str, Any] | None = None) -> JobHandle:
-        self.submitted.append(data)
-        if len(self.submitted) >= self.expected_jobs:
-            self.all_submitted.set()
-        return JobHandle(data.id, self.name)
-
-    def poll(self, handle: JobHandle) -> JobOutcome | None:
-        return JobOutcome(handle.job_id, self.name, "finished")
-
-    def wait(self, handle: JobHandle, timeout: float | None = None) -> JobOutcome:
-        return JobOutcome(handle.job_id, self.name, "finished")
-
-    def publish(self) -> Artifact:
-        return Artifact("art-0", Path("."))
-
-    def close(self) -> None:
-        pass
 
 
 class GiveBackOnce:

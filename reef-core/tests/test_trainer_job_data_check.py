@@ -5,16 +5,12 @@ data that fails it (on SQLite, and PostgreSQL with REEF_TEST_DATABASE_URL)."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
-from pathlib import Path
-from typing import Any
+from collections.abc import Sequence
 
 import pytest
 
-from reef.components.interface import Artifact, JobHandle
 from reef.core.job_data import (
     JobData,
-    JobOutcome,
     Sample,
     TrajectorySample,
     job_data_schema,
@@ -25,6 +21,7 @@ from reef.pipeline_context import PipelineContext
 from reef.record2sample.no_samples import NoSamples
 from reef.sample2job import JobDataError, Sample2Job, validate_job_data
 from reef.storage import Database, NewSample, ScenarioSettings, TrainerSamples
+from reef.testing.components import RecordingComponent
 from reef.train.pipeline import TrainingPipeline
 from reef.train.trainer import Trainer, TrainerParts, TrainerSettings, snapshot_key
 
@@ -53,28 +50,6 @@ class CountedJobData(Sample2Job):
         if len(self.built) == 2:
             self.built_twice.set()
         return JobData(data_id, tuple(samples))
-
-
-class UnusedComponent:
-    """A component the trainer must never submit to; it keeps anything it is given."""
-
-    name = "c"
-
-    def __init__(self) -> None:
-        self.submitted: list[JobData] = []
-
-    def submit(self, data: JobData, parameters: Mapping[str, Any] | None = None) -> JobHandle:
-        self.submitted.append(data)
-        return JobHandle(data.id, self.name)
-
-    def poll(self, handle: JobHandle) -> JobOutcome | None:
-        return None
-
-    def publish(self) -> Artifact:
-        return Artifact("art-0", Path("."))
-
-    def close(self) -> None:
-        pass
 
 
 def test_a_problem_is_named_by_data_stage_path_and_reason() -> None:
@@ -126,7 +101,7 @@ def test_the_trainer_submits_no_job_data_that_fails_the_check(
         for i in range(2)
     ]
     samples.add_record_samples("c", unit, ["record-g"])
-    component = UnusedComponent()
+    component = RecordingComponent()  # must never be given a job
     stages: list[CountedJobData] = []
     built = threading.Event()
 
