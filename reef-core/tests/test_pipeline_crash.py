@@ -23,15 +23,12 @@ counted exactly once under ``engine_abort``.
 
 from __future__ import annotations
 
-import importlib.util
 import multiprocessing
 import multiprocessing.synchronize
 import os
 import random
 import signal
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -43,19 +40,10 @@ from reef.record2sample import ReportSamples
 from reef.sample2job import GroupedJobData, ReportGroups
 from reef.storage import DropCounters, RecordStore, TrainerSamples, open_database
 from reef.storage.positions import Position
+from reef.testing.records import call, report
 from reef.train.pipeline import TrainingPipeline
 
 pytest_plugins = ("reef.testing.storage",)
-
-_spec = importlib.util.spec_from_file_location(
-    "_stage_tests", Path(__file__).with_name("test_stage_builtins.py")
-)
-assert _spec is not None
-assert _spec.loader is not None
-_stage_tests = importlib.util.module_from_spec(_spec)
-sys.modules.setdefault("_stage_tests", _stage_tests)
-_spec.loader.exec_module(_stage_tests)
-call, report = _stage_tests.call, _stage_tests.report
 
 SCENARIO = "s"
 TRAINERS = ("x", "y")

@@ -16,10 +16,7 @@ manual jobs answer the oldest instruction with the manual buffer's samples.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import tempfile
-from pathlib import Path
 from typing import Any
 
 from hypothesis import HealthCheck, settings
@@ -32,17 +29,8 @@ from reef.pipeline_context import PipelineContext
 from reef.record2sample import ReportSamples
 from reef.sample2job import GroupedJobData, ReportGroups
 from reef.storage import TrainerSamples, open_database
+from reef.testing.records import call, report
 from reef.train.pipeline import TrainingPipeline
-
-_spec = importlib.util.spec_from_file_location(
-    "_stage_tests", Path(__file__).with_name("test_stage_builtins.py")
-)
-assert _spec is not None
-assert _spec.loader is not None
-_stage_tests = importlib.util.module_from_spec(_spec)
-sys.modules.setdefault("_stage_tests", _stage_tests)
-_spec.loader.exec_module(_stage_tests)
-call, report = _stage_tests.call, _stage_tests.report
 
 JOB_SAMPLES = 2
 BUFFER_SIZE = 3

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,20 +21,10 @@ from reef.sample2job import GroupedJobData, ReportGroups
 from reef.storage import Database, NewSample, TrainerSamples
 from reef.storage.tables import sample_trains
 from reef.storage.tables import samples as samples_table
+from reef.testing.records import call, report
 from reef.train.pipeline import GivenBackError, TrainingPipeline
 
 pytest_plugins = ("reef.testing.storage",)
-
-# The record builders of the stage tests, loaded by path (test folders are not packages).
-_spec = importlib.util.spec_from_file_location(
-    "_stage_tests", Path(__file__).with_name("test_stage_builtins.py")
-)
-assert _spec is not None
-assert _spec.loader is not None
-_stage_tests = importlib.util.module_from_spec(_spec)
-sys.modules.setdefault("_stage_tests", _stage_tests)
-_spec.loader.exec_module(_stage_tests)
-call, report = _stage_tests.call, _stage_tests.report
 
 
 class Counting(ReportSamples):

@@ -31,39 +31,9 @@ from reef.record2sample import (
     TrajectorySamples,
 )
 from reef.sample2job import GroupedJobData, GroupedReportSamples, Sample2Job
+from reef.testing.records import call, report
 
 CTX = PipelineContext("s", "c", has_runtime_loader=True)
-
-
-def call(
-    cid: str,
-    turns: int = 1,
-    *,
-    session: str = "a",
-    artifact: str | None = "art1",
-    at: float = 0.0,
-    finish: str = "stop",
-) -> InferenceRecord:
-    """Call ``turns`` of a conversation ``session``: its request holds the earlier turns."""
-    messages: list[dict[str, Any]] = [{"role": "system", "content": f"session {session}"}]
-    for turn in range(1, turns):
-        messages += [
-            {"role": "user", "content": f"q{turn}"},
-            {"role": "assistant", "content": f"a{turn}"},
-        ]
-    messages.append({"role": "user", "content": f"q{turns}"})
-    response = {
-        "choices": [
-            {"message": {"role": "assistant", "content": f"a{turns}"}, "finish_reason": finish}
-        ]
-    }
-    return InferenceRecord(
-        cid, "s", {"messages": messages}, response, artifact_id=artifact, started_at=at, ended_at=at
-    )
-
-
-def report(rid: str, *refs: str, score: float | None = 1.0, **metadata: Any) -> Report:
-    return Report(rid, "s", tuple(refs), score=score, metadata=metadata)
 
 
 def sample_ids_of(stage: Any) -> list[list[str]]:
