@@ -97,6 +97,39 @@ def test_two_ledgers_on_one_store_link_as_one_writer_in_store_order(storage_url:
             database.dispose()
 
 
+def test_a_ledger_links_to_a_parent_another_writer_stored_between_its_batches(
+    storage_url: str,
+) -> None:
+    """The ledger skips its catch-up only while nobody else commits: a parent stored by another
+    connection of the same process (or another process) between two batches is found
+    (P-SET-2), and with the ledger as the only writer no catch-up query runs at all."""
+    database = open_database(storage_url)
+    ledger = ScenarioLedger(RecordStore(database, SCENARIO), [])
+    catch_ups: list[str] = []
+
+    def count(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        if "ORDER BY" in statement and "commit_tx" in statement:
+            catch_ups.append(statement)
+
+    event.listen(database.engine, "before_cursor_execute", count)
+    try:
+        first, second, third = _conversations(count=1, length=3)[0]
+        ledger.append(first).result(timeout=60)
+        ledger.append(_conversations(count=1, length=1, prefix="quiet")[0][0]).result(timeout=60)
+        quiet = len(catch_ups)
+        # Another writer (its own index, a pooled connection) stores the second call.
+        other = RecordStore(database, SCENARIO)
+        other.append_calls([second], other.trajectory_index(), None)
+        linked = ledger.append(third).result(timeout=60)
+    finally:
+        event.remove(database.engine, "before_cursor_execute", count)
+        ledger.close()
+        database.dispose()
+    assert linked.parent_id == second.id
+    if database.dialect == "sqlite":
+        assert quiet == 1  # the ledger's first batch, on its new connection; then none
+
+
 class _HeldCommits:
     """Counts a database's commits and holds the first one until released: what is queued
     meanwhile reaches the ledger together, as concurrent requests do."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import text
@@ -67,3 +68,58 @@ def test_processes_opening_a_new_database_at_once_do_not_race(storage_url: str) 
         versions = connection.execute(text("SELECT version_num FROM alembic_version")).all()
     database.dispose()
     assert [tuple(v) for v in versions] == [("0002",)]
+
+
+def _scenario_row(database: Database, name: str) -> None:
+    with database.write() as connection:
+        connection.execute(text("INSERT INTO reef_scenarios (scenario) VALUES (:s)"), {"s": name})
+
+
+def test_a_held_writer_tells_whether_another_connection_committed(
+    storage_database: Database,
+) -> None:
+    """A held writer's own commits do not count; another connection's commit does (SQLite).
+    PostgreSQL has no such signal: there the answer is always yes."""
+    writer = storage_database.held_writer()
+    try:
+        with writer.write() as connection:
+            assert writer.others_committed()  # a fresh connection knows nothing yet
+            connection.execute(text("INSERT INTO reef_scenarios (scenario) VALUES ('own')"))
+        with writer.write():
+            own_only = writer.others_committed()
+        _scenario_row(storage_database, "other")  # a pooled connection: somebody else
+        with writer.write():
+            after_other = writer.others_committed()
+        with writer.write():
+            quiet_again = writer.others_committed()
+    finally:
+        writer.close()
+    if storage_database.dialect == "sqlite":
+        assert (own_only, after_other, quiet_again) == (False, True, False)
+    else:
+        assert (own_only, after_other, quiet_again) == (True, True, True)
+
+
+def test_a_held_writer_rolls_back_and_starts_afresh_after_a_failed_transaction(
+    storage_database: Database,
+) -> None:
+    writer = storage_database.held_writer()
+    try:
+        with writer.write():
+            pass
+
+        def fail() -> None:
+            with writer.write() as connection:
+                connection.execute(text("INSERT INTO reef_scenarios (scenario) VALUES ('lost')"))
+                raise RuntimeError("the block failed")
+
+        with pytest.raises(RuntimeError, match="the block failed"):
+            fail()
+        with writer.write() as connection:
+            # The failed transaction took nothing, and the writer no longer vouches for
+            # what it saw before: the next batch catches up.
+            assert writer.others_committed()
+            rows = connection.execute(text("SELECT scenario FROM reef_scenarios")).all()
+    finally:
+        writer.close()
+    assert rows == []

@@ -88,6 +88,9 @@ class ScenarioLedger:
         self._index = TrajectoryIndex()
         self._cursor: Position | None = None
         self._queue: queue.SimpleQueue[_Item] = queue.SimpleQueue()
+        # The ledger thread's own connection: no pool round trip per batch, and on SQLite the
+        # catch-up is skipped when no other connection committed since the last batch.
+        self._writer = store.database.held_writer()
         self._catch_up()
         self._thread = threading.Thread(
             target=self._run, name=f"reef-ledger-{self.scenario}", daemon=True
@@ -128,6 +131,7 @@ class ScenarioLedger:
             if work:
                 self._commit(work)
             if len(work) < len(batch):
+                self._writer.close()
                 return
 
     def _catch_up(self) -> None:
@@ -186,7 +190,7 @@ class ScenarioLedger:
         answers: list[Callable[[], object]] = []
         # The index catches up with the store inside the transaction, under the scenario's
         # write lock: no other process can store a parent in between.
-        with self.store.batch(self._index, self._cursor) as batch:
+        with self.store.batch(self._index, self._cursor, writer=self._writer) as batch:
             batch.find(ids)
             for item in items:
                 try:

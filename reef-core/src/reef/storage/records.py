@@ -34,7 +34,7 @@ from sqlalchemy import Connection, Row, bindparam, func, select, tuple_, update
 
 from reef.core.records import InferenceRecord, Record, Report, dumps, loads
 from reef.core.trajectory_index import LinkEntry, TrajectoryIndex
-from reef.storage.database import Database
+from reef.storage.database import Database, HeldWriter
 from reef.storage.drops import EVICTED, add_drops
 from reef.storage.errors import ConflictError, MissingLinkError
 from reef.storage.positions import Position, after, lock_store_order
@@ -192,6 +192,11 @@ class RecordStore:
         )
         self._links_page_query = self._links_after_query.limit(bindparam("limit"))
 
+    @property
+    def database(self) -> Database:
+        """The database the store is in."""
+        return self._database
+
     # -- writing --------------------------------------------------------------------------
 
     def append(self, record: Record, *, link: LinkEntry | None = None) -> bool:
@@ -241,7 +246,11 @@ class RecordStore:
 
     @contextlib.contextmanager
     def batch(
-        self, index: TrajectoryIndex | None = None, cursor: Position | None = None
+        self,
+        index: TrajectoryIndex | None = None,
+        cursor: Position | None = None,
+        *,
+        writer: HeldWriter | None = None,
     ) -> Iterator[RecordBatch]:
         """One write transaction of the scenario's records: a :class:`RecordBatch`.
 
@@ -252,10 +261,15 @@ class RecordStore:
 
         :param index: the writer's trajectory index, brought up to ``cursor``; it is changed in
             place, and must be rebuilt when the block or the commit raises.
+        :param writer: a connection held by the calling thread for its batches (instead of one
+            from the pool). When nobody else committed since the writer's previous batch, the
+            catch-up is skipped: the index is up to date as long as it is the one that batch
+            left (the caller rebuilds it, and may not pass a stale one, after a failure).
         """
-        with self._database.write() as connection:
+        with (writer or self._database).write() as connection:
             lock_store_order(connection, "records", self.scenario)
-            batch = RecordBatch(self, connection, index, cursor)
+            catch_up = index is not None and (writer is None or writer.others_committed())
+            batch = RecordBatch(self, connection, index, cursor, catch_up=catch_up)
             yield batch
             evicted = batch._write()
         self._warn_evicted(evicted)
@@ -454,6 +468,8 @@ class RecordBatch:
         connection: Connection,
         index: TrajectoryIndex | None,
         cursor: Position | None,
+        *,
+        catch_up: bool = True,
     ) -> None:
         self._store = store
         self._connection = connection
@@ -462,7 +478,7 @@ class RecordBatch:
         # What is known about each id looked up or taken: None when nothing is stored.
         self._known: dict[str, StoredId | None] = {}
         self._rows: list[dict[str, Any]] = []
-        if index is not None:
+        if index is not None and catch_up:
             for link in store._links_after(connection, cursor, None):
                 self.cursor = link.position
                 if link.entry.call_id not in index:
