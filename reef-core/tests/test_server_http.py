@@ -252,6 +252,40 @@ def test_engine_breaking_off_a_stream_is_recorded_as_aborted(
     assert records(opened, later)
 
 
+def test_a_whole_answer_reaches_the_client_byte_for_byte_as_the_engine_sent_it(
+    database: tuple[str, Database],
+) -> None:
+    """The service hands on the engine's own bytes (its spacing, key order and escapes), and
+    records the same answer, parsed."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    sent = (
+        b'{ "object":"chat.completion", "id":"exact-1",\n "choices":[{"index":0,'
+        b'"message":{"role":"assistant","content":"caf\\u00e9 \xe2\x98\x95"},'
+        b'"finish_reason":"stop"}], "created":1, "model":"m" }'
+    )
+
+    async def answer(_request: Request) -> Response:
+        return Response(sent, media_type="application/json")
+
+    engine = Starlette(routes=[Route("/v1/chat/completions", answer, methods=["POST"])])
+    _, opened = database
+    with serve_on_loopback(engine) as engine_base, serve(database, f"{engine_base}/v1") as reef:
+        reply = httpx.post(
+            f"{reef}/scenarios/support/v1/chat/completions",
+            json={"messages": [{"role": "user", "content": "hi"}]},
+            headers={"authorization": "Bearer agent-secret"},
+        )
+    assert reply.status_code == 200
+    assert reply.content == sent
+    (record,) = records(opened, [reply.headers[RECORD_ID_HEADER]])
+    assert record.response == json.loads(sent)
+    assert record.response["choices"][0]["message"]["content"] == "caf\u00e9 \u2615"
+
+
 def test_local_engine_answers_off_the_event_loop_and_names_its_artifact(
     database: tuple[str, Database],
 ) -> None:

@@ -414,7 +414,10 @@ class _Service:
             ended_at=time.time(),
         )
         await asyncio.wrap_future(self.ledger(scenario).append(record))
-        return JSONResponse(reply.body, headers={RECORD_ID_HEADER: record.id})
+        headers = {RECORD_ID_HEADER: record.id}
+        if reply.content is not None:  # the engine's own bytes, not encoded a second time
+            return Response(reply.content, media_type="application/json", headers=headers)
+        return JSONResponse(reply.body, headers=headers)
 
     async def _stream(self, scenario: _Scenario, record: InferenceRecord) -> Response:
         assert scenario.engine is not None

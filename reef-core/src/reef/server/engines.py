@@ -64,10 +64,15 @@ class EngineError(Exception):
 
 @attrs.frozen
 class EngineAnswer:
-    """A whole answer: the ``chat.completion`` body and the artifact that answered (if known)."""
+    """A whole answer: the ``chat.completion`` body and the artifact that answered (if known).
+
+    ``content`` is the body exactly as the engine sent it, when it came over HTTP: the service
+    passes those bytes on to its client instead of encoding ``body`` again.
+    """
 
     body: JSON
     artifact_id: str | None
+    content: bytes | None = None
 
 
 @attrs.frozen
@@ -170,7 +175,7 @@ class HttpEngine:
             raise EngineError(502, "the engine answered something that is not JSON") from exc
         if not isinstance(body, dict):
             raise EngineError(502, "the engine answered JSON that is not an object")
-        return EngineAnswer(body, response.headers.get(ARTIFACT_HEADER))
+        return EngineAnswer(body, response.headers.get(ARTIFACT_HEADER), content)
 
     async def stream(self, request: JSON) -> EngineStream:
         await self._slots.acquire()
@@ -221,16 +226,21 @@ class HttpEngine:
         while True:
             reused = bool(self._idle)
             connection = self._idle.pop() if reused else await self._connect()
+            if reused and (connection.reader.at_eof() or connection.writer.is_closing()):
+                connection.close()  # the engine closed it while it was idle
+                continue
             try:
                 connection.writer.write(message)
                 async with asyncio.timeout(self._timeout):
                     head = await connection.reader.readuntil(b"\r\n\r\n")
                 return connection, _Response.parse(head)
-            except asyncio.IncompleteReadError as exc:
+            except (asyncio.IncompleteReadError, ConnectionResetError, BrokenPipeError) as exc:
                 connection.close()
-                # The engine closed a kept-alive connection before reading the call (its idle
-                # timeout): the call was not taken; send it again on another connection.
-                if reused and not exc.partial:
+                # The engine closed a kept-alive connection as the call went out (its idle
+                # timeout): not one byte of an answer came back, so the call was not taken;
+                # send it again on another connection.
+                partial = exc.partial if isinstance(exc, asyncio.IncompleteReadError) else b""
+                if reused and not partial:
                     continue
                 raise EngineError(502, f"the engine did not answer: {exc!r}") from exc
             except _BROKEN as exc:
