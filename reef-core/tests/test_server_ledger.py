@@ -27,7 +27,7 @@ pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 pytest.importorskip("httpx")
 
-from sqlalchemy import event
+from sqlalchemy import create_engine, event, func, select
 
 from reef.core.records import InferenceRecord, Report
 from reef.core.trajectory_index import LinkEntry, TrajectoryIndex
@@ -128,6 +128,37 @@ def test_a_ledger_links_to_a_parent_another_writer_stored_between_its_batches(
     assert linked.parent_id == second.id
     if database.dialect == "sqlite":
         assert quiet == 1  # the ledger's first batch, on its new connection; then none
+
+
+def test_a_ledger_whose_connection_was_dropped_writes_its_next_batch_on_a_new_one(
+    storage_url: str,
+) -> None:
+    """The ledger keeps one connection; when the database dropped it between two batches (a
+    restart), the next batch is written on a fresh connection instead of failing."""
+    database = open_database(storage_url)
+    if database.dialect != "postgresql":
+        database.dispose()
+        pytest.skip("a SQLite file has no server to drop the connection")
+    backends: set[int] = set()
+
+    def checked_out(raw: Any, *_: Any) -> None:
+        backends.add(raw.info.backend_pid)
+
+    event.listen(database.engine, "checkout", checked_out)
+    ledger = ScenarioLedger(RecordStore(database, SCENARIO), [])
+    other = create_engine(storage_url)
+    try:
+        first, second = _conversations(count=1, length=2)[0]
+        ledger.append(first).result(timeout=60)
+        with other.connect() as admin:
+            for backend in backends:  # the ledger's held connection among them
+                admin.execute(select(func.pg_terminate_backend(backend)))
+        linked = ledger.append(second).result(timeout=60)
+    finally:
+        ledger.close()
+        other.dispose()
+        database.dispose()
+    assert linked.parent_id == first.id
 
 
 class _HeldCommits:

@@ -36,6 +36,7 @@ from functools import partial
 from typing import Final
 
 import attrs
+from sqlalchemy.exc import DBAPIError
 
 from reef.core.records import InferenceRecord, Report
 from reef.core.trajectory_index import LinkEntry, TrajectoryIndex
@@ -146,7 +147,7 @@ class ScenarioLedger:
             if len(links) < _PAGE:
                 return
 
-    def _commit(self, items: list[_Append | _Admit]) -> None:
+    def _commit(self, items: list[_Append | _Admit], *, reconnected: bool = False) -> None:
         """Write ``items`` in one transaction and answer each once it is durable; when the
         transaction fails, write them one transaction each."""
         try:
@@ -154,6 +155,14 @@ class ScenarioLedger:
         except Exception as exc:
             # Nothing was stored, but the index may hold some of the calls: rebuild it.
             self._rebuild()
+            if not reconnected and isinstance(exc, DBAPIError) and exc.connection_invalidated:
+                # The ledger's connection was dead (the database restarted since the last
+                # batch, say): the writer opens a fresh one; the same batch goes again once.
+                _log.warning(
+                    "scenario %r: the database connection was lost: %r", self.scenario, exc
+                )
+                self._commit(items, reconnected=True)
+                return
             if len(items) == 1:
                 items[0].done.set_exception(exc)
                 return
@@ -164,7 +173,7 @@ class ScenarioLedger:
                 exc,
             )
             for item in items:
-                self._commit([item])
+                self._commit([item], reconnected=reconnected)
             return
         for answer in answers:
             answer()
