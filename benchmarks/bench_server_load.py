@@ -18,7 +18,11 @@ measured window, per second), p50/p99 of every request and of each kind, errors,
 each process used; then Reef's figures over the bare endpoint's. Goal: at 500 req/s, p99 under
 50 ms on SQLite.
 
+``--busy N`` keeps N more processes spinning on the CPU for the whole run (both targets), to
+see how much room is left when the machine has other work.
+
     .venv/bin/python benchmarks/bench_server_load.py [--rate 500] [--seconds 10] [--warmup 3]
+        [--busy 0]
 """
 
 from __future__ import annotations
@@ -288,6 +292,7 @@ def main() -> int:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--engine", default="")
     parser.add_argument("--folder", default="")
+    parser.add_argument("--busy", type=int, default=0, help="processes spinning on the CPU")
     args = parser.parse_args()
     if args.serve:
         serve(args.serve, args.port, args.engine, args.folder)
@@ -301,8 +306,10 @@ def main() -> int:
 
     print(
         f"open loop at {args.rate:.0f} req/s, {args.warmup:.0f} s warm-up then {args.seconds:.0f} s"
-        f" measured; cpus: {os.cpu_count()}; load average before: {os.getloadavg()}"
+        f" measured; cpus: {os.cpu_count()}; load average before: {os.getloadavg()};"
+        f" busy processes: {args.busy}"
     )
+    busy: list[subprocess.Popen[bytes]] = []
     with tempfile.TemporaryDirectory() as folder:
         ports = {kind: free_port() for kind in ("engine", "bare", "reef")}
         engine = f"http://127.0.0.1:{ports['engine']}"
@@ -310,6 +317,8 @@ def main() -> int:
         try:
             processes["bare"] = start("bare", ports["bare"], "", folder)
             processes["reef"] = start("reef", ports["reef"], engine, folder)
+            spin = [sys.executable, "-c", "while True: pass"]
+            busy += [subprocess.Popen(spin) for _ in range(args.busy)]
             bare = measure("bare", ports["bare"], args, {"bare": processes["bare"].pid})
             show("bare Starlette (baseline)", bare)
             reef = measure(
@@ -320,7 +329,7 @@ def main() -> int:
             )
             show("Reef (SQLite, synchronous=FULL)", reef)
         finally:
-            for process in processes.values():
+            for process in [*processes.values(), *busy]:
                 process.terminate()
                 process.wait()
     print(
