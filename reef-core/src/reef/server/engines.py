@@ -6,8 +6,9 @@ Two kinds, behind one interface (:class:`ChatEngine`):
   over keep-alive HTTP/1.1 connections it speaks itself. The forward is on every chat call's
   path and was most of the service's CPU through httpx (its connection pool walks every open
   connection on each request); this one builds the request head once, encodes the body once,
-  and keeps idle connections on a stack. No proxy settings from the environment are applied;
-  ``http`` and ``https`` URLs are served;
+  and keeps idle connections on a stack. ``http`` and ``https`` URLs are served, directly or
+  through the HTTP proxy the environment names (``http_proxy``, ``https_proxy``,
+  ``all_proxy``, with ``no_proxy``; an ``https`` engine through a ``CONNECT`` tunnel);
 - :class:`FunctionEngine`: an engine that is a function of the request (the built-in
   :class:`~reef.components.local_engine.LocalEngine`), run on a worker thread so the event loop
   never waits for the model. It streams by answering whole and sending the answer as chunks.
@@ -19,11 +20,13 @@ so the recorded response is the same whether the client streamed or not.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import ssl
 import time
 import urllib.parse
+import urllib.request
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, Protocol
 
@@ -125,6 +128,8 @@ class HttpEngine:
     :param api_key: sent as a bearer token when given.
     :param model: the model name to send when the client names none.
     :param timeout: seconds to wait for the engine (connect and each read).
+    :raises ValueError: for a URL that is not http(s), or a proxy setting that applies to it
+        and is not an ``http://`` proxy.
     """
 
     def __init__(
@@ -143,12 +148,18 @@ class HttpEngine:
         self._port = url.port or (443 if url.scheme == "https" else 80)
         self._ssl = ssl.create_default_context() if url.scheme == "https" else None
         self._timeout = timeout
+        self._proxy = _proxy_for(url)
+        netloc = url.netloc.rpartition("@")[2]
         target = url.path + (f"?{url.query}" if url.query else "")
-        authorization = f"authorization: Bearer {api_key}\r\n" if api_key else ""
+        headers = f"authorization: Bearer {api_key}\r\n" if api_key else ""
+        if self._proxy is not None and self._ssl is None:
+            # Plain HTTP through a proxy: the whole URL as the target, the proxy's credentials.
+            target = f"http://{netloc}{target}"
+            headers += self._proxy.authorization
         # Everything but the length and the body is the same on every call: built once.
         self._head = (
-            f"POST {target} HTTP/1.1\r\nhost: {url.netloc.rpartition('@')[2]}\r\n"
-            f"accept: */*\r\ncontent-type: application/json\r\n{authorization}"
+            f"POST {target} HTTP/1.1\r\nhost: {netloc}\r\n"
+            f"accept: */*\r\ncontent-type: application/json\r\n{headers}"
         ).encode("latin-1")
         self._idle: list[_Connection] = []
         self._slots = asyncio.Semaphore(MAX_CONNECTIONS)
@@ -251,14 +262,42 @@ class HttpEngine:
                 raise
 
     async def _connect(self) -> _Connection:
+        proxy = self._proxy
         try:
             async with asyncio.timeout(self._timeout):
+                if proxy is None:
+                    reader, writer = await asyncio.open_connection(
+                        self._host, self._port, ssl=self._ssl, limit=_READ_LIMIT
+                    )
+                    return _Connection(reader, writer)
                 reader, writer = await asyncio.open_connection(
-                    self._host, self._port, ssl=self._ssl, limit=_READ_LIMIT
+                    proxy.host, proxy.port, limit=_READ_LIMIT
                 )
-        except (OSError, TimeoutError) as exc:
-            raise EngineError(502, f"the engine did not answer: {exc!r}") from exc
-        return _Connection(reader, writer)
+                connection = _Connection(reader, writer)
+                if self._ssl is not None:
+                    await self._tunnel(connection, proxy)
+                    await writer.start_tls(self._ssl, server_hostname=self._host)
+                return connection
+        except (OSError, TimeoutError, EOFError, ValueError) as exc:
+            through = "" if proxy is None else f" through the proxy {proxy.host}:{proxy.port}"
+            raise EngineError(502, f"the engine did not answer{through}: {exc!r}") from exc
+
+    async def _tunnel(self, connection: _Connection, proxy: _Proxy) -> None:
+        """Ask the proxy for a tunnel to the engine (``CONNECT``); :raises EngineError: when it
+        refuses."""
+        where = f"{self._host}:{self._port}"
+        connection.writer.write(
+            f"CONNECT {where} HTTP/1.1\r\nhost: {where}\r\n{proxy.authorization}\r\n".encode(
+                "latin-1"
+            )
+        )
+        answer = _Response.parse(await connection.reader.readuntil(b"\r\n\r\n"))
+        if not 200 <= answer.status < 300:
+            connection.close()
+            raise EngineError(
+                502,
+                f"the proxy {proxy.host}:{proxy.port} refused a tunnel to {where}: {answer.status}",
+            )
 
     def _release(self, connection: _Connection, response: _Response) -> None:
         """Keep the connection for the next call when the answer was whole and it may stay open."""
@@ -288,6 +327,38 @@ IDLE_CONNECTIONS = 64
 _READ_LIMIT = 1 << 20
 #: What a connection that broke, timed out or answered something that is not HTTP raises.
 _BROKEN = (OSError, EOFError, ValueError, TimeoutError, asyncio.LimitOverrunError)
+
+
+@attrs.frozen
+class _Proxy:
+    """An HTTP proxy: where it listens, and the header that carries its credentials (if any)."""
+
+    host: str
+    port: int
+    authorization: str
+
+
+def _proxy_for(url: urllib.parse.SplitResult) -> _Proxy | None:
+    """The proxy the environment sets for ``url``, read as curl and httpx read it:
+    ``<scheme>_proxy`` or else ``all_proxy``, unless ``no_proxy`` names the host."""
+    proxies = urllib.request.getproxies_environment()
+    setting = proxies.get(url.scheme) or proxies.get("all")
+    if not setting or urllib.request.proxy_bypass(url.netloc.rpartition("@")[2]):
+        return None
+    proxy = urllib.parse.urlsplit(setting if "://" in setting else f"http://{setting}")
+    if proxy.scheme != "http" or not proxy.hostname:
+        raise ValueError(
+            f"the proxy setting {setting!r} (for {url.scheme}://{url.hostname}) is not an"
+            " http:// proxy, the only kind Reef speaks to; list the engine's host in no_proxy"
+            " to reach it directly"
+        )
+    authorization = ""
+    if proxy.username is not None:
+        credentials = urllib.parse.unquote(proxy.username)
+        credentials += ":" + urllib.parse.unquote(proxy.password or "")
+        token = base64.b64encode(credentials.encode()).decode()
+        authorization = f"proxy-authorization: Basic {token}\r\n"
+    return _Proxy(proxy.hostname, proxy.port or 80, authorization)
 
 
 @attrs.define
