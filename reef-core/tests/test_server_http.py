@@ -29,6 +29,7 @@ from reef.core.records import InferenceRecord
 from reef.server import (
     RECORD_ID_HEADER,
     ServerOptions,
+    ServiceConfigError,
     ServiceRuntime,
     UnauthenticatedServiceError,
     check_bind_address,
@@ -302,6 +303,31 @@ def test_local_engine_answers_off_the_event_loop_and_names_its_artifact(
     assert RecordStore(opened, "support").trajectory_index().trajectory(streamed[-1]) == tuple(
         streamed
     )
+
+
+def test_an_engine_reef_cannot_reach_as_configured_stops_the_service_before_it_listens(
+    database: tuple[str, Database], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An engine URL that is not http(s), or a proxy setting of a kind Reef does not speak,
+    is refused when the application is made, naming the scenario; ``reef serve`` prints it
+    and exits 1."""
+    with pytest.raises(ServiceConfigError, match=r"scenario 'support': engine URL 'ftp://"):
+        serve(database, "ftp://engine.example/v1")
+    monkeypatch.setenv("all_proxy", "socks5://127.0.0.1:1080")
+    with pytest.raises(ServiceConfigError, match=r"scenario 'support': .*not an http:// proxy"):
+        serve(database, "https://engine.example:8443/v1")
+    deployment = tmp_path / "deployment.yaml"
+    deployment.write_text(
+        f'storage: {{url: "{database[0]}"}}\n'
+        'serving: {engine: "https://engine.example:8443/v1"}\n'
+        "scenarios:\n"
+        "  word: {recipe: grouped, pipeline: {sample2job: {config: {job_samples: 4}}}}\n"
+    )
+    command = [sys.executable, "-m", "reef.cli", "serve", str(deployment)]
+    command += ["--allow-unauthenticated", "--no-trainers", "--log-level", "warning"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 1
+    assert "reef serve: scenario 'word': the proxy setting 'socks5://127.0.0.1:1080'" in done.stderr
 
 
 def test_without_tokens_only_loopback_is_served(

@@ -117,7 +117,7 @@ def _run_serve(args: argparse.Namespace) -> int:
     import logging
 
     from reef.runtime import serve
-    from reef.server import UnauthenticatedServiceError
+    from reef.server import ServiceConfigError, UnauthenticatedServiceError
     from reef.train.trainer import TrainerSettings
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
@@ -138,7 +138,7 @@ def _run_serve(args: argparse.Namespace) -> int:
             trainer_settings=TrainerSettings(lease_ttl=args.lease_ttl),
             log_level=args.log_level,
         )
-    except UnauthenticatedServiceError as exc:
+    except (UnauthenticatedServiceError, ServiceConfigError) as exc:
         print(f"reef serve: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -197,6 +197,7 @@ def serve(
     until SIGTERM or SIGINT; then the service stops taking requests and every trainer stops
     cleanly (its running job ends and commits, reserved data is released, leases are given up).
 
+    :raises reef.server.ServiceConfigError: for an engine the service cannot use as configured.
     :raises reef.server.auth.UnauthenticatedServiceError: for a service without tokens that was
         not allowed to run so, or that would listen beyond loopback.
     """

@@ -16,7 +16,7 @@ from reef.server.app import (
     open_databases,
 )
 from reef.server.auth import UnauthenticatedServiceError, check_bind_address
-from reef.server.errors import ApiError, ReportRejected, UploadRejected
+from reef.server.errors import ApiError, ReportRejected, ServiceConfigError, UploadRejected
 from reef.server.runtime import ServiceRuntime
 
 __all__ = [
@@ -26,6 +26,7 @@ __all__ = [
     "ApiError",
     "ReportRejected",
     "ServerOptions",
+    "ServiceConfigError",
     "ServiceRuntime",
     "UnauthenticatedServiceError",
     "UploadRejected",

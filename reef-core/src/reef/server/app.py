@@ -32,7 +32,7 @@ from starlette.routing import Route
 
 from reef.core.atif import AtifFormatError, trajectory_from_json, trajectory_to_json
 from reef.core.converters import describe, make_converter
-from reef.core.deployment import Deployment, ScenarioSection
+from reef.core.deployment import Deployment, ScenarioSection, ServingSection
 from reef.core.job_data import TrajectorySample, sample_body
 from reef.core.plugins import Plugins
 from reef.core.records import (
@@ -64,7 +64,7 @@ from reef.server.bodies import (
     StatusDocument,
 )
 from reef.server.engines import ChatEngine, ChunkAssembler, EngineError, FunctionEngine, HttpEngine
-from reef.server.errors import ApiError, ReportRejected, UploadRejected
+from reef.server.errors import ApiError, ReportRejected, ServiceConfigError, UploadRejected
 from reef.server.ledger import ScenarioLedger
 from reef.server.openapi import ApiRoute, openapi_document
 from reef.server.runtime import ServiceRuntime
@@ -279,12 +279,31 @@ class _Service:
                 settings=ScenarioSettings(database, name),
                 trainers=trainers,
             )
-            local = serving is not None and serving.engine == LOCAL_ENGINE
-            if local and runtime.local_engine(name) is None:
-                raise ValueError(
-                    f"scenario {name!r} is served by the local engine, and the runtime has"
+            if serving is not None:
+                self.scenarios[name].engine = self._engine(name, serving)
+
+    def _engine(self, scenario: str, serving: ServingSection) -> ChatEngine:
+        """The scenario's engine, made when the application is (so a bad engine URL or proxy
+        setting stops ``reef serve`` before it listens). :raises ServiceConfigError: where
+        :class:`HttpEngine` refuses its URL or proxy, or for a local engine the runtime does
+        not have."""
+        if serving.engine == LOCAL_ENGINE:
+            local = self.runtime.local_engine(scenario)
+            if local is None:
+                raise ServiceConfigError(
+                    f"scenario {scenario!r} is served by the local engine, and the runtime has"
                     " none for it"
                 )
+            return FunctionEngine(local)
+        try:
+            return HttpEngine(
+                serving.engine,
+                api_key=serving.api_key,
+                model=serving.model,
+                timeout=self.options.engine_timeout,
+            )
+        except ValueError as exc:
+            raise ServiceConfigError(f"scenario {scenario!r}: {exc}") from None
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -293,20 +312,6 @@ class _Service:
         for scenario in self.scenarios.values():
             others = [store for store in stores if store is not scenario.records]
             scenario.ledger = ScenarioLedger(scenario.records, others)
-            serving = self.deployment.serving_of(scenario.name)
-            if serving is None:
-                continue
-            if serving.engine == LOCAL_ENGINE:
-                local = self.runtime.local_engine(scenario.name)
-                assert local is not None  # checked at construction
-                scenario.engine = FunctionEngine(local)
-            else:
-                scenario.engine = HttpEngine(
-                    serving.engine,
-                    api_key=serving.api_key,
-                    model=serving.model,
-                    timeout=self.options.engine_timeout,
-                )
 
     async def stop(self) -> None:
         for scenario in self.scenarios.values():
@@ -314,8 +319,7 @@ class _Service:
                 await anyio.to_thread.run_sync(scenario.ledger.close)
                 scenario.ledger = None
             if scenario.engine is not None:
-                await scenario.engine.aclose()
-                scenario.engine = None
+                await scenario.engine.aclose()  # its idle connections; usable again after
         for scenario in self.scenarios.values():
             for trainer in scenario.trainers.values():
                 trainer.record2sample.close()

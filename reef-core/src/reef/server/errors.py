@@ -65,3 +65,8 @@ class UploadRejected(ApiError):
     def __init__(self, item_id: str, field: str, message: str) -> None:
         super().__init__(400, "upload_rejected", [ErrorDetail(field, message)])
         self.item_id = item_id
+
+
+class ServiceConfigError(ValueError):
+    """The service cannot start as configured (an engine URL it cannot use, a proxy setting it
+    cannot speak to, a local engine the runtime lacks); the message names the scenario."""
