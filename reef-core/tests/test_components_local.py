@@ -151,6 +151,39 @@ def test_unrenderable_samples_are_left_out_and_counted(tmp_path: Path) -> None:
     assert outcome.metrics["samples"] == 1
 
 
+def test_the_outcome_says_what_each_steps_loss_consumed(tmp_path: Path) -> None:
+    """``metrics.consumed``: a line per sample and step, with the tokens its loss counted and
+    the reward and advantage it trained with; a sample left out (unrenderable, no reward, or
+    dropped by the schedule) has none."""
+    local = component(tmp_path, batch_size=2)
+    samples = [
+        TrajectorySample(trajectory("q", "red"), reward=1.0, sample_id="s0", group_id="g"),
+        TrajectorySample(trajectory("q", "blue"), reward=0.0, sample_id="s1", group_id="g"),
+        TrajectorySample(trajectory("q", "x" * 200), reward=1.0, sample_id="long", group_id="g"),
+        TrajectorySample(trajectory("q", "none"), sample_id="unrewarded", group_id="g"),
+        TrajectorySample(trajectory("q", "green"), reward=0.5, sample_id="s4", group_id="h"),
+    ]
+    outcome = run(local, "rl:data:0", samples, objective="importance_sampling")
+    consumed = {line["sample_id"]: line for line in outcome.metrics["consumed"]}
+    assert set(consumed) == {"s0", "s1", "s4"}
+    assert [consumed[s]["step"] for s in ("s0", "s1", "s4")] == [0, 0, 1]
+    assert {s: consumed[s]["reward"] for s in consumed} == {"s0": 1.0, "s1": 0.0, "s4": 0.5}
+    assert {s: consumed[s]["advantage"] for s in consumed} == {"s0": 0.5, "s1": -0.5, "s4": 0.0}
+    replies = {"s0": "red", "s1": "blue", "s4": "green"}
+    for sample_id, reply in replies.items():
+        (sequence,) = local.renderer.render_sample(trajectory("q", reply)).sequences
+        assert consumed[sample_id]["loss_tokens"] == sum(sequence.loss_mask[1:])
+    assert (
+        sum(line["loss_tokens"] for line in consumed.values())
+        == (outcome.metrics["trained_tokens"])
+    )
+    sft = run(local, "sft:data:0", samples[:2], scheduling={"remainder": "drop"})
+    assert [(line["sample_id"], line["reward"]) for line in sft.metrics["consumed"]] == [
+        ("s0", None),
+        ("s1", None),
+    ]
+
+
 @pytest.mark.parametrize(
     ("scheduling", "steps", "dropped"),
     [

@@ -13,7 +13,10 @@ built from its settings for demos, on the CPU or on CUDA where present. Each job
    ``samples_without_reward``), centres it in its group, and computes every trained token's log
    probability with the job's start weights;
 4. cuts the rendered samples into steps of the component's batch size
-   (:mod:`reef.components.scheduling`) and takes one AdamW step for each;
+   (:mod:`reef.components.scheduling`) and takes one AdamW step for each, noting in the
+   outcome's ``consumed`` metric what each step's loss consumed: per sample, the step, the
+   tokens its loss counted and the reward and advantage it trained with (what Agent ECC's
+   consumption lines are written from);
 5. saves the new weights and the job's outcome under ``state_dir``, each all or nothing.
 
 Jobs run one at a time on the component's own thread. A job id that ended before (in this
@@ -29,7 +32,7 @@ import math
 import os
 import threading
 import traceback
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
@@ -108,6 +111,34 @@ class LocalJobParameters(PluginSettings):
     learning_rate: float | None = config_option(
         None, help="this job's learning rate; the component's when unset", validator=None
     )
+
+
+def _consumed(
+    step: int,
+    refs: Sequence[tuple[int, int]],
+    items: Sequence[tuple[tuple[int, ...], torch.Tensor]],
+    rendered: Sequence[tuple[int, RenderedSample]],
+    samples: Sequence[TrajectorySample],
+    advantages: Mapping[int, float],
+) -> list[JSON]:
+    """What one step's loss consumed: a line per sample, with the tokens its loss counted and
+    the reward and advantage it trained with (``None`` where the objective uses none)."""
+    tokens: dict[int, int] = {}
+    for (position, _), (_, mask) in zip(refs, items, strict=True):
+        tokens[position] = tokens.get(position, 0) + int(mask.sum().item())
+    lines: list[JSON] = []
+    for position, loss_tokens in tokens.items():
+        index = rendered[position][0]
+        lines.append(
+            {
+                "sample_id": samples[index].sample_id,
+                "step": step,
+                "loss_tokens": loss_tokens,
+                "reward": _reward(samples[index]) if index in advantages else None,
+                "advantage": advantages.get(index),
+            }
+        )
+    return lines
 
 
 def _reward(sample: TrajectorySample) -> float | None:
@@ -332,6 +363,7 @@ class LocalComponent:
 
         losses: list[float] = []
         trained_tokens = 0
+        consumed: list[JSON] = []
         self.model.train()
         for step in plan.steps:
             refs = step.sequences
@@ -358,6 +390,7 @@ class LocalComponent:
             loss.backward()  # type: ignore[no-untyped-call]
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
             self._optimizer.step()
+            consumed += _consumed(len(losses), refs, items, rendered, samples, advantages)
             losses.append(float(loss.item()))
             trained_tokens += tokens
         self.model.eval()
@@ -374,4 +407,5 @@ class LocalComponent:
             "trained_tokens": trained_tokens,
             "mean_reward": sum(rewards) / len(rewards) if rewards else None,
             "objective": job.objective,
+            "consumed": consumed,
         }
