@@ -128,6 +128,94 @@ def test_before_submit_seals_and_rewrites_rewards(
     assert report.manifest.ok, report.manifest.mismatches
 
 
+def _seal(
+    plugins: Plugins, registry: DirectoryRegistry, world: SyntheticWorld, tmp_path: Path
+) -> JobData:
+    job = _job(world, registry, tmp_path)
+    registry.publish_grader(world.version(1), source="fix")
+    reef_plugin.configure(
+        "swe",
+        {
+            "registry": str(registry.path),
+            "store": str(world.store.root),
+            "journal_dir": str(tmp_path / "journals"),
+            "records": str(tmp_path / "records.jsonl"),
+            "scores": str(tmp_path / "scores.jsonl"),
+        },
+    )
+    sealed: JobData = plugins.before_submit("swe", "trainer", job)
+    return sealed
+
+
+def _consumption(tmp_path: Path) -> tuple[list[dict[str, Any]], Any]:
+    folder = tmp_path / "journals"
+    learner = [json.loads(x) for x in (folder / "swe.learner.jsonl").read_text().splitlines()]
+    done = [json.loads(x) for x in (folder / "swe.completions.jsonl").read_text().splitlines()]
+    journal = SealJournal(folder / "swe.jsonl")
+    return learner, consumption_records(journal.read(), learner, done)
+
+
+def test_consumption_lines_follow_what_the_components_loss_consumed(
+    plugins: Plugins, registry: DirectoryRegistry, world: SyntheticWorld, tmp_path: Path
+) -> None:
+    """rule: E-AUDIT-1, E-AUDIT-2: with the component's report (the ``consumed`` metric), a
+    line per sample and step, with its micro-batch, loss tokens and the reward the loss used,
+    traced to its member through the hand-off; a sample the component left out has none."""
+    sealed = _seal(plugins, registry, world, tmp_path)
+    trained, left_out = sealed.samples[:-1], sealed.samples[-1]
+    consumed = [
+        {
+            "sample_id": s.sample_id,
+            "step": position // 2,
+            "loss_tokens": 10 + position,
+            "reward": s.reward,
+            "advantage": 0.25,
+        }
+        for position, s in enumerate(trained)
+    ]
+    outcome = JobOutcome(sealed.id, "local", "finished", metrics={"consumed": consumed})
+    plugins.job_ended("swe", "trainer", outcome)
+    learner, report = _consumption(tmp_path)
+    assert report.manifest.ok, report.manifest.mismatches
+    members = [s.metadata["agent_ecc"]["member_id"] for s in trained]
+    assert [line["member_id"] for line in learner] == members
+    assert left_out.metadata["agent_ecc"]["member_id"] not in {m["member_id"] for m in learner}
+    assert [line["microbatch"] for line in learner] == [p // 2 for p in range(len(trained))]
+    assert [line["loss_tokens"] for line in learner] == [10 + p for p in range(len(trained))]
+    assert {line["reporter"] for line in learner} == {"local"}
+    (step,) = report.records
+    assert [r.member_id for r in step.records] == members
+    assert [r.microbatch for r in step.records] == [p // 2 for p in range(len(trained))]
+
+
+def test_a_reward_changed_between_the_seal_and_the_loss_is_a_mismatch(
+    plugins: Plugins, registry: DirectoryRegistry, world: SyntheticWorld, tmp_path: Path
+) -> None:
+    """rule: E-AUDIT-2: the line carries the reward the loss trained with, so the manifest
+    catches a sample whose reward was changed after its seal."""
+    sealed = _seal(plugins, registry, world, tmp_path)
+    changed = sealed.samples[0]
+    assert changed.reward is not None
+    consumed = [
+        {
+            "sample_id": s.sample_id,
+            "step": 0,
+            "loss_tokens": 5,
+            "reward": 1.0 - changed.reward if s is changed else s.reward,
+        }
+        for s in sealed.samples
+    ]
+    outcome = JobOutcome(sealed.id, "local", "finished", metrics={"consumed": consumed})
+    plugins.job_ended("swe", "trainer", outcome)
+    _, report = _consumption(tmp_path)
+    assert not report.manifest.ok
+    member = changed.metadata["agent_ecc"]["member_id"]
+    assert report.manifest.mismatches == (
+        f"batch {sealed.id} member {member}: trained reward {1.0 - changed.reward},"
+        f" decided {changed.reward}",
+    )
+
+
 def test_a_deployment_turns_the_seal_on_for_its_scenario(
     plugins: Plugins, registry: DirectoryRegistry, world: SyntheticWorld, tmp_path: Path
 ) -> None:

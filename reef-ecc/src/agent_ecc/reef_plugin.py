@@ -21,8 +21,15 @@ of agent_ecc that imports Reef. For a scenario it is configured for (:func:`conf
    the submission and releases the data to the buffer.
 
 ``reef_job_ended`` writes the consumption lines of a finished or failed job
-(``<journal_dir>/<scenario>.learner.jsonl`` and ``.completions.jsonl``) from the decision of its
-batch, for :func:`~agent_ecc.consumption.consumption_records`. ``reef_scenario_status`` shows
+(``<journal_dir>/<scenario>.learner.jsonl`` and ``.completions.jsonl``), for
+:func:`~agent_ecc.consumption.consumption_records`. When the training component reports what
+its loss consumed (the outcome's ``consumed`` metric, as the ``local`` component does: per
+sample and step, the loss tokens and the reward it trained with), there is one line per
+sample and step, from that report: the member is found through the hand-off the seal wrote
+(``<scenario>.handoff.jsonl``: each batch's sample ids and members), the reward is the one the
+loss used, so a reward changed between the seal and the loss shows as a mismatch, and a sample
+the component left out (unrenderable, say) has no line. Otherwise the lines come from the
+decision: one per member handed over. ``reef_scenario_status`` shows
 the epoch in force and the last seal (its batch, epoch, stats and shortfall) under ``ecc`` in
 ``GET /reef/status``.
 
@@ -35,6 +42,7 @@ without a deployment calls :func:`configure` itself.
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections import Counter
 from collections.abc import Mapping
@@ -132,6 +140,7 @@ class ScenarioSeal:
         self.journal = SealJournal(folder / f"{scenario}.jsonl")
         self.learner = folder / f"{scenario}.learner.jsonl"
         self.completions = folder / f"{scenario}.completions.jsonl"
+        self.handoff = folder / f"{scenario}.handoff.jsonl"
         self.inputs = _Records(Path(settings.records), Path(settings.scores))
         # The last committed seal, read once from the journal so that status shows it after a
         # restart too; each seal replaces it.
@@ -201,11 +210,36 @@ class ScenarioSeal:
             attrs.evolve(s, reward=rewards[id(s)]) if isinstance(s, TrajectorySample) else s
             for s in samples
         )
+        self._hand_off(data.id, rewritten)
         unused = set(decision.group_ids("unused"))
         given_back = tuple(
             str(s.sample_id) for c in candidates if c.group_id in unused for s in c.handle
         )
         return attrs.evolve(data, samples=rewritten, given_back=given_back)
+
+    def _hand_off(self, batch_id: str, samples: tuple[Sample, ...]) -> None:
+        """Note which member each submitted sample holds, durably, before the job is submitted:
+        a component reports what it consumed by sample id."""
+        members = {str(s.sample_id): member_id(s) for s in samples}
+        line = json.dumps({"batch_id": batch_id, "members": members}, sort_keys=True)
+        self.handoff.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.handoff, "a", encoding="utf-8") as handle:
+            handle.write(line + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    def _handed_off(self, batch_id: str) -> dict[str, str]:
+        """The members of ``batch_id``'s submitted samples, by sample id (the last hand-off)."""
+        members: dict[str, str] = {}
+        if self.handoff.exists():
+            for text in self.handoff.read_text(encoding="utf-8").splitlines():
+                try:
+                    entry = json.loads(text)
+                except ValueError:
+                    continue  # a line torn by a crash: its job was never submitted
+                if entry.get("batch_id") == batch_id:
+                    members = dict(entry["members"])
+        return members
 
     def status(self) -> dict[str, Any]:
         """The epoch in force (the registry's pointer, read now) and the last seal."""
@@ -240,22 +274,59 @@ class ScenarioSeal:
         ):
             return
         step = len(self.completions.read_text().splitlines()) if self.completions.exists() else 0
-        rewards = decision.rewards()
+        consumed = outcome.metrics.get("consumed")
+        if isinstance(consumed, list):
+            lines = self._consumed_lines(outcome, decision, step, consumed)
+        else:
+            rewards = decision.rewards()
+            lines = [
+                {
+                    "batch_id": outcome.job_id,
+                    "member_id": member.member_id,
+                    "group_id": member.group_id,
+                    "step": step,
+                    "reward": rewards[member.member_id],
+                    "reporter": "reef_job_ended",
+                }
+                for member in decision.members
+                if member.member_id in rewards
+            ]
         with open(self.learner, "a", encoding="utf-8") as handle:
-            for member in decision.members:
-                if member.member_id in rewards:
-                    line = {
-                        "batch_id": outcome.job_id,
-                        "member_id": member.member_id,
-                        "group_id": member.group_id,
-                        "step": step,
-                        "reward": rewards[member.member_id],
-                        "reporter": "reef_job_ended",
-                    }
-                    handle.write(json.dumps(line, sort_keys=True) + "\n")
+            for line in lines:
+                handle.write(json.dumps(line, sort_keys=True) + "\n")
         with open(self.completions, "a", encoding="utf-8") as handle:
             done = {"batch_id": outcome.job_id, "step": step, "ok": outcome.event == "finished"}
             handle.write(json.dumps(done, sort_keys=True) + "\n")
+
+    def _consumed_lines(
+        self, outcome: JobOutcome, decision: Decision, step: int, consumed: list[Any]
+    ) -> list[dict[str, Any]]:
+        """A line per sample and component step, from what the component says its loss
+        consumed. A sample id the hand-off does not know is written under its own id, so the
+        consumption report shows it (not handed over) instead of losing it."""
+        members = self._handed_off(outcome.job_id)
+        groups = {m.member_id: m.group_id for m in decision.members}
+        rewards = decision.rewards()
+        lines = []
+        for entry in consumed:
+            sample = str(entry.get("sample_id"))
+            member = members.get(sample, sample)
+            trained = entry.get("reward")
+            lines.append(
+                {
+                    "batch_id": outcome.job_id,
+                    "member_id": member,
+                    "group_id": groups.get(member),
+                    "step": step,
+                    # The reward the loss used; an objective without one trained the decision's.
+                    "reward": trained if trained is not None else rewards.get(member),
+                    "advantage": entry.get("advantage"),
+                    "loss_tokens": entry.get("loss_tokens"),
+                    "microbatch": entry.get("step"),
+                    "reporter": outcome.component,
+                }
+            )
+        return lines
 
 
 def _epoch_json(epoch: Epoch | None) -> dict[str, Any] | None:
