@@ -64,6 +64,20 @@ def _job(world: SyntheticWorld, registry: DirectoryRegistry, tmp_path: Path) -> 
     return JobData(id="swe:data:1", samples=tuple(samples))
 
 
+def _settings(
+    registry: DirectoryRegistry, world: SyntheticWorld, tmp_path: Path, **extra: Any
+) -> dict[str, Any]:
+    """The seal's settings for ``swe``, its files under ``tmp_path``."""
+    return {
+        "registry": str(registry.path),
+        "store": str(world.store.root),
+        "journal_dir": str(tmp_path / "journals"),
+        "records": str(tmp_path / "records.jsonl"),
+        "scores": str(tmp_path / "scores.jsonl"),
+        **extra,
+    }
+
+
 def test_entry_point_and_settings() -> None:
     """The plugin is the entry point ``ecc`` of ``reef.plugins``; bad settings name the key."""
     names = {e.name: e.value for e in importlib.metadata.entry_points(group="reef.plugins")}
@@ -96,16 +110,7 @@ def test_before_submit_seals_and_rewrites_rewards(
     registry.publish_grader(world.version(1), source="fix")
     untouched = plugins.before_submit("swe", "trainer", job)
     assert untouched is job  # not configured for this scenario: nothing changes
-    reef_plugin.configure(
-        "swe",
-        {
-            "registry": str(registry.path),
-            "store": str(world.store.root),
-            "journal_dir": str(tmp_path / "journals"),
-            "records": str(tmp_path / "records.jsonl"),
-            "scores": str(tmp_path / "scores.jsonl"),
-        },
-    )
+    reef_plugin.configure("swe", _settings(registry, world, tmp_path))
     sealed = plugins.before_submit("swe", "trainer", job)
     rewards = {s.metadata["agent_ecc"]["member_id"]: s.reward for s in sealed.samples}
     # under g1 a skipped FAIL_TO_PASS test and a crashing run fail; g1 (the infra member's
@@ -133,16 +138,7 @@ def _seal(
 ) -> JobData:
     job = _job(world, registry, tmp_path)
     registry.publish_grader(world.version(1), source="fix")
-    reef_plugin.configure(
-        "swe",
-        {
-            "registry": str(registry.path),
-            "store": str(world.store.root),
-            "journal_dir": str(tmp_path / "journals"),
-            "records": str(tmp_path / "records.jsonl"),
-            "scores": str(tmp_path / "scores.jsonl"),
-        },
-    )
+    reef_plugin.configure("swe", _settings(registry, world, tmp_path))
     sealed: JobData = plugins.before_submit("swe", "trainer", job)
     return sealed
 
@@ -223,13 +219,7 @@ def test_a_deployment_turns_the_seal_on_for_its_scenario(
     opens the scenario's seal when the scenario starts; a scenario without it is not sealed."""
     from reef.core.deployment import DeploymentError, load_deployment, scenario_classes
 
-    ecc = {
-        "registry": str(registry.path),
-        "store": str(world.store.root),
-        "journal_dir": str(tmp_path / "journals"),
-        "records": str(tmp_path / "records.jsonl"),
-        "scores": str(tmp_path / "scores.jsonl"),
-    }
+    ecc = _settings(registry, world, tmp_path)
     text = json.dumps(
         {
             "scenarios": {
@@ -321,16 +311,7 @@ def test_unused_groups_come_back_in_the_next_job_and_status_shows_the_seal(
     service = ReverifyService(world.store, executor=executor, capacity=4).start()  # type: ignore[arg-type]
     try:
         reef_plugin.configure(
-            "swe",
-            {
-                "registry": str(registry.path),
-                "store": str(world.store.root),
-                "journal_dir": str(tmp_path / "journals"),
-                "records": str(tmp_path / "records.jsonl"),
-                "scores": str(tmp_path / "scores.jsonl"),
-                "service": service.url,
-                "deadline_s": 0.5,
-            },
+            "swe", _settings(registry, world, tmp_path, service=service.url, deadline_s=0.5)
         )
         first = pipeline.build_job_data(2)
         assert first is not None
