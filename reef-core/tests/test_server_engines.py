@@ -370,8 +370,9 @@ def test_a_proxy_that_refuses_the_tunnel_is_a_502_naming_it(
 def test_a_proxy_setting_of_another_kind_is_refused_when_the_engine_is_made(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("all_proxy", "socks5://127.0.0.1:1080")
-    with pytest.raises(ValueError, match=r"'socks5://127.0.0.1:1080'.*not an http:// proxy"):
+    monkeypatch.setenv("all_proxy", "socks5://reef:secret@127.0.0.1:1080")
+    with pytest.raises(ValueError, match=r"'socks5://127.0.0.1:1080'.*not an http:// proxy") as e:
         HttpEngine("http://engine.example:8000/v1")
+    assert "secret" not in str(e.value)  # the message reaches logs: no credentials in it
     monkeypatch.setenv("no_proxy", "engine.example")
     HttpEngine("http://engine.example:8000/v1")  # listed in no_proxy: reached directly

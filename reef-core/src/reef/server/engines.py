@@ -274,9 +274,13 @@ class HttpEngine:
                     proxy.host, proxy.port, limit=_READ_LIMIT
                 )
                 connection = _Connection(reader, writer)
-                if self._ssl is not None:
-                    await self._tunnel(connection, proxy)
-                    await writer.start_tls(self._ssl, server_hostname=self._host)
+                try:
+                    if self._ssl is not None:
+                        await self._tunnel(connection, proxy)
+                        await writer.start_tls(self._ssl, server_hostname=self._host)
+                except BaseException:
+                    connection.close()
+                    raise
                 return connection
         except (OSError, TimeoutError, EOFError, ValueError) as exc:
             through = "" if proxy is None else f" through the proxy {proxy.host}:{proxy.port}"
@@ -293,7 +297,6 @@ class HttpEngine:
         )
         answer = _Response.parse(await connection.reader.readuntil(b"\r\n\r\n"))
         if not 200 <= answer.status < 300:
-            connection.close()
             raise EngineError(
                 502,
                 f"the proxy {proxy.host}:{proxy.port} refused a tunnel to {where}: {answer.status}",
@@ -347,8 +350,12 @@ def _proxy_for(url: urllib.parse.SplitResult) -> _Proxy | None:
         return None
     proxy = urllib.parse.urlsplit(setting if "://" in setting else f"http://{setting}")
     if proxy.scheme != "http" or not proxy.hostname:
+        # Named without its credentials: this message reaches logs.
+        shown = f"{proxy.scheme}://{proxy.hostname or ''}" + (
+            f":{proxy.port}" if proxy.port else ""
+        )
         raise ValueError(
-            f"the proxy setting {setting!r} (for {url.scheme}://{url.hostname}) is not an"
+            f"the proxy setting {shown!r} (for {url.scheme}://{url.hostname}) is not an"
             " http:// proxy, the only kind Reef speaks to; list the engine's host in no_proxy"
             " to reach it directly"
         )
