@@ -25,7 +25,9 @@ import pytest
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 
+from reef.server import engines
 from reef.server.engines import EngineError, HttpEngine
+from reef.server.testing import free_port
 
 ANSWER = {"object": "chat.completion", "choices": [{"index": 0, "message": {"role": "assistant"}}]}
 REQUEST = {"messages": [{"role": "user", "content": "hi"}]}
@@ -215,6 +217,28 @@ def test_the_engines_4xx_is_the_clients_and_keeps_its_body(loop: LoopFactory) ->
         run(loop, server, calls)
     assert caught.value.status == 400
     assert caught.value.body == refusal
+
+
+def test_one_engine_serves_one_event_loop_after_another(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The service makes its engines with the application, which may be run on a second loop
+    after the first stopped: the bound on calls in flight belongs to each loop."""
+    monkeypatch.setattr(engines, "MAX_CONNECTIONS", 1)  # every second call waits its turn
+    body = json.dumps(ANSWER).encode()
+    server = ScriptedServer(lambda _c, _n: (_whole(body), False))
+
+    port = free_port()
+    engine = HttpEngine(f"http://127.0.0.1:{port}/v1", timeout=10)
+
+    async def main() -> list[Any]:
+        listening = await asyncio.start_server(server.handle, "127.0.0.1", port)
+        try:
+            answers = await asyncio.gather(*(engine.complete(REQUEST) for _ in range(3)))
+            return [a.body for a in answers]
+        finally:
+            await engine.aclose()
+            listening.close()
+
+    assert asyncio.run(main()) == asyncio.run(main()) == [ANSWER] * 3
 
 
 # -- proxies ------------------------------------------------------------------------------------

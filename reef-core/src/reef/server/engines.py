@@ -162,7 +162,15 @@ class HttpEngine:
             f"accept: */*\r\ncontent-type: application/json\r\n{headers}"
         ).encode("latin-1")
         self._idle: list[_Connection] = []
-        self._slots = asyncio.Semaphore(MAX_CONNECTIONS)
+        self._semaphore: tuple[asyncio.AbstractEventLoop, asyncio.Semaphore] | None = None
+
+    def _slots(self) -> asyncio.Semaphore:
+        """The bound on calls in flight, for the running event loop (an engine made with the
+        application may serve it on more than one loop, one after the other)."""
+        loop = asyncio.get_running_loop()
+        if self._semaphore is None or self._semaphore[0] is not loop:
+            self._semaphore = (loop, asyncio.Semaphore(MAX_CONNECTIONS))
+        return self._semaphore[1]
 
     def _body(self, request: JSON) -> JSON:
         if self.model is not None and not request.get("model"):
@@ -170,7 +178,7 @@ class HttpEngine:
         return request
 
     async def complete(self, request: JSON) -> EngineAnswer:
-        async with self._slots:
+        async with self._slots():
             connection, response = await self._send(self._body(request))
             try:
                 content = await response.read_all(connection, self._timeout)
@@ -189,11 +197,12 @@ class HttpEngine:
         return EngineAnswer(body, response.headers.get(ARTIFACT_HEADER), content)
 
     async def stream(self, request: JSON) -> EngineStream:
-        await self._slots.acquire()
+        slots = self._slots()
+        await slots.acquire()
         try:
             connection, response = await self._send({**self._body(request), "stream": True})
         except BaseException:
-            self._slots.release()
+            slots.release()
             raise
         if response.status >= 400:
             try:
@@ -204,7 +213,7 @@ class HttpEngine:
             else:
                 self._release(connection, response)
             finally:
-                self._slots.release()
+                slots.release()
             raise _engine_error(response.status, content)
 
         async def events() -> AsyncIterator[str]:
@@ -226,7 +235,7 @@ class HttpEngine:
                     self._release(connection, response)
                 else:
                     connection.close()
-                self._slots.release()
+                slots.release()
 
         return EngineStream(events(), response.headers.get(ARTIFACT_HEADER))
 
