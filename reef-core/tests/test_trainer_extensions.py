@@ -6,6 +6,7 @@ REEF_TEST_DATABASE_URL)."""
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -76,6 +77,22 @@ def _store_groups(samples: TrainerSamples) -> None:
         samples.add_record_samples("c", unit, [f"record-{group}"])
 
 
+def _parts(component: RecordingComponent) -> Callable[[Database], TrainerParts]:
+    """How the trainer builds its parts: a grouped pipeline of two-sample jobs, ``component``."""
+
+    def build(database: Database) -> TrainerParts:
+        context = PipelineContext("s", "c")
+        pipeline = TrainingPipeline(
+            NoSamples(context),
+            GroupedJobData(context, job_samples=2, buffer_size=10),
+            samples=TrainerSamples(database, "s"),
+            context=context,
+        )
+        return TrainerParts(pipeline, component)  # type: ignore[arg-type]
+
+    return build
+
+
 def test_given_back_samples_train_in_the_next_job_and_extensions_show_in_status(
     storage_database: Database,
 ) -> None:
@@ -89,21 +106,11 @@ def test_given_back_samples_train_in_the_next_job_and_extensions_show_in_status(
     plugins.register(GiveBackOnce(), "giveback")
     plugins.register(Quiet(), "quiet")
 
-    def build(database: Database) -> TrainerParts:
-        context = PipelineContext("s", "c")
-        pipeline = TrainingPipeline(
-            NoSamples(context),
-            GroupedJobData(context, job_samples=2, buffer_size=10),
-            samples=TrainerSamples(database, "s"),
-            context=context,
-        )
-        return TrainerParts(pipeline, component)  # type: ignore[arg-type]
-
     trainer = Trainer(
         "s",
         "c",
         database=storage_database,
-        build=build,
+        build=_parts(component),
         plugins=plugins,
         settings=TrainerSettings(poll_interval=0.05),
     )
@@ -166,18 +173,8 @@ def test_recovery_commits_what_the_crashed_submission_consumed(
     )
     component = RecordingComponent(expected_jobs=1)
 
-    def build(database: Database) -> TrainerParts:
-        context = PipelineContext("s", "c")
-        pipeline = TrainingPipeline(
-            NoSamples(context),
-            GroupedJobData(context, job_samples=2, buffer_size=10),
-            samples=TrainerSamples(database, "s"),
-            context=context,
-        )
-        return TrainerParts(pipeline, component)  # type: ignore[arg-type]
-
     trainer = Trainer(
-        "s", "c", database=storage_database, build=build, settings=TrainerSettings(0.05)
+        "s", "c", database=storage_database, build=_parts(component), settings=TrainerSettings(0.05)
     )
     trainer.start()
     try:
