@@ -216,18 +216,25 @@ def _served(base_url: str) -> str | None:
     return None if served is None else str(served)
 
 
+def _first_weights(serve: Serve) -> str:
+    """The artifact ``serve`` serves once it published its first weights."""
+    _wait(
+        lambda: _served(serve.base_url) is not None,
+        60,
+        "the first published weights",
+        serve.base_url,
+    )
+    served = _served(serve.base_url)
+    assert served is not None
+    return served
+
+
 def test_the_quickstart_loop_in_small_trains_and_serves_new_weights(workdir: Path) -> None:
     url = f"sqlite:///{workdir / 'reef.db'}"
     serve = Serve(_deployment(workdir, url), workdir / "serve.log")
     agent = Agent()
     try:
-        _wait(
-            lambda: _served(serve.base_url) is not None,
-            60,
-            "the first published weights",
-            serve.base_url,
-        )
-        first = _served(serve.base_url)
+        first = _first_weights(serve)
         for _ in range(6):  # 24 reports: three jobs of 8 samples
             agent.round(serve.base_url)
         _wait(
@@ -257,12 +264,7 @@ def test_a_sigkill_in_the_middle_loses_nothing_and_trains_nothing_twice(workdir:
     agent = Agent()
     serve = Serve(deployment, workdir / "serve.log")
     try:
-        _wait(
-            lambda: _served(serve.base_url) is not None,
-            60,
-            "the first published weights",
-            serve.base_url,
-        )
+        _first_weights(serve)
         for _ in range(3):
             agent.round(serve.base_url)
         # Kill it while it has work in flight: a job running or samples waiting.
