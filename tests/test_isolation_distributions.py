@@ -27,12 +27,17 @@ def run(*args: str | Path, cwd: Path | None = None) -> str:
     return done.stdout
 
 
+def run_tests(python: Path, tests: Path, cwd: Path, *, marks: str | None = None) -> None:
+    """Run the distribution's tests folder ``tests`` with the venv's ``python``."""
+    selection = ["-m", marks] if marks else []
+    run(python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *selection, tests, cwd=cwd)
+
+
 @pytest.fixture(scope="module")
 def wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("wheels")
     for dist in ["reef-core", *RECIPES, "reef-ecc"]:
-        if (ROOT / dist / "pyproject.toml").exists():
-            run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", out, ROOT / dist)
+        run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", out, ROOT / dist)
     return out
 
 
@@ -68,18 +73,7 @@ def core_venv(tmp_path_factory: pytest.TempPathFactory, wheels: Path) -> Path:
 
 def test_core_alone_has_no_sft_and_passes_its_tests(core_venv: Path, tmp_path: Path) -> None:
     assert "sft" not in plugin_names(core_venv, tmp_path)
-    run(
-        core_venv,
-        "-m",
-        "pytest",
-        "-q",
-        "-p",
-        "no:cacheprovider",
-        "-m",
-        "not slow and not postgres",
-        ROOT / "reef-core" / "tests",
-        cwd=tmp_path,
-    )
+    run_tests(core_venv, ROOT / "reef-core" / "tests", tmp_path, marks="not slow and not postgres")
 
 
 @pytest.mark.parametrize("dist", RECIPES)
@@ -87,26 +81,13 @@ def test_recipe_installs_alone_and_passes_its_tests(
     dist: str, wheels: Path, tmp_path: Path
 ) -> None:
     python = fresh_venv(tmp_path / "venv", wheels, with_test_extra(dist), "pytest", "hypothesis")
-    run(python, "-m", "pytest", "-q", "-p", "no:cacheprovider", ROOT / dist / "tests", cwd=tmp_path)
+    run_tests(python, ROOT / dist / "tests", tmp_path)
     if dist == "reef-recipes-sft":
         assert "sft" in plugin_names(python, tmp_path)
 
 
 def test_reef_ecc_installs_alone_and_passes_its_tests(wheels: Path, tmp_path: Path) -> None:
-    if not (ROOT / "reef-ecc" / "pyproject.toml").exists():
-        pytest.skip("reef-ecc has no pyproject yet")
     python = fresh_venv(
         tmp_path / "venv", wheels, with_test_extra("reef-ecc"), "pytest", "hypothesis"
     )
-    run(
-        python,
-        "-m",
-        "pytest",
-        "-q",
-        "-p",
-        "no:cacheprovider",
-        "-m",
-        "not slow",
-        ROOT / "reef-ecc" / "tests",
-        cwd=tmp_path,
-    )
+    run_tests(python, ROOT / "reef-ecc" / "tests", tmp_path, marks="not slow")
