@@ -267,13 +267,11 @@ class ScenarioSeal:
         decision = next((d for d in self.journal.read() if d.batch_id == outcome.job_id), None)
         if decision is None:
             return
-        if self.completions.exists() and any(
-            json.loads(line).get("batch_id") == outcome.job_id
-            for line in self.completions.read_text().splitlines()
-            if line.strip()
-        ):
+        text = self.completions.read_text() if self.completions.exists() else ""
+        completed = [json.loads(line) for line in text.splitlines() if line.strip()]
+        if any(c.get("batch_id") == outcome.job_id for c in completed):
             return
-        step = len(self.completions.read_text().splitlines()) if self.completions.exists() else 0
+        step = len(completed)
         consumed = outcome.metrics.get("consumed")
         if isinstance(consumed, list):
             lines = self._consumed_lines(outcome, decision, step, consumed)
