@@ -341,10 +341,7 @@ class Trainer:
         if body is None:
             last = pipeline.samples.last_job_outcome(self.name)
             if last is not None:
-                ended = JobOutcome(**last)
-                pipeline.job_ended(ended)
-                if self._plugins is not None:
-                    self._plugins.job_ended(self.scenario, self.name, ended)
+                self._announce_end(pipeline, JobOutcome(**last))
             return None
         running = _RunningJob.from_json(body)
         # Asked of the store by the job's id: a submission that gave every sample back (or
@@ -440,6 +437,12 @@ class Trainer:
         )
         return running
 
+    def _announce_end(self, pipeline: TrainingPipeline, outcome: JobOutcome) -> None:
+        """Hand a durably recorded job end to the pipeline, then to the plugins."""
+        pipeline.job_ended(outcome)
+        if self._plugins is not None:
+            self._plugins.job_ended(self.scenario, self.name, outcome)
+
     def _end_job(
         self,
         pipeline: TrainingPipeline,
@@ -448,9 +451,7 @@ class Trainer:
         outcome: JobOutcome,
     ) -> str:
         pipeline.samples.record_job_outcome(self.name, attrs.asdict(outcome))
-        pipeline.job_ended(outcome)
-        if self._plugins is not None:
-            self._plugins.job_ended(self.scenario, self.name, outcome)
+        self._announce_end(pipeline, outcome)
         artifact = component.publish()
         state.set_running_job(self.name, None)
         self.jobs_ended += 1
