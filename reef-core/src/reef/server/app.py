@@ -560,7 +560,7 @@ class _Service:
         _, scenario = self.authorised(request, "feedback")
         item_id = request.path_params["item_id"]
 
-        def attach() -> bool:
+        def attach() -> tuple[bool, tuple[str, ...]]:
             trajectory = self._item(item_id)["trajectory"]
             check_upload(scenario.name, scenario.trainers, item_id, trajectory)
             upload = NewSample(item_id, "trajectory", sample_body(TrajectorySample(trajectory)))
@@ -568,10 +568,9 @@ class _Service:
                 new = scenario.samples.add_upload(upload)
             except ConflictError as exc:
                 raise ApiError.one(409, "conflict", "item_id", str(exc)) from None
-            return new
+            return new, self._attached(item_id)
 
-        new = await anyio.to_thread.run_sync(attach)
-        attached = await anyio.to_thread.run_sync(self._attached, item_id)
+        new, attached = await anyio.to_thread.run_sync(attach)
         return answer(ItemReceipt(item_id, attached), 201 if new else 200)
 
     async def detach_item(self, request: Request) -> Response:
