@@ -43,7 +43,7 @@ from reef.core.trajectory_index import LinkEntry, TrajectoryIndex
 from reef.server.bodies import ReportReceipt
 from reef.server.errors import ApiError, ReportRejected
 from reef.storage import ConflictError, Position, RecordStore, StorageError
-from reef.storage.records import RecordBatch, content_hash
+from reef.storage.records import RecordBatch, content_hash, restore_links
 
 __all__ = ["ScenarioLedger"]
 
@@ -140,10 +140,7 @@ class ScenarioLedger:
         reads no body."""
         while True:
             links = self.store.read_links_after(self._cursor, _PAGE)
-            for link in links:
-                self._cursor = link.position
-                if link.entry.call_id not in self._index:
-                    self._index.restore(link.entry)
+            self._cursor = restore_links(self._index, links, self._cursor)
             if len(links) < _PAGE:
                 return
 

@@ -479,10 +479,7 @@ class RecordBatch:
         self._known: dict[str, StoredId | None] = {}
         self._rows: list[dict[str, Any]] = []
         if index is not None and catch_up:
-            for link in store._links_after(connection, cursor, None):
-                self.cursor = link.position
-                if link.entry.call_id not in index:
-                    index.restore(link.entry)
+            self.cursor = restore_links(index, store._links_after(connection, cursor, None), cursor)
 
     def find(self, ids: Iterable[str]) -> dict[str, StoredId]:
         """What is stored under ``ids``, in any scenario, or taken by this batch; an id that
@@ -575,6 +572,18 @@ class RecordBatch:
             positions.append(self.cursor)
         self.cursor = max(positions)
         return store._evict(self._connection, store.capacity) if store.capacity is not None else 0
+
+
+def restore_links(
+    index: TrajectoryIndex, links: Iterable[StoredLink], cursor: Position | None
+) -> Position | None:
+    """Restore into ``index`` the entries of ``links`` (in store order) it does not hold yet;
+    returns the cursor after the last of them (``cursor`` when there are none)."""
+    for link in links:
+        cursor = link.position
+        if link.entry.call_id not in index:
+            index.restore(link.entry)
+    return cursor
 
 
 def _link(row: Any) -> LinkEntry | None:
