@@ -63,7 +63,7 @@ def serve(kind: str, port: int, engine: str, storage: str) -> None:
     from reef.core.deployment import load_deployment
     from reef.core.plugins import Plugins
     from reef.server import create_app, open_databases
-    from reef.server.testing import scripted_engine
+    from reef.testing.engines import scripted_engine
 
     if kind == "engine":
         app = scripted_engine()
@@ -79,7 +79,7 @@ storage: {{url: "{storage}"}}
 serving: {{engine: "{engine}/v1"}}
 auth: {{tokens: {{{TOKEN}: {{token: {TOKEN}, scopes: [infer, feedback, admin]}}}}}}
 scenarios:
-  bench: {{recipe: "reef.server.testing:ServiceTestRecipe"}}
+  bench: {{recipe: "reef.testing.service:ServiceTestRecipe"}}
 """
         plugins = Plugins()
         deployment = load_deployment(text, plugins=plugins)
@@ -310,7 +310,7 @@ def main() -> int:
         figures["generator_cpu"] = time.process_time()
         print(json.dumps(figures))
         return 0
-    from reef.server.testing import free_port
+    from reef.testing.service import free_port
 
     print(
         f"open loop at {args.rate:.0f} req/s, {args.warmup:.0f} s warm-up then {args.seconds:.0f} s"

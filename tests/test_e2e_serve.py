@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ import openai
 import pytest
 from sqlalchemy import create_engine, text
 
+from reef.testing.service import free_port
 from reef.testing.storage import DATABASE_URL_VARIABLE, postgres_schema_url
 
 REEF = str(Path(sys.executable).with_name("reef"))
@@ -56,17 +56,11 @@ scenarios:
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class Serve:
     """One ``reef serve`` subprocess."""
 
     def __init__(self, deployment: Path, log: Path, *, lease_ttl: float = 10.0) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self._log = log.open("ab")
         self.process = subprocess.Popen(

@@ -30,7 +30,6 @@ from reef.server import (
     create_app,
 )
 from reef.server.status import status_table
-from reef.server.testing import scripted_engine, serve_on_loopback, service_test_plugins
 from reef.storage import (
     Database,
     DropCounters,
@@ -39,6 +38,8 @@ from reef.storage import (
     ScenarioSettings,
     TrainerSamples,
 )
+from reef.testing.engines import scripted_engine
+from reef.testing.service import serve_on_loopback, service_test_plugins
 from reef.train.trainer import snapshot_key
 
 pytest_plugins = ("reef.testing.storage",)
@@ -61,7 +62,7 @@ scenarios:
     training: {component: noop}
   billing:
     recipe: servicetest
-    pipeline: {sample2job: {class: "reef.server.testing:AutoOnlyJobData"}}
+    pipeline: {sample2job: {class: "reef.testing.service:AutoOnlyJobData"}}
     training: {component: noop}
 """
 

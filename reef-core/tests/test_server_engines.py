@@ -27,7 +27,7 @@ pytest.importorskip("uvicorn")
 
 from reef.server import engines
 from reef.server.engines import EngineError, HttpEngine
-from reef.server.testing import free_port
+from reef.testing.service import free_port
 
 ANSWER = {"object": "chat.completion", "choices": [{"index": 0, "message": {"role": "assistant"}}]}
 REQUEST = {"messages": [{"role": "user", "content": "hi"}]}

@@ -22,13 +22,10 @@ from starlette.testclient import TestClient
 
 from reef.core.deployment import load_deployment
 from reef.server import create_app
-from reef.server.testing import (
-    scripted_engine,
-    serve_on_loopback,
-    service_test_plugins,
-)
 from reef.storage import Database, open_database
 from reef.storage.tables import metadata
+from reef.testing.engines import scripted_engine
+from reef.testing.service import serve_on_loopback, service_test_plugins
 
 DEPLOYMENT = """
 storage: {url: "%(url)s"}
@@ -38,7 +35,7 @@ scenarios:
   support: {recipe: servicetest, training: {component: noop}}
   billing:
     recipe: servicetest
-    pipeline: {sample2job: {class: "reef.server.testing:AutoOnlyJobData"}}
+    pipeline: {sample2job: {class: "reef.testing.service:AutoOnlyJobData"}}
     training: {component: noop}
 """
 HEADERS = {"authorization": "Bearer admin-secret", "x-reef-scenario": "support"}

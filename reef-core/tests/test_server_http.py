@@ -35,14 +35,9 @@ from reef.server import (
     check_bind_address,
     create_app,
 )
-from reef.server.testing import (
-    SCRIPTED_ARTIFACT,
-    scripted_engine,
-    scripted_reply,
-    serve_on_loopback,
-    service_test_plugins,
-)
 from reef.storage import Database, RecordStore, open_database
+from reef.testing.engines import SCRIPTED_ARTIFACT, scripted_engine, scripted_reply
+from reef.testing.service import serve_on_loopback, service_test_plugins
 
 DEPLOYMENT = """
 storage: {url: "%(url)s"}

@@ -9,8 +9,9 @@ is ``local`` is answered by a :class:`~reef.components.local_engine.LocalEngine`
 artifacts of its ``local`` component (shared through the component's ``state_dir``, so every
 process serves what the trainer published last, wherever the trainer runs).
 
-The runtime is also the HTTP service's :class:`~reef.server.runtime.ServiceRuntime`: it gives
-the service the local engines, and wakes a trainer when the service stored a change for it.
+The runtime is also the HTTP service's :class:`~reef.server.service_runtime.ServiceRuntime`:
+it gives the service the local engines, and wakes a trainer when the service stored a change
+for it.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from reef.core.plugins import Plugins
 from reef.pipeline_context import TrainingMode
 from reef.server.app import LOCAL_ENGINE
 from reef.server.engines import CompletionFunction
-from reef.server.runtime import ServiceRuntime
+from reef.server.service_runtime import ServiceRuntime
 from reef.storage import Database
 from reef.train.stages import build_pipeline, scenario_trainers
 from reef.train.trainer import (

@@ -17,7 +17,7 @@ from reef.server.app import (
 )
 from reef.server.auth import UnauthenticatedServiceError, check_bind_address
 from reef.server.errors import ApiError, ReportRejected, ServiceConfigError, UploadRejected
-from reef.server.runtime import ServiceRuntime
+from reef.server.service_runtime import ServiceRuntime
 
 __all__ = [
     "LOCAL_ENGINE",

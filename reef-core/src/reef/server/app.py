@@ -67,7 +67,7 @@ from reef.server.engines import ChatEngine, ChunkAssembler, EngineError, Functio
 from reef.server.errors import ApiError, ReportRejected, ServiceConfigError, UploadRejected
 from reef.server.ledger import ScenarioLedger
 from reef.server.openapi import ApiRoute, openapi_document
-from reef.server.runtime import ServiceRuntime
+from reef.server.service_runtime import ServiceRuntime
 from reef.server.status import scenario_status
 from reef.storage import (
     ConflictError,

@@ -1,0 +1,160 @@
+"""Testing against a running service: uvicorn on loopback, and stages for test deployments.
+
+- :func:`serve_on_loopback` runs an ASGI application with uvicorn on a free loopback port in a
+  thread of the test process and yields its base URL; it returns once the server stopped. Serve
+  :func:`reef.testing.engines.scripted_engine` with it for an engine that answers.
+- :class:`UploadingJobData` and :class:`AgentTurnSamples` are minimal stages for a scenario
+  that takes uploads in both modes; :class:`AutoOnlyJobData` one that supports ``auto`` only
+  and takes no uploads; :class:`ServiceTestRecipe` names them, and :func:`service_test_plugins`
+  registers it (``recipe: servicetest``) with a component that never trains (``noop``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import threading
+from collections.abc import Iterator, Sequence
+from typing import Any, ClassVar
+
+import uvicorn
+
+from reef.core.job_data import JobData, Sample, TrajectorySample
+from reef.core.plugins import Plugins
+from reef.core.records import JSON
+from reef.pipeline_context import TrainingMode
+from reef.recipe import PipelineSpec, Recipe
+from reef.record2sample.stage import Record2Sample
+from reef.sample2job.stage import Sample2Job
+from reef.testing import inline_plugin
+
+__all__ = [
+    "AgentTurnSamples",
+    "AutoOnlyJobData",
+    "NullComponent",
+    "ServiceTestRecipe",
+    "UploadingJobData",
+    "free_port",
+    "serve_on_loopback",
+    "service_test_plugins",
+]
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@contextlib.contextmanager
+def serve_on_loopback(app: Any, *, log_level: str = "warning") -> Iterator[str]:
+    """Run ``app`` with uvicorn on ``127.0.0.1`` in a thread; yield ``http://127.0.0.1:<port>``.
+
+    Waits for uvicorn's own ``started`` flag (no sleep guesses), and on exit asks it to stop
+    and joins its thread, so the lifespan's shutdown has run when the block ends.
+    """
+    port = free_port()
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level=log_level, lifespan="on")
+    server = uvicorn.Server(config)
+    ready = threading.Event()
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        loop = asyncio.new_event_loop()
+        try:
+
+            async def main() -> None:
+                task = asyncio.ensure_future(server.serve())
+                while not server.started and not task.done():
+                    await asyncio.sleep(0.005)
+                ready.set()
+                await task
+
+            loop.run_until_complete(main())
+        except BaseException as exc:
+            failure.append(exc)
+        finally:
+            ready.set()
+            loop.close()
+
+    thread = threading.Thread(target=run, name=f"uvicorn-{port}", daemon=True)
+    thread.start()
+    ready.wait()
+    if not server.started:
+        thread.join()
+        raise RuntimeError(f"uvicorn did not start: {failure!r}")
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join()
+
+
+# -- minimal stages ----------------------------------------------------------------------------
+
+
+class AgentTurnSamples(Record2Sample):
+    """Makes no samples from records; takes an upload only when it has an agent step."""
+
+    def push(self, record: Any) -> None:
+        """Records are kept by nobody: this stage trains uploads only."""
+        del record
+
+    def uploaded_sample(self, trajectory: JSON) -> Sample:
+        """The upload as it is, refused when no step of it is the agent's."""
+        steps = trajectory.get("steps") or []
+        if not any(isinstance(s, dict) and s.get("source") == "agent" for s in steps):
+            name = trajectory.get("trajectory_id") or trajectory.get("session_id")
+            raise ValueError(f"trajectory {name!r} has no agent step to train")
+        return TrajectorySample(trajectory)
+
+
+class UploadingJobData(Sample2Job):
+    """Takes uploads, in auto and manual; the job data is the samples as they are."""
+
+    accepts_trajectories: ClassVar[bool] = True
+    default_job_samples: ClassVar[int | None] = 1
+
+    def make_job_data(self, samples: Sequence[Sample], data_id: str) -> JobData:
+        """The samples, as one job."""
+        return JobData(data_id, tuple(samples))
+
+
+class AutoOnlyJobData(UploadingJobData):
+    """Supports ``auto`` only and takes no uploads."""
+
+    accepts_trajectories: ClassVar[bool] = False
+    supported_training_modes: ClassVar[frozenset[TrainingMode]] = frozenset({"auto"})
+
+
+class ServiceTestRecipe(Recipe):
+    """Names :class:`AgentTurnSamples` and :class:`UploadingJobData`."""
+
+    @classmethod
+    def pipeline_spec(cls) -> PipelineSpec:
+        """The two stages of this module."""
+        return PipelineSpec(
+            record2sample=f"{__name__}:AgentTurnSamples",
+            sample2job=f"{__name__}:UploadingJobData",
+        )
+
+
+class NullComponent:
+    """A training component name for test deployments; it never trains (the service never
+    calls a component)."""
+
+
+def service_test_plugins() -> Plugins:
+    """Plugins that know :class:`ServiceTestRecipe` as ``servicetest`` and
+    :class:`NullComponent` as ``noop``, for test deployments."""
+    plugins = Plugins(blocked=())
+    plugins.register(
+        inline_plugin(
+            recipes={"servicetest": ServiceTestRecipe}, components={"noop": NullComponent}
+        ),
+        "servicetest",
+    )
+    return plugins
