@@ -5,7 +5,7 @@ storage-authoritative: admission checks a request completely, writes it durably 
 transaction and answers; the trainers read the stores. No route calls a trainer (a mode change,
 an instruction, a manual-buffer edit is stored, then an optional runtime hook hears of it).
 
-Every refused request gets a 4xx whose JSON body (:class:`~reef.server.bodies.ErrorBody`) names
+Every refused request gets a 4xx whose JSON body (:class:`~reef.server.errors.ErrorBody`) names
 the field and the reason, and nothing of it is stored. See ``docs/service.md``.
 """
 
@@ -15,15 +15,13 @@ import asyncio
 import contextlib
 import json
 import logging
-import re
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from typing import Any, Final, TypeVar
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Final
 
 import anyio.to_thread
 import attrs
-import cattrs
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -31,7 +29,6 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from reef.core.atif import AtifFormatError, trajectory_from_json, trajectory_to_json
-from reef.core.converters import describe, make_converter
 from reef.core.deployment import Deployment, ScenarioSection, ServingSection
 from reef.core.job_data import TrajectorySample, sample_body
 from reef.core.plugins import Plugins
@@ -49,8 +46,6 @@ from reef.server.auth import Authenticator, Caller, Scope
 from reef.server.bodies import (
     BufferEdit,
     ChatCompletionRequest,
-    ErrorBody,
-    ErrorDetail,
     InstructionBody,
     InstructionReceipt,
     ItemDocument,
@@ -62,9 +57,21 @@ from reef.server.bodies import (
     ScenarioUpdate,
     ScenarioUpdated,
     StatusDocument,
+    answer,
+    error_answer,
+    read_json,
+    structure,
+    unstructure,
 )
 from reef.server.engines import ChatEngine, ChunkAssembler, EngineError, FunctionEngine, HttpEngine
-from reef.server.errors import ApiError, ReportRejected, ServiceConfigError, UploadRejected
+from reef.server.errors import (
+    ApiError,
+    ErrorBody,
+    ErrorDetail,
+    ReportRejected,
+    ServiceConfigError,
+    UploadRejected,
+)
 from reef.server.ledger import ScenarioLedger
 from reef.server.openapi import ApiRoute, openapi_document
 from reef.server.service_runtime import ServiceRuntime
@@ -103,8 +110,6 @@ LOCAL_ENGINE: Final = "local"
 #: The task store (of the deployment's own storage, scenario ``""``) that holds data items.
 ITEMS_STORE: Final = "reef.data-items"
 
-_T = TypeVar("_T")
-
 
 @attrs.frozen
 class ServerOptions:
@@ -121,98 +126,6 @@ class ServerOptions:
     max_body_bytes: int = 8 << 20
     max_item_bytes: int = 32 << 20
     engine_timeout: float = 600.0
-
-
-# -- bodies in and out -------------------------------------------------------------------------
-
-
-def _strict(kind: type[Any]) -> Callable[[Any, Any], Any]:
-    def structure(value: Any, _: Any) -> Any:
-        # JSON already has the right types: a number where a string belongs is a mistake,
-        # not something to convert.
-        if type(value) is kind or (kind is float and type(value) is int):
-            return value
-        raise TypeError(f"expected {kind.__name__}, got {type(value).__name__}")
-
-    return structure
-
-
-def _body_converter(*, forbid_extra_keys: bool) -> cattrs.Converter:
-    converter = make_converter(forbid_extra_keys=forbid_extra_keys)
-    for kind in (str, int, float, bool):
-        converter.register_structure_hook(kind, _strict(kind))
-    return converter
-
-
-_CONVERTER: Final = _body_converter(forbid_extra_keys=True)
-# The OpenAI request has many keys Reef forwards without reading them.
-_OPEN_CONVERTER: Final = _body_converter(forbid_extra_keys=False)
-
-
-_QUOTED_NAME: Final = re.compile(r"'([A-Za-z_][A-Za-z0-9_]*)'")
-
-
-def _problems(exc: BaseException, cls: type[Any]) -> list[ErrorDetail]:
-    lines = describe(exc) if isinstance(exc, cattrs.BaseValidationError) else [str(exc)]
-    names = {field.name for field in attrs.fields(cls)}
-    found = []
-    for line in lines:
-        reason, _, field = line.rpartition(" @ ")
-        reason, field = (reason, field) if reason else (line, "$")
-        if field == "$":
-            # An attrs validator's error names its attribute in quotes but has no path.
-            named = [n for n in _QUOTED_NAME.findall(reason) if n in names]
-            if named:
-                field = f"$.{named[0]}"
-        found.append(ErrorDetail(field, reason))
-    return found or [ErrorDetail("$", str(exc))]
-
-
-def structure(data: Any, cls: type[_T], *, open_keys: bool = False) -> _T:
-    """``data`` (parsed JSON) as ``cls``, or a 400 naming every problem with its path."""
-    if not isinstance(data, dict):
-        raise ApiError.one(400, "invalid_request", "$", "the body must be a JSON object")
-    converter = _OPEN_CONVERTER if open_keys else _CONVERTER
-    try:
-        return converter.structure(data, cls)
-    except (cattrs.BaseValidationError, TypeError, ValueError) as exc:
-        raise ApiError(400, "invalid_request", _problems(exc, cls)) from None
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
-
-
-async def read_json(request: Request, limit: int) -> Any:
-    """The request's JSON body, read up to ``limit`` bytes (413 beyond, 400 when not JSON)."""
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise _too_large(limit)
-    size = 0
-    parts: list[bytes] = []
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise _too_large(limit)
-        parts.append(chunk)
-    try:
-        return json.loads(b"".join(parts), parse_constant=_refuse_constant)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ApiError.one(400, "invalid_request", "$", f"the body is not JSON: {exc}") from None
-
-
-def _too_large(limit: int) -> ApiError:
-    return ApiError.one(413, "too_large", "$", f"the body is larger than {limit} bytes")
-
-
-def answer(value: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> Response:
-    """A JSON response of an attrs value."""
-    return JSONResponse(_CONVERTER.unstructure(value), status, headers=dict(headers or {}))
-
-
-def _error_response(error: ApiError) -> Response:
-    body = ErrorBody(error.code, str(error), error.problems)
-    return JSONResponse(_CONVERTER.unstructure(body), error.status)
 
 
 # -- one scenario ------------------------------------------------------------------------------
@@ -748,7 +661,7 @@ def _engine_failure(exc: EngineError) -> Response:
         str(exc),
         (ErrorDetail("engine", str(exc)),),
     )
-    content = _CONVERTER.unstructure(body)
+    content = unstructure(body)
     if exc.body is not None:
         content["engine"] = exc.body
     return JSONResponse(content, exc.status)
@@ -960,13 +873,13 @@ def _routes(service: _Service) -> list[ApiRoute]:
 
 async def _api_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ApiError)
-    return _error_response(exc)
+    return error_answer(exc)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     field = "method" if exc.status_code == 405 else "path"
-    return _error_response(
+    return error_answer(
         ApiError.one(exc.status_code, "not_found" if exc.status_code == 404 else "invalid_request",
                      field, f"{exc.detail}: {request.method} {request.url.path}")
     )  # fmt: skip

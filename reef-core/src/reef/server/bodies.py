@@ -1,48 +1,32 @@
-"""The request and response bodies of the HTTP API, as frozen attrs values.
+"""The request and response bodies of the HTTP API, as frozen attrs values, and how the
+service reads and writes them.
 
-Every body the service reads is structured with cattrs into one of these classes (unknown keys
-refused, each problem with its JSON path), and every body it writes is unstructured from one,
-so the OpenAPI document (:mod:`reef.server.openapi`) is generated from the very types the
-routes use.
+Every body the service reads is structured with cattrs into one of these classes
+(:func:`read_json` then :func:`structure`: size-limited, unknown keys refused, JSON types
+strict, each problem with its JSON path), and every body it writes is unstructured from one
+(:func:`answer`, :func:`error_answer`), so the OpenAPI document (:mod:`reef.server.openapi`) is
+generated from the very types the routes use.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Literal
+import json
+import re
+from collections.abc import Callable, Mapping
+from typing import Any, Final, Literal, TypeVar
 
 import attrs
+import cattrs
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
 
+from reef.core.converters import describe, make_converter
 from reef.pipeline_context import TrainingMode
+from reef.server.errors import ApiError, ErrorBody, ErrorDetail
 
 JSONObject = dict[str, Any]
 
-
-@attrs.frozen
-class ErrorDetail:
-    """What is wrong with a request.
-
-    :ivar field: where: a JSON path into the body (``$.references[1]``), a header name, or a
-        path parameter.
-    :ivar reason: what is wrong, in words a client can act on.
-    """
-
-    field: str
-    reason: str
-
-
-@attrs.frozen
-class ErrorBody:
-    """The body of every 4xx (and 5xx) answer.
-
-    :ivar error: a short code (``invalid_request``, ``unauthorized``, ``conflict``, ...).
-    :ivar message: the first problem as one line.
-    :ivar problems: every problem found.
-    """
-
-    error: str
-    message: str
-    problems: tuple[ErrorDetail, ...] = ()
+_T = TypeVar("_T")
 
 
 # -- inference ---------------------------------------------------------------------------------
@@ -246,3 +230,104 @@ class StatusDocument:
     """``GET /reef/status``."""
 
     scenarios: tuple[ScenarioStatus, ...]
+
+
+# -- reading and answering ---------------------------------------------------------------------
+
+
+def _strict(kind: type[Any]) -> Callable[[Any, Any], Any]:
+    def structure(value: Any, _: Any) -> Any:
+        # JSON already has the right types: a number where a string belongs is a mistake,
+        # not something to convert.
+        if type(value) is kind or (kind is float and type(value) is int):
+            return value
+        raise TypeError(f"expected {kind.__name__}, got {type(value).__name__}")
+
+    return structure
+
+
+def _body_converter(*, forbid_extra_keys: bool) -> cattrs.Converter:
+    converter = make_converter(forbid_extra_keys=forbid_extra_keys)
+    for kind in (str, int, float, bool):
+        converter.register_structure_hook(kind, _strict(kind))
+    return converter
+
+
+_CONVERTER: Final = _body_converter(forbid_extra_keys=True)
+# The OpenAI request has many keys Reef forwards without reading them.
+_OPEN_CONVERTER: Final = _body_converter(forbid_extra_keys=False)
+
+
+_QUOTED_NAME: Final = re.compile(r"'([A-Za-z_][A-Za-z0-9_]*)'")
+
+
+def _problems(exc: BaseException, cls: type[Any]) -> list[ErrorDetail]:
+    lines = describe(exc) if isinstance(exc, cattrs.BaseValidationError) else [str(exc)]
+    names = {field.name for field in attrs.fields(cls)}
+    found = []
+    for line in lines:
+        reason, _, field = line.rpartition(" @ ")
+        reason, field = (reason, field) if reason else (line, "$")
+        if field == "$":
+            # An attrs validator's error names its attribute in quotes but has no path.
+            named = [n for n in _QUOTED_NAME.findall(reason) if n in names]
+            if named:
+                field = f"$.{named[0]}"
+        found.append(ErrorDetail(field, reason))
+    return found or [ErrorDetail("$", str(exc))]
+
+
+def structure(data: Any, cls: type[_T], *, open_keys: bool = False) -> _T:
+    """``data`` (parsed JSON) as ``cls``, or a 400 naming every problem with its path.
+
+    :param open_keys: keep keys ``cls`` does not name instead of refusing them (the OpenAI
+        request, whose other keys are forwarded unread).
+    """
+    if not isinstance(data, dict):
+        raise ApiError.one(400, "invalid_request", "$", "the body must be a JSON object")
+    converter = _OPEN_CONVERTER if open_keys else _CONVERTER
+    try:
+        return converter.structure(data, cls)
+    except (cattrs.BaseValidationError, TypeError, ValueError) as exc:
+        raise ApiError(400, "invalid_request", _problems(exc, cls)) from None
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+async def read_json(request: Request, limit: int) -> Any:
+    """The request's JSON body, read up to ``limit`` bytes (413 beyond, 400 when not JSON)."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise _too_large(limit)
+    size = 0
+    parts: list[bytes] = []
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise _too_large(limit)
+        parts.append(chunk)
+    try:
+        return json.loads(b"".join(parts), parse_constant=_refuse_constant)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ApiError.one(400, "invalid_request", "$", f"the body is not JSON: {exc}") from None
+
+
+def _too_large(limit: int) -> ApiError:
+    return ApiError.one(413, "too_large", "$", f"the body is larger than {limit} bytes")
+
+
+def unstructure(value: Any) -> Any:
+    """An attrs value as JSON (dicts, lists, scalars)."""
+    return _CONVERTER.unstructure(value)
+
+
+def answer(value: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> Response:
+    """A JSON response of an attrs value."""
+    return JSONResponse(unstructure(value), status, headers=dict(headers or {}))
+
+
+def error_answer(error: ApiError) -> Response:
+    """The answer to a refused request: an :class:`ErrorBody` with the error's status."""
+    return answer(ErrorBody(error.code, str(error), error.problems), error.status)

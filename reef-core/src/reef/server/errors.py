@@ -1,8 +1,8 @@
 """The typed errors of the service; each becomes one JSON answer naming the field and reason.
 
-A route raises, the application turns the error into an :class:`~reef.server.bodies.ErrorBody`
-with its status. Nothing is stored on the way to any of them: every check runs before the one
-write that admits a request.
+A route raises, the application turns the error into an :class:`ErrorBody` with its status
+(:func:`reef.server.bodies.error_answer`). Nothing is stored on the way to any of them: every
+check runs before the one write that admits a request.
 """
 
 from __future__ import annotations
@@ -10,12 +10,39 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal, TypeAlias
 
-from reef.server.bodies import ErrorDetail
+import attrs
 
 #: Why a report is refused, in the spec's words (P-REP-1, P-REP-2, P-REP-3).
 RejectionReason: TypeAlias = Literal[
     "schema", "missing", "wrong-kind", "duplicate", "foreign", "inner", "eligibility"
 ]
+
+
+@attrs.frozen
+class ErrorDetail:
+    """What is wrong with a request.
+
+    :ivar field: where: a JSON path into the body (``$.references[1]``), a header name, or a
+        path parameter.
+    :ivar reason: what is wrong, in words a client can act on.
+    """
+
+    field: str
+    reason: str
+
+
+@attrs.frozen
+class ErrorBody:
+    """The body of every 4xx (and 5xx) answer.
+
+    :ivar error: a short code (``invalid_request``, ``unauthorized``, ``conflict``, ...).
+    :ivar message: the first problem as one line.
+    :ivar problems: every problem found.
+    """
+
+    error: str
+    message: str
+    problems: tuple[ErrorDetail, ...] = ()
 
 
 class ApiError(Exception):

@@ -17,7 +17,7 @@ from typing import Any, Literal
 import attrs
 
 from reef.core.records import JSON
-from reef.server.bodies import ErrorBody
+from reef.server.errors import ErrorBody
 from reef.version import __version__
 
 __all__ = ["ApiRoute", "json_schema", "openapi_document"]
