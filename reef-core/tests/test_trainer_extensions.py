@@ -131,6 +131,7 @@ def test_given_back_samples_train_in_the_next_job_and_extensions_show_in_status(
     # GET /reef/status is the service's (the server extra): checked where it is installed.
     if importlib.util.find_spec("starlette") is None:
         return
+    from reef.server.admission import TrainerAdmission
     from reef.server.status import scenario_status
 
     status = scenario_status(
@@ -138,7 +139,7 @@ def test_given_back_samples_train_in_the_next_job_and_extensions_show_in_status(
         records=RecordStore(storage_database, "s"),
         samples=samples,
         settings=ScenarioSettings(storage_database, "s"),
-        trainers={"c": (False, ("auto", "manual"), 2, 10)},
+        trainers={"c": TrainerAdmission("GroupedJobData", False, ("auto", "manual"), 2, 10)},
     )
     (shown,) = status.trainers
     assert shown.extensions == {"giveback": {"scenario": "s", "jobs_seen": 2}}

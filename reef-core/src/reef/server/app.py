@@ -39,9 +39,8 @@ from reef.core.records import (
     Report,
     has_eligibility_flag,
 )
-from reef.pipeline_context import PipelineContext, check_training_mode
-from reef.record2sample.stage import Record2Sample
-from reef.sample2job.stage import Sample2Job
+from reef.pipeline_context import check_training_mode
+from reef.server.admission import ScenarioAdmission
 from reef.server.auth import Authenticator, Caller, Scope
 from reef.server.bodies import (
     BufferEdit,
@@ -70,7 +69,6 @@ from reef.server.errors import (
     ErrorDetail,
     ReportRejected,
     ServiceConfigError,
-    UploadRejected,
 )
 from reef.server.ledger import ScenarioLedger
 from reef.server.openapi import ApiRoute, openapi_document
@@ -87,7 +85,6 @@ from reef.storage import (
     UnknownSampleError,
     open_database,
 )
-from reef.train.stages import build_stages, scenario_trainers
 from reef.train.trainer import TRAINING_MODE_SETTING
 
 __all__ = [
@@ -132,21 +129,13 @@ class ServerOptions:
 
 
 @attrs.define
-class _Trainer:
-    """A trainer's stages, built as its trainer builds them: admission asks them."""
-
-    record2sample: Record2Sample
-    sample2job: Sample2Job
-
-
-@attrs.define
 class _Scenario:
     name: str
     section: ScenarioSection
     records: RecordStore
     samples: TrainerSamples
     settings: ScenarioSettings
-    trainers: dict[str, _Trainer]
+    admission: ScenarioAdmission
     ledger: ScenarioLedger | None = None
     engine: ChatEngine | None = None
 
@@ -175,14 +164,6 @@ class _Service:
         self.scenarios: dict[str, _Scenario] = {}
         for name, section in deployment.scenarios.items():
             database = _database(databases, deployment.storage_of(name).url)
-            names = scenario_trainers(section)
-            trainers = {}
-            for trainer in names:
-                context = PipelineContext(scenario=name, component=trainer, trainers=names)
-                built = build_stages(
-                    name, section, plugins=plugins, context=context, environ=environ
-                )
-                trainers[trainer] = _Trainer(*built)
             serving = deployment.serving_of(name)
             self.scenarios[name] = _Scenario(
                 name=name,
@@ -190,7 +171,7 @@ class _Service:
                 records=RecordStore(database, name),
                 samples=TrainerSamples(database, name),
                 settings=ScenarioSettings(database, name),
-                trainers=trainers,
+                admission=ScenarioAdmission.build(name, section, plugins=plugins, environ=environ),
             )
             if serving is not None:
                 self.scenarios[name].engine = self._engine(name, serving)
@@ -234,9 +215,7 @@ class _Service:
             if scenario.engine is not None:
                 await scenario.engine.aclose()  # its idle connections; usable again after
         for scenario in self.scenarios.values():
-            for trainer in scenario.trainers.values():
-                trainer.record2sample.close()
-                trainer.sample2job.close()
+            scenario.admission.close()
 
     # -- common steps ---------------------------------------------------------------------------
 
@@ -475,7 +454,7 @@ class _Service:
 
         def attach() -> tuple[bool, tuple[str, ...]]:
             trajectory = self._item(item_id)["trajectory"]
-            check_upload(scenario.name, scenario.trainers, item_id, trajectory)
+            scenario.admission.check_upload(item_id, trajectory)
             upload = NewSample(item_id, "trajectory", sample_body(TrajectorySample(trajectory)))
             try:
                 new = scenario.samples.add_upload(upload)
@@ -511,18 +490,7 @@ class _Service:
             mode = check_training_mode(update.training_mode)
         except ValueError as exc:
             raise ApiError.one(400, "invalid_request", "$.training_mode", str(exc)) from None
-        refusing = [
-            f"{name} ({type(t.sample2job).__name__})"
-            for name, t in scenario.trainers.items()
-            if mode not in t.sample2job.supported_training_modes
-        ]
-        if refusing:
-            raise ApiError.one(
-                409,
-                "unsupported_mode",
-                "$.training_mode",
-                f"training mode {mode!r} is not supported by trainer {', '.join(refusing)}",
-            )
+        scenario.admission.check_training_mode(mode)
         await anyio.to_thread.run_sync(scenario.settings.set, TRAINING_MODE_SETTING, mode)
         self.runtime.training_mode_changed(scenario.name, mode)
         return answer(ScenarioUpdated(scenario.name, mode))
@@ -551,21 +519,21 @@ class _Service:
 
     def _buffer_trainers(self, scenario: _Scenario, trainer: str | None) -> list[str]:
         if trainer is None:
-            if not scenario.trainers:
+            if not scenario.admission.trainers:
                 raise ApiError.one(
                     400,
                     "invalid_request",
                     "scenario",
                     f"scenario {scenario.name!r} has no trainer (no training section)",
                 )
-            return list(scenario.trainers)
-        if trainer not in scenario.trainers:
+            return list(scenario.admission.trainers)
+        if trainer not in scenario.admission.trainers:
             raise ApiError.one(
                 400,
                 "invalid_request",
                 "$.trainer",
                 f"scenario {scenario.name!r} has no trainer {trainer!r}"
-                f" (it has: {', '.join(scenario.trainers) or 'none'})",
+                f" (it has: {', '.join(scenario.admission.trainers) or 'none'})",
             )
         return [trainer]
 
@@ -574,7 +542,7 @@ class _Service:
             scenario.name,
             {
                 trainer: tuple(s.id for s in scenario.samples.manual_buffer(trainer))
-                for trainer in scenario.trainers
+                for trainer in scenario.admission.trainers
             },
         )
 
@@ -630,15 +598,7 @@ class _Service:
                         records=scenario.records,
                         samples=scenario.samples,
                         settings=scenario.settings,
-                        trainers={
-                            name: (
-                                t.sample2job.accepts_trajectories,
-                                tuple(sorted(t.sample2job.supported_training_modes)),
-                                t.sample2job.job_samples,
-                                t.sample2job.buffer_size,
-                            )
-                            for name, t in scenario.trainers.items()
-                        },
+                        trainers=scenario.admission.trainers,
                     )
                     for scenario in self.scenarios.values()
                     if caller.sees(scenario.name)
@@ -703,33 +663,6 @@ def admissible_report(scenario: str, body: ReportBody) -> Report:
         )
     except ValueError as exc:
         raise ReportRejected("schema", "$.score", str(exc)) from None
-
-
-def check_upload(
-    scenario: str, trainers: Mapping[str, _Trainer], item_id: str, trajectory: JSON
-) -> None:
-    """Admit an uploaded trajectory to ``scenario`` as each trainer's pipeline will read it
-    (P-UP-3, P-UP-5): some trainer accepts uploads, and every accepting trainer's
-    ``uploaded_sample`` takes it.
-
-    :raises UploadRejected: naming the trajectory and the trainer that refused it.
-    """
-    accepting = {n: t for n, t in trainers.items() if t.sample2job.accepts_trajectories}
-    if not accepting:
-        raise UploadRejected(
-            item_id,
-            "scenario",
-            f"no trainer of scenario {scenario!r} accepts uploaded trajectories",
-        )
-    for name, trainer in accepting.items():
-        try:
-            trainer.record2sample.uploaded_sample(trajectory)
-        except ValueError as exc:
-            raise UploadRejected(
-                item_id,
-                "$.trajectory",
-                f"trajectory {item_id!r} refused by trainer {name!r}: {exc}",
-            ) from None
 
 
 # -- the application ---------------------------------------------------------------------------

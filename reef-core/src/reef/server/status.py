@@ -15,6 +15,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, Final
 
+from reef.server.admission import TrainerAdmission
 from reef.server.bodies import ScenarioStatus, TrainerStatus
 from reef.storage import DropCounters, RecordStore, ScenarioSettings, TrainerSamples
 from reef.train.trainer import TRAINING_MODE_SETTING, snapshot_key, stored_training_mode
@@ -35,12 +36,10 @@ def trainer_status(
     samples: TrainerSamples,
     snapshot: Mapping[str, Any],
     drops: Mapping[str, int],
-    accepts_trajectories: bool,
-    supported_training_modes: tuple[str, ...],
-    job_samples: int | None,
-    buffer_size: int | None,
+    stages: TrainerAdmission,
 ) -> TrainerStatus:
-    """One trainer's status from the store and its snapshot (``{}`` before its first)."""
+    """One trainer's status from the store and its snapshot (``{}`` before its first); what
+    the snapshot does not give yet comes from its ``stages``."""
     unread = {i.request_id for i in samples.unread_instructions(trainer)}
     queued = snapshot.get("queued_instructions") or []
     pending = unread | {str(i) for i in queued if isinstance(i, str)}
@@ -54,10 +53,10 @@ def trainer_status(
     extensions = snapshot.get("extensions")
     return TrainerStatus(
         trainer=trainer,
-        accepts_trajectories=accepts_trajectories,
-        supported_training_modes=supported_training_modes,
-        job_samples=_int_or_none(snapshot.get("job_samples")) or job_samples,
-        buffer_size=_int_or_none(snapshot.get("buffer_size")) or buffer_size,
+        accepts_trajectories=stages.accepts_trajectories,
+        supported_training_modes=stages.supported_training_modes,
+        job_samples=_int_or_none(snapshot.get("job_samples")) or stages.job_samples,
+        buffer_size=_int_or_none(snapshot.get("buffer_size")) or stages.buffer_size,
         ready_samples=_int_or_none(snapshot.get("ready_samples")),
         pending_instructions=len(pending),
         manual_buffer=len(samples.manual_buffer(trainer)),
@@ -80,12 +79,13 @@ def scenario_status(
     records: RecordStore,
     samples: TrainerSamples,
     settings: ScenarioSettings,
-    trainers: Mapping[str, tuple[bool, tuple[str, ...], int | None, int | None]],
+    trainers: Mapping[str, TrainerAdmission],
 ) -> ScenarioStatus:
     """One scenario's status.
 
-    :param trainers: each trainer's (accepts_trajectories, supported modes, job_samples,
-        buffer_size) as its built stages say, for the values before its first snapshot.
+    :param trainers: each trainer's stages as admission knows them
+        (:attr:`reef.server.admission.ScenarioAdmission.trainers`), for the values before its
+        first snapshot.
     """
     stored = settings.items()
     counts = DropCounters(samples.database, scenario).counts()
@@ -100,12 +100,9 @@ def scenario_status(
                 samples=samples,
                 snapshot=stored.get(snapshot_key(trainer)) or {},
                 drops=counts.get(trainer, {}),
-                accepts_trajectories=accepts,
-                supported_training_modes=modes,
-                job_samples=job_samples,
-                buffer_size=buffer_size,
+                stages=stages,
             )
-            for trainer, (accepts, modes, job_samples, buffer_size) in trainers.items()
+            for trainer, stages in trainers.items()
         ),
         drops=counts.get(None, {}),
         bodies_held=held,
