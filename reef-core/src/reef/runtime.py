@@ -27,8 +27,8 @@ from reef.components.interface import TrainingComponent
 from reef.core.deployment import Deployment, ScenarioSection, scenario_classes
 from reef.core.plugins import Plugins
 from reef.pipeline_context import TrainingMode
-from reef.server.app import LOCAL_ENGINE
 from reef.server.engines import CompletionFunction
+from reef.server.service import LOCAL_ENGINE
 from reef.server.service_runtime import ServiceRuntime
 from reef.storage import Database
 from reef.train.stages import build_pipeline, scenario_trainers

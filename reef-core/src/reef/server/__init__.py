@@ -7,16 +7,11 @@ checks a request, writes it durably and answers, and the trainers read the store
 decisions taken here. Needs the ``server`` extra of reef-core (Starlette, uvicorn, httpx).
 """
 
-from reef.server.app import (
-    LOCAL_ENGINE,
-    RECORD_ID_HEADER,
-    SCENARIO_HEADER,
-    ServerOptions,
-    create_app,
-    open_databases,
-)
+from reef.server.app import create_app, open_databases
 from reef.server.auth import UnauthenticatedServiceError, check_bind_address
 from reef.server.errors import ApiError, ReportRejected, ServiceConfigError, UploadRejected
+from reef.server.inference import RECORD_ID_HEADER, SCENARIO_HEADER
+from reef.server.service import LOCAL_ENGINE, ServerOptions
 from reef.server.service_runtime import ServiceRuntime
 
 __all__ = [

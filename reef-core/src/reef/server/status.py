@@ -1,4 +1,5 @@
-"""``GET /reef/status``: each scenario and trainer, read from the stores.
+"""``GET /reef/status``: each scenario and trainer, read from the stores; and ``reef status``'s
+table of it.
 
 What the stores hold is read directly: the stored training mode, drop counts by reason, unread
 instructions, manual buffers, evicted bodies. What only a trainer knows (its buffer, the job it
@@ -15,12 +16,18 @@ import json
 from collections.abc import Mapping
 from typing import Any, Final
 
+import anyio.to_thread
+from starlette.requests import Request
+from starlette.responses import Response
+
 from reef.server.admission import TrainerAdmission
-from reef.server.bodies import ScenarioStatus, TrainerStatus
+from reef.server.bodies import ScenarioStatus, StatusDocument, TrainerStatus, answer
+from reef.server.openapi import ApiRoute
+from reef.server.service import service_of
 from reef.storage import DropCounters, RecordStore, ScenarioSettings, TrainerSamples
 from reef.train.trainer import TRAINING_MODE_SETTING, snapshot_key, stored_training_mode
 
-__all__ = ["scenario_status"]
+__all__ = ["ROUTES", "scenario_status", "status_table"]
 
 #: The most errors of a snapshot that status shows.
 LAST_ERRORS: Final = 10
@@ -160,3 +167,41 @@ def status_table(document: Mapping[str, Any]) -> str:
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
              for row in rows]  # fmt: skip
     return "\n".join(lines + notes)
+
+
+async def get_status(request: Request) -> Response:
+    """``GET /reef/status``: every scenario the caller's token may see."""
+    service = service_of(request)
+    caller = service.caller(request)
+    caller.require("admin")
+
+    def read() -> StatusDocument:
+        return StatusDocument(
+            tuple(
+                scenario_status(
+                    scenario.name,
+                    records=scenario.records,
+                    samples=scenario.samples,
+                    settings=scenario.settings,
+                    trainers=scenario.admission.trainers,
+                )
+                for scenario in service.scenarios.values()
+                if caller.sees(scenario.name)
+            )
+        )
+
+    return answer(await anyio.to_thread.run_sync(read))
+
+
+#: The status route.
+ROUTES: Final = (
+    ApiRoute(
+        "GET",
+        "/reef/status",
+        "each scenario and trainer: mode, buffer, jobs, drops, errors",
+        get_status,
+        None,
+        {200: StatusDocument},
+        "admin",
+    ),
+)

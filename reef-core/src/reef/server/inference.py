@@ -1,0 +1,198 @@
+"""The inference routes: OpenAI-compatible chat completions, forwarded and recorded.
+
+A call names its scenario (by header or path), is checked, forwarded to the scenario's engine
+and answered; the exchange is written as an :class:`~reef.core.records.InferenceRecord` through
+the scenario's ledger before the client sees the end of the answer, so a report posted right
+after finds it. A stream is passed on chunk by chunk and recorded whole, or as aborted when the
+engine or the client breaks it off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Final
+
+import attrs
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from reef.core.records import TAG_HEADER_PREFIX, InferenceRecord
+from reef.server.bodies import ChatCompletionRequest, read_json, structure, unstructure
+from reef.server.engines import ChunkAssembler, EngineError
+from reef.server.errors import ApiError, ErrorBody, ErrorDetail
+from reef.server.openapi import ApiRoute
+from reef.server.service import ServedScenario, Service, service_of
+
+__all__ = ["RECORD_ID_HEADER", "ROUTES", "SCENARIO_HEADER"]
+
+_log = logging.getLogger(__name__)
+
+#: The request header that names the scenario of ``POST /v1/chat/completions``.
+SCENARIO_HEADER: Final = "x-reef-scenario"
+#: The response header that gives the id of the inference record of a call.
+RECORD_ID_HEADER: Final = "x-reef-record-id"
+
+
+async def chat_completions(request: Request) -> Response:
+    """``POST /v1/chat/completions`` and ``POST /scenarios/{scenario}/v1/chat/completions``."""
+    service = service_of(request)
+    caller = service.caller(request)
+    name = request.path_params.get("scenario")
+    field = "scenario"
+    if name is None:
+        name = request.headers.get(SCENARIO_HEADER)
+        field = SCENARIO_HEADER
+        if not name:
+            raise ApiError.one(
+                400,
+                "invalid_request",
+                SCENARIO_HEADER,
+                "name the scenario in this header, or post to"
+                " /scenarios/{scenario}/v1/chat/completions",
+            )
+    scenario = service.scenario(name, field)
+    caller.require("infer", scenario.name)
+    raw = await read_json(request, service.options.max_body_bytes)
+    checked = structure(raw, ChatCompletionRequest, open_keys=True)
+    for position, message in enumerate(checked.messages):
+        if not isinstance(message.get("role"), str):
+            raise ApiError.one(
+                400,
+                "invalid_request",
+                f"$.messages[{position}].role",
+                "each message needs a role (a string)",
+            )
+    if scenario.engine is None:
+        raise ApiError.one(
+            409, "no_engine", "scenario", f"scenario {scenario.name!r} has no serving engine"
+        )
+    tags = {
+        key[len(TAG_HEADER_PREFIX) :]: value
+        for key, value in request.headers.items()
+        if key.startswith(TAG_HEADER_PREFIX) and len(key) > len(TAG_HEADER_PREFIX)
+    }
+    record = InferenceRecord(
+        id=f"inf-{uuid.uuid4().hex}",
+        scenario=scenario.name,
+        request=raw,
+        response=None,
+        tags=tags,
+        started_at=time.time(),
+    )
+    if checked.stream:
+        return await _stream(service, scenario, record)
+    try:
+        reply = await scenario.engine.complete(raw)
+    except EngineError as exc:
+        return _engine_failure(exc)
+    record = attrs.evolve(
+        record,
+        response=reply.body,
+        artifact_id=reply.artifact_id or service.runtime.served_artifact_id(scenario.name),
+        ended_at=time.time(),
+    )
+    await asyncio.wrap_future(service.ledger(scenario).append(record))
+    headers = {RECORD_ID_HEADER: record.id}
+    if reply.content is not None:  # the engine's own bytes, not encoded a second time
+        return Response(reply.content, media_type="application/json", headers=headers)
+    return JSONResponse(reply.body, headers=headers)
+
+
+async def _stream(service: Service, scenario: ServedScenario, record: InferenceRecord) -> Response:
+    assert scenario.engine is not None
+    try:
+        started = await scenario.engine.stream(record.request)
+    except EngineError as exc:
+        return _engine_failure(exc)
+    ledger = service.ledger(scenario)
+    artifact = started.artifact_id or service.runtime.served_artifact_id(scenario.name)
+
+    def finished(assembler: ChunkAssembler, *, aborted: bool) -> InferenceRecord:
+        body = assembler.body()
+        fingerprint = body.get("system_fingerprint")
+        return attrs.evolve(
+            record,
+            response=body,
+            artifact_id=artifact or (fingerprint if isinstance(fingerprint, str) else None),
+            ended_at=time.time(),
+            aborted=aborted,
+        )
+
+    async def events() -> AsyncIterator[bytes]:
+        assembler = ChunkAssembler()
+        stored = False
+        try:
+            async for data in started.events:
+                if data == "[DONE]":
+                    # Durable before the client sees the end, so a report posted right
+                    # after the stream finds the record.
+                    await asyncio.wrap_future(ledger.append(finished(assembler, aborted=False)))
+                    stored = True
+                    yield b"data: [DONE]\n\n"
+                    return
+                with contextlib.suppress(ValueError):
+                    chunk = json.loads(data)
+                    if isinstance(chunk, dict):
+                        assembler.add(chunk)
+                yield f"data: {data}\n\n".encode()
+        except Exception as exc:
+            _log.warning("scenario %r: the engine broke off a stream: %r", scenario.name, exc)
+            error = {"error": {"message": f"the engine broke off: {exc}", "type": "aborted"}}
+            yield f"data: {json.dumps(error)}\n\n".encode()
+        finally:
+            if not stored:
+                # Broken off (by the engine, or the client left): the exchange is recorded
+                # as aborted (DECISIONS 6); not awaited, the client may be gone.
+                ledger.append(finished(assembler, aborted=True))
+
+    return StreamingResponse(
+        events(),
+        media_type="text/event-stream",
+        headers={RECORD_ID_HEADER: record.id, "cache-control": "no-cache"},
+    )
+
+
+def _engine_failure(exc: EngineError) -> Response:
+    body = ErrorBody(
+        "engine_error" if exc.status >= 500 else "invalid_request",
+        str(exc),
+        (ErrorDetail("engine", str(exc)),),
+    )
+    content = unstructure(body)
+    if exc.body is not None:
+        content["engine"] = exc.body
+    return JSONResponse(content, exc.status)
+
+
+_SCENARIO_HEADER = {SCENARIO_HEADER: "the scenario (or use the /scenarios/{scenario} path)"}
+_TAG_HEADERS = {f"{TAG_HEADER_PREFIX}<name>": "a tag of the recorded call"}
+
+#: The inference routes.
+ROUTES: Final = (
+    ApiRoute(
+        "POST",
+        "/v1/chat/completions",
+        "OpenAI-compatible chat completions; the scenario from the x-reef-scenario header",
+        chat_completions,
+        ChatCompletionRequest,
+        {200: None},
+        "infer",
+        {**_SCENARIO_HEADER, **_TAG_HEADERS},
+    ),
+    ApiRoute(
+        "POST",
+        "/scenarios/{scenario}/v1/chat/completions",
+        "OpenAI-compatible chat completions in a scenario",
+        chat_completions,
+        ChatCompletionRequest,
+        {200: None},
+        "infer",
+        _TAG_HEADERS,
+    ),
+)

@@ -1,0 +1,209 @@
+"""The state behind the routes, and the steps every route takes.
+
+:class:`Service` holds what the application serves: each scenario of the deployment with its
+stores, its admission facts (:class:`~reef.server.admission.ScenarioAdmission`), its engine and,
+while the application runs, its ledger; the authenticator; the data-item store; the runtime
+hooks. A route finds it with :func:`service_of`, then asks it who calls (:meth:`Service.caller`),
+which scenario (:meth:`Service.scenario`, :meth:`Service.authorised`) and that scenario's
+ledger (:meth:`Service.ledger`). The routes themselves live one module per resource
+(``docs/service.md``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Final
+
+import anyio.to_thread
+import attrs
+from starlette.requests import Request
+
+from reef.core.deployment import Deployment, ServingSection
+from reef.core.plugins import Plugins
+from reef.server.admission import ScenarioAdmission
+from reef.server.auth import Authenticator, Caller, Scope
+from reef.server.engines import ChatEngine, FunctionEngine, HttpEngine
+from reef.server.errors import ApiError, ServiceConfigError
+from reef.server.ledger import ScenarioLedger
+from reef.server.service_runtime import ServiceRuntime
+from reef.storage import Database, RecordStore, ScenarioSettings, TaskStorage, TrainerSamples
+
+__all__ = [
+    "ITEMS_STORE",
+    "LOCAL_ENGINE",
+    "ServedScenario",
+    "ServerOptions",
+    "Service",
+    "service_of",
+]
+
+#: ``serving.engine`` value for the built-in local engine (given by the runtime).
+LOCAL_ENGINE: Final = "local"
+#: The task store (of the deployment's own storage, scenario ``""``) that holds data items.
+ITEMS_STORE: Final = "reef.data-items"
+
+
+@attrs.frozen
+class ServerOptions:
+    """How the service runs.
+
+    :ivar allow_unauthenticated: run without tokens; the service then answers loopback clients
+        only (and ``reef serve`` binds to loopback only).
+    :ivar max_body_bytes: the largest request body (413 beyond).
+    :ivar max_item_bytes: the largest data-item upload (413 beyond).
+    :ivar engine_timeout: seconds to wait for an engine.
+    """
+
+    allow_unauthenticated: bool = False
+    max_body_bytes: int = 8 << 20
+    max_item_bytes: int = 32 << 20
+    engine_timeout: float = 600.0
+
+
+@attrs.define
+class ServedScenario:
+    """One scenario as the routes see it.
+
+    :ivar ledger: the scenario's ledger while the application runs (``None`` before its
+        lifespan starts and after it ends).
+    :ivar engine: the engine that answers its chat calls; ``None`` without ``serving``.
+    """
+
+    name: str
+    records: RecordStore
+    samples: TrainerSamples
+    settings: ScenarioSettings
+    admission: ScenarioAdmission
+    ledger: ScenarioLedger | None = None
+    engine: ChatEngine | None = None
+
+
+class Service:
+    """The state behind the routes (see the module docstring).
+
+    Made by :func:`reef.server.create_app`, which builds every scenario's admission and engine
+    now, so a bad config, engine URL or proxy setting fails before the service listens.
+    """
+
+    def __init__(
+        self,
+        deployment: Deployment,
+        *,
+        databases: Mapping[str, Database],
+        plugins: Plugins,
+        runtime: ServiceRuntime,
+        options: ServerOptions,
+        environ: Mapping[str, str] | None,
+    ) -> None:
+        self.runtime = runtime
+        self.options = options
+        self.auth = Authenticator(
+            deployment.auth, allow_unauthenticated=options.allow_unauthenticated
+        )
+        self.items = TaskStorage(_database(databases, deployment.storage.url), "").open(ITEMS_STORE)
+        self.scenarios: dict[str, ServedScenario] = {}
+        for name, section in deployment.scenarios.items():
+            database = _database(databases, deployment.storage_of(name).url)
+            serving = deployment.serving_of(name)
+            self.scenarios[name] = ServedScenario(
+                name=name,
+                records=RecordStore(database, name),
+                samples=TrainerSamples(database, name),
+                settings=ScenarioSettings(database, name),
+                admission=ScenarioAdmission.build(name, section, plugins=plugins, environ=environ),
+            )
+            if serving is not None:
+                self.scenarios[name].engine = self._engine(name, serving)
+
+    def _engine(self, scenario: str, serving: ServingSection) -> ChatEngine:
+        """The scenario's engine, made when the application is (so a bad engine URL or proxy
+        setting stops ``reef serve`` before it listens). :raises ServiceConfigError: where
+        :class:`HttpEngine` refuses its URL or proxy, or for a local engine the runtime does
+        not have."""
+        if serving.engine == LOCAL_ENGINE:
+            local = self.runtime.local_engine(scenario)
+            if local is None:
+                raise ServiceConfigError(
+                    f"scenario {scenario!r} is served by the local engine, and the runtime has"
+                    " none for it"
+                )
+            return FunctionEngine(local)
+        try:
+            return HttpEngine(
+                serving.engine,
+                api_key=serving.api_key,
+                model=serving.model,
+                timeout=self.options.engine_timeout,
+            )
+        except ValueError as exc:
+            raise ServiceConfigError(f"scenario {scenario!r}: {exc}") from None
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start each scenario's ledger (the application's lifespan begins)."""
+        stores = [s.records for s in self.scenarios.values()]
+        for scenario in self.scenarios.values():
+            others = [store for store in stores if store is not scenario.records]
+            scenario.ledger = ScenarioLedger(scenario.records, others)
+
+    async def stop(self) -> None:
+        """Stop the ledgers, close the engines' idle connections and the stages admission
+        kept (the application's lifespan ends)."""
+        for scenario in self.scenarios.values():
+            if scenario.ledger is not None:
+                await anyio.to_thread.run_sync(scenario.ledger.close)
+                scenario.ledger = None
+            if scenario.engine is not None:
+                await scenario.engine.aclose()  # its idle connections; usable again after
+        for scenario in self.scenarios.values():
+            scenario.admission.close()
+
+    # -- what every route asks ------------------------------------------------------------------
+
+    def caller(self, request: Request) -> Caller:
+        """Who sent ``request``. :raises ApiError: 401 for a missing or unknown token."""
+        client = request.client.host if request.client else None
+        return self.auth.caller(request.headers.get("authorization"), client)
+
+    def scenario(self, name: str, field: str = "scenario") -> ServedScenario:
+        """The scenario ``name``. :raises ApiError: 404 naming ``field`` and the scenarios
+        there are."""
+        found = self.scenarios.get(name)
+        if found is None:
+            raise ApiError.one(
+                404,
+                "not_found",
+                field,
+                f"no scenario {name!r}; the deployment has {', '.join(sorted(self.scenarios))}",
+            )
+        return found
+
+    def authorised(self, request: Request, scope: Scope) -> tuple[Caller, ServedScenario]:
+        """The caller and the scenario of the route's ``{scenario}``, once the caller is
+        allowed ``scope`` in it. :raises ApiError: 401, 403 or 404."""
+        caller = self.caller(request)
+        scenario = self.scenario(request.path_params["scenario"])
+        caller.require(scope, scenario.name)
+        return caller, scenario
+
+    @staticmethod
+    def ledger(scenario: ServedScenario) -> ScenarioLedger:
+        """The scenario's ledger. :raises ApiError: 409 when the service is not running."""
+        if scenario.ledger is None:
+            raise ApiError.one(409, "not_running", "scenario", "the service is not running")
+        return scenario.ledger
+
+
+def service_of(request: Request) -> Service:
+    """The :class:`Service` of the application that received ``request``."""
+    service = request.app.state.service
+    assert isinstance(service, Service)
+    return service
+
+
+def _database(databases: Mapping[str, Database], url: str) -> Database:
+    try:
+        return databases[url]
+    except KeyError:
+        raise ValueError(f"no opened database for storage {url!r}") from None
