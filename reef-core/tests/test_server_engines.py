@@ -25,8 +25,9 @@ import pytest
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 
-from reef.server import engines
-from reef.server.engines import EngineError, HttpEngine
+from reef.server import http_engine
+from reef.server.engines import EngineError
+from reef.server.http_engine import HttpEngine
 from reef.testing.service import free_port
 
 ANSWER = {"object": "chat.completion", "choices": [{"index": 0, "message": {"role": "assistant"}}]}
@@ -222,7 +223,7 @@ def test_the_engines_4xx_is_the_clients_and_keeps_its_body(loop: LoopFactory) ->
 def test_one_engine_serves_one_event_loop_after_another(monkeypatch: pytest.MonkeyPatch) -> None:
     """The service makes its engines with the application, which may be run on a second loop
     after the first stopped: the bound on calls in flight belongs to each loop."""
-    monkeypatch.setattr(engines, "MAX_CONNECTIONS", 1)  # every second call waits its turn
+    monkeypatch.setattr(http_engine, "MAX_CONNECTIONS", 1)  # every second call waits its turn
     body = json.dumps(ANSWER).encode()
     server = ScriptedServer(lambda _c, _n: (_whole(body), False))
 

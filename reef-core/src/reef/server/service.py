@@ -22,8 +22,9 @@ from reef.core.deployment import Deployment, ServingSection
 from reef.core.plugins import Plugins
 from reef.server.admission import ScenarioAdmission
 from reef.server.auth import Authenticator, Caller, Scope
-from reef.server.engines import ChatEngine, FunctionEngine, HttpEngine
+from reef.server.engines import ChatEngine, FunctionEngine
 from reef.server.errors import ApiError, ServiceConfigError
+from reef.server.http_engine import HttpEngine
 from reef.server.ledger import ScenarioLedger
 from reef.server.service_runtime import ServiceRuntime
 from reef.storage import Database, RecordStore, ScenarioSettings, TaskStorage, TrainerSamples
