@@ -224,7 +224,8 @@ def test_bad_parameters_refuse_the_submission(tmp_path: Path) -> None:
 
 
 def test_same_seed_same_jobs_same_artifact(tmp_path: Path) -> None:
-    """Deterministic with a seed; the artifact id is the weights' content hash (DECISIONS 7)."""
+    """Deterministic with a seed; the artifact id is the weights' content hash
+    (docs/decisions.md#artifacts)."""
     ids = []
     for name in ("a", "b"):
         local = component(tmp_path / name)
@@ -236,7 +237,7 @@ def test_same_seed_same_jobs_same_artifact(tmp_path: Path) -> None:
 
 
 def test_artifact_id_is_the_same_in_another_process_and_after_a_restart(tmp_path: Path) -> None:
-    """DECISIONS 7: the same weights have the same artifact_id everywhere."""
+    """docs/decisions.md#artifacts: the same weights have the same artifact_id everywhere."""
     local = component(tmp_path)
     handle = local.submit(JobData("toy:data:0", toy_samples()))
     local.wait(handle)

@@ -1,9 +1,9 @@
 """What will never train is counted by reason, durably, and shown in the pipeline's status.
 
-rule: DECISIONS 10 (shared/DECISIONS.md): every record or sample that will never train is
-counted by reason per scenario and trainer, durably, and shown in status. The pipeline counts a
-record the stage ended in the transaction of the commit that names it (P-STALE-1), so a crash
-can neither lose nor double a count.
+decision: docs/decisions.md#counting-what-did-not-train: every record or sample that will
+never train is counted by reason per scenario and trainer, durably, and shown in status. The
+pipeline counts a record the stage ended in the transaction of the commit that names it
+(P-STALE-1), so a crash can neither lose nor double a count.
 """
 
 from __future__ import annotations

@@ -152,7 +152,8 @@ def test_stale_samples_leave_out_their_group(storage_database: Database) -> None
     pipeline.observe_serving_artifact_id("newer")  # a is 2 behind: a and its group-mate b wait
     assert [s.sample_id for s in pipeline.buffer()] == ["c:0", "up1"]
     assert {s.id for s in store.untrained("c")} == {"a:0", "b:0", "c:0", "up1"}
-    # rule: DECISIONS 10: the fresh group-mate held out with the stale sample is shown too
+    # docs/decisions.md#counting-what-did-not-train: the fresh group-mate held out with the
+    # stale sample is shown too
     status = pipeline.status()
     assert (status["stale_samples"], status["held_with_stale_group"]) == (1, 1)
 

@@ -1,7 +1,8 @@
 """Records: a stable JSON form, abort detection, and refusals that say where and why.
 
-rule: P-SET-13 (a record holds the provider exchange and no training tensors); DECISIONS 6
-(engine abort: a choice finished with ``abort``, or Reef's aborted mark).
+rule: P-SET-13 (a record holds the provider exchange and no training tensors);
+docs/decisions.md#engine-abort (engine abort: a choice finished with ``abort``, or Reef's
+aborted mark).
 """
 
 from __future__ import annotations
@@ -120,7 +121,8 @@ def choice(finish_reason: str | None) -> dict[str, Any]:
 def test_engine_abort_is_the_mark_or_an_abort_finish_reason(
     response: Any, aborted: bool, expected: bool
 ) -> None:
-    """rule: P-SET-10, P-SET-11; DECISIONS 6: the test never alters the stored response."""
+    """rule: P-SET-10, P-SET-11; docs/decisions.md#engine-abort: the stored response never
+    changes."""
     record = InferenceRecord("r", "s", {"messages": []}, response, aborted=aborted)
     before = json.dumps(response)
     assert record.is_engine_abort is expected

@@ -1,7 +1,8 @@
 """Reef over real HTTP on loopback (uvicorn in a thread), driven by the official ``openai``
 client: multi-turn tool-calling conversations, streamed and not, recorded as inference records
 that link into the expected trajectories (P-SET-2), with the full response also when streamed,
-the artifact that answered, and an abort mark when the engine breaks off (DECISIONS 6)."""
+the artifact that answered, and an abort mark when the engine breaks off
+(docs/decisions.md#engine-abort)."""
 
 from __future__ import annotations
 
@@ -227,8 +228,8 @@ def test_openai_client_conversations_link_into_trajectories(
 def test_engine_breaking_off_a_stream_is_recorded_as_aborted(
     database: tuple[str, Database], engine_url: str
 ) -> None:
-    """DECISIONS 6 — a stream the engine broke off is recorded, marked aborted, with what had
-    arrived; the client sees the error."""
+    """docs/decisions.md#engine-abort: a stream the engine broke off is recorded, marked
+    aborted, with what had arrived; the client sees the error."""
     _, opened = database
     with serve(database, engine_url) as reef:
         client = openai.OpenAI(base_url=f"{reef}/scenarios/support/v1", api_key="agent-secret")

@@ -1,9 +1,10 @@
 """The trajectory index against a literal, brute-force reading of the longest-prefix rule.
 
 rule: P-SET-2 (a call's parent is the earlier call with the same API format and tools whose
-request is the longest prefix of its own), with DECISIONS.md points 1-4: requests compared as
-normalised messages, proper prefixes only (a retry is a sibling), ties between retries broken
-by the reply the child continues with, else the most recent.
+request is the longest prefix of its own), with the decisions of
+docs/decisions.md#linking-calls-into-trajectories: requests compared as normalised messages,
+proper prefixes only (a retry is a sibling), ties between retries broken by the reply the child
+continues with, else the most recent.
 """
 
 from __future__ import annotations
@@ -252,7 +253,7 @@ DONE = {"role": "assistant", "content": "one file: a.txt"}
 
 
 def test_a_retry_is_a_sibling_and_the_child_follows_the_reply_it_continues() -> None:
-    """rule: P-SET-2; DECISIONS 2 and 3."""
+    """rule: P-SET-2; decisions: proper prefix, ties between retries."""
     first = make_record(0, [SYSTEM, ASK], [], CHAT_COMPLETIONS, [CALL_LS])
     retry = make_record(1, [SYSTEM, ASK], [], CHAT_COMPLETIONS, [DONE])
     child = make_record(2, [SYSTEM, ASK, CALL_LS, LS_RESULT], [], CHAT_COMPLETIONS, [DONE])
@@ -267,7 +268,7 @@ def test_a_retry_is_a_sibling_and_the_child_follows_the_reply_it_continues() -> 
 
 
 def test_ambiguous_retries_go_to_the_most_recent() -> None:
-    """rule: P-SET-2; DECISIONS 3: none or several matching replies -> the most recent."""
+    """rule: P-SET-2; decision on ties: none or several matching replies -> the most recent."""
     calls = [make_record(i, [SYSTEM, ASK], [], CHAT_COMPLETIONS, [CALL_LS]) for i in range(3)]
     child = make_record(3, [SYSTEM, ASK, CALL_LS, LS_RESULT], [], CHAT_COMPLETIONS, [])
     other = make_record(4, [SYSTEM, ASK, DONE, ASK], [], CHAT_COMPLETIONS, [])
@@ -279,7 +280,7 @@ def test_ambiguous_retries_go_to_the_most_recent() -> None:
 
 
 def test_several_matching_retries_go_to_the_most_recent_match() -> None:
-    """rule: P-SET-2; DECISIONS 3: a retry whose reply the child does not continue never wins."""
+    """rule: P-SET-2; ties: a retry whose reply the child does not continue never wins."""
     matching = [make_record(i, [SYSTEM, ASK], [], CHAT_COMPLETIONS, [CALL_LS]) for i in range(2)]
     other = make_record(2, [SYSTEM, ASK], [], CHAT_COMPLETIONS, [DONE])
     child = make_record(3, [SYSTEM, ASK, CALL_LS, LS_RESULT], [], CHAT_COMPLETIONS, [])
@@ -288,7 +289,7 @@ def test_several_matching_retries_go_to_the_most_recent_match() -> None:
 
 
 def test_tools_and_format_must_be_equal() -> None:
-    """rule: P-SET-2; DECISIONS 1: the same prefix under other tools or format does not link."""
+    """rule: P-SET-2; requests: the same prefix under other tools or format does not link."""
     root = make_record(0, [SYSTEM, ASK], TOOLS[1], CHAT_COMPLETIONS, [CALL_LS])
     other_tools = make_record(1, [SYSTEM, ASK, CALL_LS], TOOLS[2], CHAT_COMPLETIONS, [])
     reordered = make_record(2, [SYSTEM, ASK, CALL_LS], TOOLS[2][::-1], CHAT_COMPLETIONS, [])
@@ -299,7 +300,7 @@ def test_tools_and_format_must_be_equal() -> None:
 
 
 def test_sampling_parameters_and_null_fields_do_not_count() -> None:
-    """DECISIONS 1: messages are compared normalised; sampling parameters are ignored."""
+    """Decision on requests: messages are compared normalised; sampling parameters are ignored."""
     root = make_record(0, [SYSTEM, ASK], [], CHAT_COMPLETIONS, [{**DONE, "refusal": None}])
     child = make_record(
         1, [SYSTEM, ASK, {**DONE, "annotations": []}, ASK], [], CHAT_COMPLETIONS, []

@@ -210,7 +210,7 @@ def test_policies_and_arms(
     assert again.decision.stats["cache_hits"] > 0
     reparse = SealSession(registry, scorer, "3", policy="reparse_all").assemble(produced)
     assert set(reparse.decision.stats["decisions"]) == {"reparse"}
-    # As the spec opens a pinned control: no batch id; each session gets its own.
+    # A pinned control opened as a trainer opens it: no batch id; each session gets its own.
     never_session = arm_session("never", registry, scorer, cache=cache)
     assert never_session.batch_id.startswith("never-")
     assert arm_session("never", registry, scorer).batch_id != never_session.batch_id

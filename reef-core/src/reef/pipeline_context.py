@@ -14,7 +14,7 @@ import attrs
 
 TrainingMode: TypeAlias = Literal["auto", "manual"]
 
-#: Every training mode a pipeline knows, in the order the spec names them.
+#: Every training mode a pipeline knows; ``auto``, the default, first (P-MODE-1).
 TRAINING_MODES: Final[tuple[TrainingMode, ...]] = ("auto", "manual")
 
 

@@ -1,6 +1,7 @@
 """Weights on disk: model folders, their content hash, and the store of published artifacts.
 
-An artifact's ``artifact_id`` is a content hash of the weights it names (DECISIONS.md 7):
+An artifact's ``artifact_id`` is a content hash of the weights it names
+(docs/decisions.md#artifacts):
 ``sha256:`` and the digest of the model's configuration and of each tensor's name, dtype,
 shape and bytes, in name order. The same weights therefore get the same id in every process and
 after a restart, which is what the staleness check compares (P-STALE-4).

@@ -68,7 +68,8 @@ class JobHandle:
 class Artifact:
     """Published weights.
 
-    :ivar artifact_id: a content hash of the weights (DECISIONS.md 7): the same weights have
+    :ivar artifact_id: a content hash of the weights (docs/decisions.md#artifacts): the same
+        weights have
         the same id in every process and after a restart.
     :ivar path: where the weights are (a model folder).
     """

@@ -58,8 +58,8 @@ class JudgedSamples(Record2Sample):
 
     :param judging: the recipe's judging.
     :param worker: the worker that runs ``judge``; the stage owns and closes it.
-    :param context: the pipeline's context (keyword: the spec's signature starts with the
-        judging).
+    :param context: the pipeline's context (keyword: the stage's signature starts with the
+        judging, P-JUDGE-2).
     :param max_staleness: see :class:`Record2Sample`.
     """
 

@@ -4,7 +4,7 @@ The stage links calls into trajectories as they arrive. A trajectory whose last 
 new call for ``trajectory_idle_seconds`` is done: at the next ``advance(now)`` its calls form
 one record set, and its sample is the whole trajectory (every reply trains). Two branches share
 their common calls; the first set takes them, and the other branch ends without training,
-counted as ``shared_trajectory`` (P-SET-5, DECISIONS 4).
+counted as ``shared_trajectory`` (P-SET-5; docs/decisions.md#linking-calls-into-trajectories).
 """
 
 from __future__ import annotations

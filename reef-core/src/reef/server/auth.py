@@ -1,8 +1,8 @@
 """Who may call the service: bearer tokens with scopes, each optionally limited to scenarios.
 
-The tokens come from the deployment file (``auth.tokens``, DECISIONS 9). A token's scopes are
-``infer`` (inference), ``feedback`` (reports and data items) and ``admin`` (training modes,
-instructions, the manual buffer, status). A service without tokens runs only when its options
+The tokens come from the deployment file (``auth.tokens``, docs/decisions.md#auth). A token's
+scopes are ``infer`` (inference), ``feedback`` (reports and data items) and ``admin`` (training
+modes, instructions, the manual buffer, status). A service without tokens runs only when its options
 say so explicitly (``allow_unauthenticated``), and then answers loopback clients only, whatever
 address it was bound to; :func:`check_bind_address` lets ``reef serve`` refuse to bind such a
 service elsewhere in the first place.

@@ -12,7 +12,7 @@ from typing import Literal, TypeAlias
 
 import attrs
 
-#: Why a report is refused, in the spec's words (P-REP-1, P-REP-2, P-REP-3).
+#: Why a report is refused, as the rules name it (P-REP-1, P-REP-2, P-REP-3).
 RejectionReason: TypeAlias = Literal[
     "schema", "missing", "wrong-kind", "duplicate", "foreign", "inner", "eligibility"
 ]
@@ -69,7 +69,7 @@ class ApiError(Exception):
 
 
 class ReportRejected(ApiError):
-    """A report that admission refuses (400), with the spec's reason for it.
+    """A report that admission refuses (400), with the rules' reason for it.
 
     :ivar reason: ``missing``, ``wrong-kind``, ``duplicate``, ``foreign``, ``inner``,
         ``eligibility`` or ``schema``.

@@ -148,7 +148,8 @@ async def _stream(service: Service, scenario: ServedScenario, record: InferenceR
         finally:
             if not stored:
                 # Broken off (by the engine, or the client left): the exchange is recorded
-                # as aborted (DECISIONS 6); not awaited, the client may be gone.
+                # as aborted (docs/decisions.md#engine-abort); not awaited, the client may be
+                # gone.
                 ledger.append(finished(assembler, aborted=True))
 
     return StreamingResponse(

@@ -23,11 +23,12 @@ the untrained samples back, and hands the stage the last job outcome before any 
 Whether a pushed record was consumed is asked of the store, one indexed query per pushed batch
 (:meth:`TrainingPipeline.push_many`), so the pipeline never holds the ids of its whole history.
 
-Nothing that will never train is silent (DECISIONS 10). A record the stage ends is counted by
-reason in the store's drop counts in the transaction of the commit that names it (the commit
-that makes its end durable), so a crash can neither lose nor double the count; ``status()``
-shows the durable counts beside the ends that wait for their commit, and the samples that stay
-in the store untrained (stale, or uploads refused at read time) as they are now.
+Nothing that will never train is silent (docs/decisions.md#counting-what-did-not-train). A
+record the stage ends is counted by reason in the store's drop counts in the transaction of the
+commit that names it (the commit that makes its end durable), so a crash can neither lose nor
+double the count; ``status()`` shows the durable counts beside the ends that wait for their
+commit, and the samples that stay in the store untrained (stale, or uploads refused at read
+time) as they are now.
 """
 
 from __future__ import annotations
@@ -410,9 +411,9 @@ class TrainingPipeline:
         commit consumes (:meth:`consumed_sample_ids`: the reservation less ``given_back``),
         consumes the instruction (manual) and the ``released_record_ids`` (the records the
         stage ended, P-STALE-1), and counts each released record that ended without training
-        under its reason (DECISIONS 10). The samples given back return to the buffer
-        untrained, for a later job. A job that later fails keeps its samples trained
-        (P-PIPE-10).
+        under its reason (docs/decisions.md#counting-what-did-not-train). The samples given
+        back return to the buffer untrained, for a later job. A job that later fails keeps its
+        samples trained (P-PIPE-10).
 
         :returns: ``sample:<id>`` for each consumed sample, then ``instruction:<request id>``
             in manual.
@@ -533,7 +534,7 @@ class TrainingPipeline:
 
     def status(self) -> JSON:
         """The stages' status merged, with ``ready_samples`` and ``buffer_size`` (P-BUF-8), and
-        what will not train, by reason (DECISIONS 10).
+        what will not train, by reason (docs/decisions.md#counting-what-did-not-train).
 
         ``dropped``: this trainer's durable counts (records ended by committed jobs);
         ``scenario_dropped``: the scenario's own (evicted bodies); ``ending_records``: ends
