@@ -105,9 +105,7 @@ def documentation_files() -> list[Path]:
 def text_files() -> list[Path]:
     """Sources, docs, configs and scripts (files of ``scripts/`` and ``.ci/`` have no suffix)."""
     scripted = {ROOT / "scripts", ROOT / ".ci"}
-    return [
-        p for p in repository_files() if p.suffix in _TEXT_SUFFIXES or p.parent in scripted
-    ]
+    return [p for p in repository_files() if p.suffix in _TEXT_SUFFIXES or p.parent in scripted]
 
 
 def prose_lines(path: Path) -> Iterator[tuple[int, str]]:
@@ -343,23 +341,21 @@ def test_every_rule_line_is_well_formed_unique_and_linked() -> None:
     assert not problems, "\n".join(problems)
 
 
-def test_every_rule_id_the_tests_cite_is_stated() -> None:
-    """``grep -rhoE '\\b[PE]-[A-Z]+-[0-9]+\\b' */tests tests``: each id has its line."""
-    folders = [*sorted(p for p in ROOT.glob("*/tests") if p.is_dir()), ROOT / "tests"]
+#: Where rule ids are cited: the tests (``grep -rhoE '\b[PE]-[A-Z]+-[0-9]+\b' */tests tests``),
+#: and the docs and sources, which name the rules they explain or rely on.
+_CITING_FOLDERS = {
+    "tests": [*sorted(p for p in ROOT.glob("*/tests") if p.is_dir()), ROOT / "tests"],
+    "docs and sources": [DOCS, *sorted(p for p in ROOT.glob("*/src") if p.is_dir())],
+}
+
+
+@pytest.mark.parametrize("citing", sorted(_CITING_FOLDERS))
+def test_every_cited_rule_id_is_stated(citing: str) -> None:
     stated = stated_rules()
-    missing = {i: where for i, where in cited_rule_ids(folders).items() if i not in stated}
+    cited = cited_rule_ids(_CITING_FOLDERS[citing])
+    missing = {rule_id: where for rule_id, where in cited.items() if rule_id not in stated}
     assert not missing, "\n".join(
         f"{rule_id} (cited in {where}) has no line in docs/rules.md"
-        for rule_id, where in sorted(missing.items())
-    )
-
-
-def test_every_rule_id_the_docs_and_sources_name_is_stated() -> None:
-    folders = [DOCS, *sorted(p for p in ROOT.glob("*/src") if p.is_dir())]
-    stated = stated_rules()
-    missing = {i: where for i, where in cited_rule_ids(folders).items() if i not in stated}
-    assert not missing, "\n".join(
-        f"{rule_id} (named in {where}) has no line in docs/rules.md"
         for rule_id, where in sorted(missing.items())
     )
 
