@@ -16,7 +16,8 @@ torch = pytest.importorskip("torch")
 from reef.components.artifacts import load_model_folder, weights_digest  # noqa: E402
 from reef.components.interface import JobHandle  # noqa: E402
 from reef.components.local import LocalComponent  # noqa: E402
-from reef.components.objectives import group_advantages, token_logprobs  # noqa: E402
+from reef.components.job_samples import group_advantages  # noqa: E402
+from reef.components.objectives import token_logprobs  # noqa: E402
 from reef.core.job_data import JobData, TaskSample, TrajectorySample  # noqa: E402
 from reef.core.plugins import PluginConfigError  # noqa: E402
 

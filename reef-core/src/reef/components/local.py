@@ -3,15 +3,14 @@
 It trains a model loaded from a model folder (one it saved itself), or a :class:`TinyGPT`
 built from its settings for demos, on the CPU or on CUDA where present. Each job:
 
-1. parses the job parameters (:class:`LocalJobParameters`): the objective and the scheduling
-   parameter; bad parameters refuse the submission;
-2. renders the job's trajectory samples with the model's chat template and the engine's chat
-   template arguments (:mod:`reef.core.chat_rendering`); a sample that cannot render, or does
-   not fit the model's context, is left out and counted in ``unrenderable_samples``;
-3. for ``importance_sampling``, reads each sample's reward (its ``reward``, else its
-   trajectory's ``extra.reef.reward``; a sample without a finite one is left out and counted in
-   ``samples_without_reward``), centres it in its group, and computes every trained token's log
-   probability with the job's start weights;
+1. parses the job parameters (:class:`reef.components.job_samples.JobParameters`): the
+   objective and the scheduling parameter; bad parameters refuse the submission;
+2. renders and scores the job's samples as every component does
+   (:func:`reef.components.job_samples.prepare_job`: the model's chat template with the
+   engine's chat template arguments; what cannot render or fit the model's context is counted
+   in ``unrenderable_samples``, what needs a reward and has none in ``samples_without_reward``);
+3. for ``importance_sampling``, computes every trained token's log probability with the job's
+   start weights;
 4. cuts the rendered samples into steps of the component's batch size
    (:mod:`reef.components.scheduling`) and takes one AdamW step for each, noting in the
    outcome's ``consumed`` metric what each step's loss consumed: per sample, the step, the
@@ -28,11 +27,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import threading
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
@@ -47,13 +45,14 @@ from reef.components.artifacts import (
     save_model_folder,
 )
 from reef.components.byte_tokenizer import ByteTokenizer
-from reef.components.interface import Artifact, JobHandle, Scheduling
-from reef.components.objectives import OBJECTIVES, group_advantages, token_logprobs, token_loss
+from reef.components.interface import Artifact, JobHandle
+from reef.components.job_samples import JobParameters, consumed_lines, job_metrics, prepare_job
+from reef.components.objectives import token_logprobs, token_loss
 from reef.components.scheduling import plan_steps
 from reef.components.tiny_gpt import TinyGPT, TinyGPTConfig
-from reef.core.chat_rendering import ChatRenderer, RenderedSample, render_samples
+from reef.core.chat_rendering import ChatRenderer
 from reef.core.config import config_option
-from reef.core.job_data import JobData, JobOutcome, TrajectorySample
+from reef.core.job_data import JobData, JobOutcome
 from reef.core.plugins import PluginSettings
 from reef.core.records import JSON
 
@@ -89,67 +88,6 @@ class LocalComponentSettings(PluginSettings):
     chat_template_args: dict[str, Any] = config_option(
         factory=dict, help="the engine's chat template arguments (enable_thinking...)"
     )
-
-
-def _known_objective(_: object, __: attrs.Attribute[Any], value: str) -> None:
-    if value not in OBJECTIVES:
-        raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, got {value!r}")
-
-
-@attrs.frozen
-class LocalJobParameters(PluginSettings):
-    """The job parameters the ``local`` component takes (the recipe's ``job_parameters``)."""
-
-    objective: str = config_option(
-        "cross_entropy",
-        help="cross_entropy (SFT) or importance_sampling (reported feedback)",
-        validator=_known_objective,
-    )
-    scheduling: Scheduling = config_option(
-        factory=Scheduling, help="remainder (train, drop, pad) and packing_length"
-    )
-    learning_rate: float | None = config_option(
-        None, help="this job's learning rate; the component's when unset", validator=None
-    )
-
-
-def _consumed(
-    step: int,
-    refs: Sequence[tuple[int, int]],
-    items: Sequence[tuple[tuple[int, ...], torch.Tensor]],
-    rendered: Sequence[tuple[int, RenderedSample]],
-    samples: Sequence[TrajectorySample],
-    advantages: Mapping[int, float],
-) -> list[JSON]:
-    """What one step's loss consumed: a line per sample, with the tokens its loss counted and
-    the reward and advantage it trained with (``None`` where the objective uses none)."""
-    tokens: dict[int, int] = {}
-    for (position, _), (_, mask) in zip(refs, items, strict=True):
-        tokens[position] = tokens.get(position, 0) + int(mask.sum().item())
-    lines: list[JSON] = []
-    for position, loss_tokens in tokens.items():
-        index = rendered[position][0]
-        lines.append(
-            {
-                "sample_id": samples[index].sample_id,
-                "step": step,
-                "loss_tokens": loss_tokens,
-                "reward": _reward(samples[index]) if index in advantages else None,
-                "advantage": advantages.get(index),
-            }
-        )
-    return lines
-
-
-def _reward(sample: TrajectorySample) -> float | None:
-    if sample.reward is not None:
-        return sample.reward
-    extra = sample.trajectory.get("extra")
-    reef = extra.get("reef") if isinstance(extra, Mapping) else None
-    value = reef.get("reward") if isinstance(reef, Mapping) else None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return None
-    return float(value)
 
 
 class LocalComponent:
@@ -243,7 +181,7 @@ class LocalComponent:
 
         :raises reef.core.plugins.PluginConfigError: for parameters it does not take.
         """
-        job = LocalJobParameters.parse(parameters, plugin_class=type(self), path="$.parameters")
+        job = JobParameters.parse(parameters, plugin_class=type(self), path="$.parameters")
         handle = JobHandle(data.id, self._name)
         if data.id in self._jobs or self._stored_outcome(data.id) is not None:
             return handle
@@ -290,7 +228,7 @@ class LocalComponent:
 
     # ------------------------------------------------------------------ a job
 
-    def _run(self, data: JobData, job: LocalJobParameters) -> JobOutcome:
+    def _run(self, data: JobData, job: JobParameters) -> JobOutcome:
         with self._lock:
             try:
                 metrics = self._train(data, job)
@@ -311,33 +249,17 @@ class LocalComponent:
             os.replace(staging, path)
             return outcome
 
-    def _train(self, data: JobData, job: LocalJobParameters) -> JSON:
-        samples = [s for s in data.samples if isinstance(s, TrajectorySample)]
-        if len(samples) != len(data.samples):
-            raise ValueError(
-                "the local component trains trajectory samples; it does not roll out tasks"
-            )
-        batch = render_samples(self.renderer, [s.trajectory for s in samples])
-        limit = self.model.config.max_seq_len
-        rendered: list[tuple[int, RenderedSample]] = []
-        unrenderable = batch.unrenderable_samples
-        for index, sample in batch.rendered:
-            if any(len(seq.token_ids) > limit for seq in sample.sequences):
-                unrenderable += 1  # longer than the model reads: it cannot train (P-REND-5)
-            else:
-                rendered.append((index, sample))
-        advantages: dict[int, float] = {}
-        samples_without_reward = 0
-        if job.objective == "importance_sampling":
-            rewarded = [(i, r) for i, _ in rendered if (r := _reward(samples[i])) is not None]
-            samples_without_reward = len(rendered) - len(rewarded)
-            centred = group_advantages(
-                [r for _, r in rewarded], [samples[i].group_id for i, _ in rewarded]
-            )
-            advantages = {i: a for (i, _), a in zip(rewarded, centred, strict=True)}
-            rendered = [(i, s) for i, s in rendered if i in advantages]
+    def _train(self, data: JobData, job: JobParameters) -> JSON:
+        prepared = prepare_job(
+            data,
+            self.renderer,
+            job.objective,
+            max_seq_len=self.model.config.max_seq_len,
+            component=self._name,
+        )
+        rendered = prepared.rendered
         plan = plan_steps(
-            [[len(seq.token_ids) for seq in s.sequences] for _, s in rendered],
+            prepared.sequence_lengths,
             batch_size=self.settings.batch_size,
             scheduling=job.scheduling,
         )
@@ -379,33 +301,20 @@ class LocalComponent:
                     values,
                     mask,
                     start_logprobs=start.get(ref),
-                    advantage=advantages.get(rendered[ref[0]][0], 0.0),
+                    advantage=prepared.advantage_of(ref[0]),
                 )
-            loss = total / (
-                tokens * self.settings.batch_size / step.share
-                if step.share != len(step.units)
-                else tokens
-            )
+            loss = total / step.loss_divisor(tokens, self.settings.batch_size)
             self._optimizer.zero_grad(set_to_none=True)
             loss.backward()  # type: ignore[no-untyped-call]
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
             self._optimizer.step()
-            consumed += _consumed(len(losses), refs, items, rendered, samples, advantages)
+            loss_tokens: dict[int, int] = {}
+            for (position, _), (_, mask) in zip(refs, items, strict=True):
+                loss_tokens[position] = loss_tokens.get(position, 0) + int(mask.sum().item())
+            consumed += consumed_lines(len(losses), loss_tokens, prepared)
             losses.append(float(loss.item()))
             trained_tokens += tokens
         self.model.eval()
-        rewards = [r for i, _ in rendered if (r := _reward(samples[i])) is not None]
-        return {
-            "loss": sum(losses) / len(losses) if losses else None,
-            "step_losses": losses,
-            "steps": len(losses),
-            "samples": len(rendered) - plan.dropped_samples,
-            "unrenderable_samples": unrenderable,
-            "samples_without_reward": samples_without_reward,
-            "dropped_samples": plan.dropped_samples,
-            "tokens": sum(s.num_tokens for _, s in rendered),
-            "trained_tokens": trained_tokens,
-            "mean_reward": sum(rewards) / len(rewards) if rewards else None,
-            "objective": job.objective,
-            "consumed": consumed,
-        }
+        return job_metrics(
+            prepared, plan, losses=losses, trained_tokens=trained_tokens, consumed=consumed
+        )

@@ -4,38 +4,19 @@
 - ``importance_sampling`` (reported feedback): ``-(p / q) * A`` for each trained token, where
   ``p`` is the token's probability under the weights being trained, ``q`` under the job's
   start weights, and ``A`` the sample's advantage: its reward minus the mean reward of its
-  group (GRPO-style group centring). The ratio is exactly 1 at the job's first step and
-  corrects the later steps of a multi-step job for the weights having moved.
+  group (GRPO-style group centring, :func:`reef.components.job_samples.group_advantages`).
+  The ratio is exactly 1 at the job's first step and corrects the later steps of a multi-step
+  job for the weights having moved.
 
 Each loss is a sum over trained tokens; the caller divides it by the step's token count.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Sequence
-from typing import Final, Literal, TypeAlias
 
 import torch
 from torch import nn
-
-Objective: TypeAlias = Literal["cross_entropy", "importance_sampling"]
-
-#: Every objective, as job parameters name them.
-OBJECTIVES: Final[tuple[Objective, ...]] = ("cross_entropy", "importance_sampling")
-
-
-def group_advantages(rewards: Sequence[float], groups: Sequence[str | None]) -> list[float]:
-    """Each reward minus the mean reward of its group.
-
-    Samples without a group form one group together: the job's ungrouped samples are compared
-    with each other, so a recipe that does not group still learns which replies scored better.
-    """
-    members: dict[str | None, list[float]] = defaultdict(list)
-    for reward, group in zip(rewards, groups, strict=True):
-        members[group].append(reward)
-    means = {group: sum(values) / len(values) for group, values in members.items()}
-    return [reward - means[group] for reward, group in zip(rewards, groups, strict=True)]
 
 
 def token_logprobs(

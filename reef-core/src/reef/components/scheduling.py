@@ -36,6 +36,14 @@ class PlannedStep:
         """Every sequence the step trains, in order."""
         return tuple(ref for unit in self.units for ref in unit)
 
+    def loss_divisor(self, trained_tokens: int, batch_size: int) -> float:
+        """What the step's summed token loss is divided by, so that every component's loss is
+        a mean over trained tokens: ``trained_tokens``, times ``batch_size / share`` for a
+        padded step (whose loss weighs its share of a full step)."""
+        if self.share != len(self.units):
+            return trained_tokens * batch_size / self.share
+        return float(trained_tokens)
+
 
 @attrs.frozen
 class StepPlan:
