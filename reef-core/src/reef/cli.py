@@ -17,6 +17,7 @@ import attrs
 
 from reef.core.deployment import DeploymentError, load_deployment
 from reef.core.plugins import PluginError, Plugins
+from reef.plugin import built_in_components
 from reef.version import __version__
 
 
@@ -53,12 +54,16 @@ def _run_plugins(args: argparse.Namespace) -> int:
         for r in plugins.registrations
     ]
     failed = [attrs.asdict(f) for f in plugins.failures]
+    # A built-in component whose extra is missing is not registered: say what installs it.
+    unavailable = [] if "core" in plugins.blocked else built_in_components()[1]
     if args.json:
-        print(
-            json.dumps(
-                {"registered": rows, "failed": failed, "blocked": sorted(plugins.blocked)}, indent=2
-            )
-        )
+        body = {
+            "registered": rows,
+            "failed": failed,
+            "blocked": sorted(plugins.blocked),
+            "unavailable": [attrs.asdict(u) for u in unavailable],
+        }
+        print(json.dumps(body, indent=2))
         return 0
     table = [("NAME", "KIND", "DISTRIBUTION", "VERSION", "CLASS")] + [
         (r["name"], r["kind"], r["distribution"] or "-", r["version"] or "-", r["class"])
@@ -73,6 +78,8 @@ def _run_plugins(args: argparse.Namespace) -> int:
         )
     for f in plugins.failures:
         print(f"failed: {f.name} ({f.entry_point}, {f.distribution} {f.version}): {f.error}")
+    for u in unavailable:
+        print(f"not installed: component {u.name} needs the {u.missing} package: {u.install}")
     if plugins.blocked:
         print(f"blocked: {', '.join(sorted(plugins.blocked))}")
     return 0

@@ -4,7 +4,11 @@ lists them alike."""
 
 from __future__ import annotations
 
+import importlib
 import logging
+from typing import Any
+
+import attrs
 
 from reef.core.plugins import PluginRegistrar
 from reef.hookspecs import hookimpl
@@ -42,13 +46,48 @@ def reef_register_recipes(registry: PluginRegistrar) -> None:
     registry.register("grouped", GroupedRecipe)
 
 
+#: Each built-in component: its name, where it lives, and the extra that installs what it needs.
+BUILT_IN_COMPONENTS = (
+    ("local", "reef.components.local:LocalComponent", "torch"),
+    ("tinker", "reef.components.tinker:TinkerComponent", "tinker"),
+    ("slime", "reef.components.slime:SlimeComponent", "render"),
+)
+
+
+@attrs.frozen
+class UnavailableComponent:
+    """A built-in component whose extra is not installed: what is missing, how to install it."""
+
+    name: str
+    missing: str
+    install: str
+
+
+def built_in_components() -> tuple[dict[str, type[Any]], list[UnavailableComponent]]:
+    """The built-in components that import here, by name, and those that do not."""
+    available: dict[str, type[Any]] = {}
+    unavailable: list[UnavailableComponent] = []
+    for name, reference, extra in BUILT_IN_COMPONENTS:
+        module, _, class_name = reference.partition(":")
+        try:
+            available[name] = getattr(importlib.import_module(module), class_name)
+        except ModuleNotFoundError as exc:
+            if exc.name is None or exc.name.split(".")[0] == "reef":
+                raise  # a module of Reef itself: a broken installation, not a missing extra
+            # Without its extra the core still runs everything else.
+            missing = exc.name
+            unavailable.append(UnavailableComponent(name, missing, f"pip install 'reef-core[{extra}]'"))
+    return available, unavailable
+
+
 @hookimpl
 def reef_register_components(registry: PluginRegistrar) -> None:
-    """The local training component, when its extra (torch) is installed."""
-    try:
-        from reef.components.local import LocalComponent
-    except ModuleNotFoundError as exc:
-        # Without torch the core still runs everything else (the `torch` extra adds it).
-        logging.getLogger(__name__).info("the local component needs %s: not registered", exc.name)
-        return
-    registry.register("local", LocalComponent)
+    """The built-in training components whose extras are installed."""
+    available, unavailable = built_in_components()
+    for name, component in available.items():
+        registry.register(name, component)
+    for missing in unavailable:
+        logging.getLogger(__name__).info(
+            "the %s component needs %s (%s): not registered", missing.name, missing.missing,
+            missing.install,
+        )

@@ -38,10 +38,10 @@ class PlannedStep:
 
     def loss_divisor(self, trained_tokens: int, batch_size: int) -> float:
         """What the step's summed token loss is divided by, so that every component's loss is
-        a mean over trained tokens: ``trained_tokens``, times ``batch_size / share`` for a
-        padded step (whose loss weighs its share of a full step)."""
+        a mean over trained tokens: ``trained_tokens``, times ``batch_size / units`` for a
+        padded step (whose loss then weighs what its units would in a full step)."""
         if self.share != len(self.units):
-            return trained_tokens * batch_size / self.share
+            return trained_tokens * batch_size / len(self.units)
         return float(trained_tokens)
 
 

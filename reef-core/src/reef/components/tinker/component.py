@@ -1,0 +1,617 @@
+"""The ``tinker`` training component: Reef's jobs trained by Tinker, the hosted training service.
+
+A job runs on the component's own thread (the trainer never waits on Tinker):
+
+1. parse the job parameters (:class:`reef.components.job_samples.JobParameters`);
+2. render and score the samples as every component does
+   (:func:`reef.components.job_samples.prepare_job`), with the configured tokenizer and the
+   engine's chat template arguments;
+3. plan the optimizer steps of ``batch_size`` units (:mod:`reef.components.scheduling`);
+4. for ``importance_sampling``, one ``forward`` reads every trained token's log probability
+   under the job's start weights;
+5. per step, one ``forward_backward`` of the step's ``Datum`` values
+   (:mod:`reef.components.tinker.datums`) and one ``optim_step`` with the configured Adam
+   parameters; every future is awaited with ``request_timeout``;
+6. save the trained weights as a Tinker training checkpoint (with the optimizer state) named
+   for this attempt of the job, then record the job's outcome under ``state_dir``.
+
+**Idempotence across restarts.** The checkpoint is the job's commit point on the service. Just
+before it is saved, the outcome the job will have and the checkpoint's name are written to
+``state_dir`` (*pending*). A component that starts finds a pending job and asks Tinker for the
+checkpoints of the run that trained it (``RestClient.list_checkpoints``): the named checkpoint
+there means the job finished (its outcome is recorded, its weights become current); none
+means it did not. Every process trains from the checkpoint of the last job that finished
+(``create_training_client_from_state_with_optimizer``), so steps a job took before a crash or
+a failure are never part of the weights: a job is trained into the weights once or not at all.
+What cannot be known: steps the service applied for a job that did not reach its checkpoint
+(they are discarded, not undone), and a checkpoint save the service finishes only after the
+component looked (each attempt saves under its own name, so such a late checkpoint is never
+taken for another attempt's, and is ignored).
+
+**Artifacts.** ``publish`` saves the current weights for Tinker's sampler
+(``save_weights_for_sampler``) once per checkpoint and writes ``artifacts/<hex>/artifact.json``
+(the sampler path, the checkpoint, the base model) and ``artifacts/LATEST``. The ``artifact_id``
+is ``sha256:`` of the Tinker path of the training checkpoint that holds the weights: Tinker never
+rewrites a checkpoint path (Reef saves with ``overwrite`` off and names each save once), so the
+path names one set of weights, the same in every process and after a restart.
+
+**Errors.** A transport error, an error answer, or a future that does not end within
+``request_timeout`` ends the job as failed with the error; the training client is dropped and
+the next job starts again from the last checkpoint. The API key is read from the environment
+variable ``api_key_env`` and never logged: it is removed from every error text.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import threading
+import traceback
+import uuid
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from pathlib import Path
+from typing import Any, ClassVar, Final, Protocol, TypeVar
+
+import attrs
+from tinker import types
+
+from reef.components.interface import Artifact, JobHandle
+from reef.components.job_samples import (
+    JobParameters,
+    PreparedJob,
+    consumed_lines,
+    job_metrics,
+    prepare_job,
+)
+from reef.components.scheduling import StepPlan, plan_steps
+from reef.components.tinker.datums import (
+    cross_entropy_datum,
+    importance_sampling_datum,
+    target_logprobs,
+)
+from reef.core.chat_rendering import ChatRenderer, Tokenizer
+from reef.core.config import config_option
+from reef.core.job_data import JobData, JobOutcome
+from reef.core.plugins import PluginConfigError, PluginSettings
+from reef.core.records import JSON
+
+logger = logging.getLogger(__name__)
+
+_T_co = TypeVar("_T_co", covariant=True)
+
+#: The ``tokenizer`` setting that selects Reef's byte-level demo tokenizer.
+BYTE_TOKENIZER: Final = "byte"
+
+
+def _positive(_: object, attribute: attrs.Attribute[Any], value: float | None) -> None:
+    if value is not None and value <= 0:
+        raise ValueError(f"{attribute.name} must be positive, got {value!r}")
+
+
+def _non_negative(_: object, attribute: attrs.Attribute[Any], value: float) -> None:
+    if value < 0:
+        raise ValueError(f"{attribute.name} must not be negative, got {value!r}")
+
+
+@attrs.frozen
+class TinkerComponentSettings(PluginSettings):
+    """The settings of the ``tinker`` component (the deployment's ``training.options``)."""
+
+    state_dir: str = config_option(
+        help="folder of the component's journal: its training run, checkpoints, job outcomes"
+        " and artifacts (keep it: it is how a restart knows what trained)"
+    )
+    base_model: str = config_option(help="the model Tinker trains a LoRA of (Qwen/Qwen3-8B...)")
+    lora_rank: int = config_option(32, help="LoRA rank", validator=_positive)
+    seed: int | None = config_option(0, help="seed of the LoRA's initial weights")
+    batch_size: int = config_option(
+        8, help="units (samples or packs) per optimizer step", validator=_positive
+    )
+    learning_rate: float = config_option(1e-4, help="Adam learning rate", validator=_positive)
+    beta1: float = config_option(0.9, help="Adam beta1", validator=_non_negative)
+    beta2: float = config_option(0.95, help="Adam beta2", validator=_non_negative)
+    eps: float = config_option(1e-12, help="Adam epsilon", validator=_positive)
+    weight_decay: float = config_option(0.0, help="decoupled weight decay", validator=_non_negative)
+    grad_clip_norm: float = config_option(
+        0.0, help="clip the global gradient norm to this (0: no clipping)", validator=_non_negative
+    )
+    max_seq_len: int | None = config_option(
+        None, help="longest sequence that trains; longer samples are unrenderable",
+        validator=_positive,
+    )  # fmt: skip
+    chat_template_args: dict[str, Any] = config_option(
+        factory=dict, help="the engine's chat template arguments (enable_thinking...)"
+    )
+    tokenizer: str | None = config_option(
+        None, help="the base model's tokenizer from Tinker when unset; 'byte': Reef's demo one"
+    )
+    api_key_env: str = config_option(
+        "TINKER_API_KEY", help="the environment variable that holds the Tinker API key"
+    )
+    base_url: str | None = config_option(None, help="the Tinker API URL; the SDK's default")
+    request_timeout: float = config_option(
+        600.0, help="seconds to wait for any one Tinker request before the job fails",
+        validator=_positive,
+    )  # fmt: skip
+    checkpoint_ttl_seconds: int | None = config_option(
+        None, help="how long Tinker keeps each checkpoint (None: forever)", validator=_positive
+    )
+
+
+# -------------------------------------------------------------------------------------------
+# the part of the SDK the component calls (tinker's own classes satisfy these)
+# -------------------------------------------------------------------------------------------
+
+
+class TinkerFuture(Protocol[_T_co]):
+    """What every SDK call returns: a future whose result can be waited for with a timeout."""
+
+    def result(self, timeout: float | None = None) -> _T_co: ...
+
+
+class TrainingClientLike(Protocol):
+    """The calls the component makes on ``tinker.TrainingClient``."""
+
+    model_id: str
+
+    def forward(
+        self, data: list[types.Datum], loss_fn: types.LossFnType
+    ) -> TinkerFuture[types.ForwardBackwardOutput]: ...
+
+    def forward_backward(
+        self, data: list[types.Datum], loss_fn: types.LossFnType
+    ) -> TinkerFuture[types.ForwardBackwardOutput]: ...
+
+    def optim_step(self, optim_params: types.AdamParams) -> TinkerFuture[Any]: ...
+
+    def save_state(
+        self, name: str, ttl_seconds: int | None = None
+    ) -> TinkerFuture[types.SaveWeightsResponse]: ...
+
+    def save_weights_for_sampler(
+        self, name: str, ttl_seconds: int | None = None
+    ) -> TinkerFuture[types.SaveWeightsForSamplerResponse]: ...
+
+    def get_tokenizer(self) -> Any: ...
+
+
+class TinkerService(Protocol):
+    """The calls the component makes on ``tinker.ServiceClient`` and ``tinker.RestClient``."""
+
+    def create_lora_training_client(
+        self, base_model: str, rank: int = 32, seed: int | None = None
+    ) -> TinkerFuture[TrainingClientLike]: ...
+
+    def create_training_client_from_state_with_optimizer(
+        self, path: str
+    ) -> TinkerFuture[TrainingClientLike]: ...
+
+    def list_checkpoints(self, training_run_id: str) -> TinkerFuture[types.CheckpointsListResponse]: ...
+
+
+#: Opens a connection to Tinker with the API key (the stand-in in tests).
+Connect = Callable[[TinkerComponentSettings, str], TinkerService]
+
+
+class _SdkService:
+    """The real SDK behind :class:`TinkerService`: one ``ServiceClient`` (a session) and one
+    ``RestClient``."""
+
+    def __init__(self, settings: TinkerComponentSettings, api_key: str) -> None:
+        import tinker
+
+        self._service = tinker.ServiceClient(base_url=settings.base_url, api_key=api_key)
+        self._rest = tinker.RestClient(base_url=settings.base_url, api_key=api_key)
+
+    def create_lora_training_client(
+        self, base_model: str, rank: int = 32, seed: int | None = None
+    ) -> TinkerFuture[TrainingClientLike]:
+        return self._service.create_lora_training_client(base_model, rank=rank, seed=seed)
+
+    def create_training_client_from_state_with_optimizer(
+        self, path: str
+    ) -> TinkerFuture[TrainingClientLike]:
+        return self._service.create_training_client_from_state_with_optimizer(path)
+
+    def list_checkpoints(self, training_run_id: str) -> TinkerFuture[types.CheckpointsListResponse]:
+        return self._rest.list_checkpoints(training_run_id)
+
+
+# -------------------------------------------------------------------------------------------
+# the journal under state_dir
+# -------------------------------------------------------------------------------------------
+
+
+def _write_json(path: Path, body: JSON) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    staging.write_text(json.dumps(body, sort_keys=True), encoding="utf-8")
+    os.replace(staging, path)
+
+
+def _read_json(path: Path) -> JSON | None:
+    try:
+        body = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    if not isinstance(body, dict):
+        raise ValueError(f"{path}: not a JSON object")
+    return body
+
+
+def _job_key(job_id: str) -> str:
+    return hashlib.sha256(job_id.encode()).hexdigest()
+
+
+def checkpoint_artifact_id(checkpoint: str) -> str:
+    """The artifact id of the weights held by the Tinker training checkpoint ``checkpoint``
+    (its ``tinker://`` path; see the module's documentation)."""
+    return f"sha256:{hashlib.sha256(f'tinker-checkpoint:{checkpoint}'.encode()).hexdigest()}"
+
+
+class TinkerComponent:
+    """The ``tinker`` component (see the module's documentation); a
+    :class:`reef.components.interface.TrainingComponent`.
+
+    :param connect: opens the connection to Tinker; the real SDK by default. Called once, on
+        first use, with the settings and the API key.
+    :param environ: where the API key is read; the process environment by default.
+    """
+
+    #: The deployment's ``training.options`` are checked against these settings.
+    Settings: ClassVar[type[PluginSettings]] = TinkerComponentSettings
+
+    def __init__(
+        self,
+        settings: TinkerComponentSettings,
+        *,
+        name: str = "tinker",
+        connect: Connect | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        self._name = name
+        self.settings = settings
+        self.state_dir = Path(settings.state_dir)
+        (self.state_dir / "jobs").mkdir(parents=True, exist_ok=True)
+        environment = os.environ if environ is None else environ
+        api_key = environment.get(settings.api_key_env, "")
+        if not api_key:
+            raise PluginConfigError(
+                type(self).__name__,
+                "$.api_key_env",
+                f"the environment variable {settings.api_key_env} holding the Tinker API key is"
+                " not set; export it in the environment of the process that trains",
+            )
+        self._api_key = api_key
+        self._connect: Connect = connect or _SdkService
+        self._service: TinkerService | None = None
+        self._client: TrainingClientLike | None = None
+        self._tokenizer: Tokenizer | None = None
+        self._recovered = False
+        self._lock = threading.Lock()
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"reef-{name}")
+        self._jobs: dict[str, Future[JobOutcome]] = {}
+
+    @classmethod
+    def from_config(
+        cls, config: Mapping[str, Any] | None, *, name: str = "tinker"
+    ) -> TinkerComponent:
+        """Build the component from its deployment config (refused with PluginConfigError)."""
+        return cls(TinkerComponentSettings.parse(config, plugin_class=cls), name=name)
+
+    @property
+    def name(self) -> str:
+        """The component's name, as its job outcomes give it."""
+        return self._name
+
+    # ------------------------------------------------------------------ Tinker, with care
+
+    def _redact(self, text: str) -> str:
+        return text.replace(self._api_key, "***")
+
+    def _wait(self, future: TinkerFuture[_T_co], what: str) -> _T_co:
+        timeout = self.settings.request_timeout
+        try:
+            return future.result(timeout=timeout)
+        except (FutureTimeout, TimeoutError) as exc:
+            raise TimeoutError(f"Tinker did not answer {what} within {timeout} s") from exc
+
+    def _service_client(self) -> TinkerService:
+        if self._service is None:
+            self._service = self._connect(self.settings, self._api_key)
+        return self._service
+
+    # ------------------------------------------------------------------ the journal
+
+    @property
+    def _state_path(self) -> Path:
+        return self.state_dir / "state.json"
+
+    def _state(self) -> JSON:
+        return _read_json(self._state_path) or {}
+
+    def _outcome_path(self, job_id: str) -> Path:
+        return self.state_dir / "jobs" / f"{_job_key(job_id)}.json"
+
+    def _pending_path(self, job_id: str) -> Path:
+        return self.state_dir / "jobs" / f"{_job_key(job_id)}.pending.json"
+
+    def _stored_outcome(self, job_id: str) -> JobOutcome | None:
+        body = _read_json(self._outcome_path(job_id))
+        return None if body is None else JobOutcome(**body)
+
+    def _record_outcome(self, outcome: JobOutcome) -> None:
+        _write_json(self._outcome_path(outcome.job_id), attrs.asdict(outcome))
+
+    def _recover(self) -> None:
+        """Settle the jobs a stopped process left pending (see the module's documentation)."""
+        if self._recovered:
+            return
+        for pending_path in sorted((self.state_dir / "jobs").glob("*.pending.json")):
+            pending = _read_json(pending_path)
+            assert pending is not None
+            listing = self._wait(
+                self._service_client().list_checkpoints(str(pending["training_run_id"])),
+                "the list of checkpoints",
+            )
+            saved = {c.checkpoint_id: c.tinker_path for c in listing.checkpoints}
+            path = saved.get(f"weights/{pending['checkpoint_name']}")
+            if path is not None:
+                # The checkpoint is there: the job finished before the process stopped.
+                outcome = JobOutcome(**pending["outcome"])
+                _write_json(self._state_path, {**self._state(), "checkpoint": path})
+                self._record_outcome(outcome)
+            pending_path.unlink()
+        self._recovered = True
+
+    # ------------------------------------------------------------------ the training client
+
+    def _training_client(self) -> TrainingClientLike:
+        """The training client at the weights of the last finished job (a new one after a
+        restart or a failure)."""
+        self._recover()
+        if self._client is not None:
+            return self._client
+        service = self._service_client()
+        checkpoint = self._state().get("checkpoint")
+        if checkpoint is None:
+            client = self._wait(
+                service.create_lora_training_client(
+                    self.settings.base_model, rank=self.settings.lora_rank, seed=self.settings.seed
+                ),
+                "the creation of the training client",
+            )
+            # The initial weights are a checkpoint too, so that every process (and every
+            # artifact) starts from the same weights, named the same.
+            saved = self._wait(
+                client.save_state(
+                    f"reef-initial-{uuid.uuid4().hex[:12]}",
+                    ttl_seconds=self.settings.checkpoint_ttl_seconds,
+                ),
+                "the save of the initial checkpoint",
+            )
+            _write_json(self._state_path, {**self._state(), "checkpoint": saved.path})
+        else:
+            client = self._wait(
+                service.create_training_client_from_state_with_optimizer(str(checkpoint)),
+                f"the load of checkpoint {checkpoint}",
+            )
+        self._client = client
+        return client
+
+    @property
+    def renderer(self) -> ChatRenderer:
+        """The renderer of the trained model, with the engine's chat template arguments."""
+        if self._tokenizer is None:
+            if self.settings.tokenizer == BYTE_TOKENIZER:
+                from reef.components.byte_tokenizer import ByteTokenizer
+
+                self._tokenizer = ByteTokenizer()
+            elif self.settings.tokenizer is None:
+                from reef.components.tinker.hf_tokenizer import HFTokenizer
+
+                self._tokenizer = HFTokenizer(self._training_client().get_tokenizer())
+            else:
+                raise ValueError(
+                    f"tokenizer {self.settings.tokenizer!r}: leave it unset for the base model's"
+                    f" tokenizer, or set {BYTE_TOKENIZER!r}"
+                )
+        return ChatRenderer(self._tokenizer, self.settings.chat_template_args)
+
+    # ------------------------------------------------------------------ the interface
+
+    def submit(self, data: JobData, parameters: Mapping[str, Any] | None = None) -> JobHandle:
+        """Start training ``data`` (see :class:`TrainingComponent`).
+
+        :raises reef.core.plugins.PluginConfigError: for parameters it does not take.
+        """
+        job = JobParameters.parse(parameters, plugin_class=type(self), path="$.parameters")
+        handle = JobHandle(data.id, self._name)
+        if data.id in self._jobs or self._stored_outcome(data.id) is not None:
+            return handle
+        self._jobs[data.id] = self._executor.submit(self._run, data, job)
+        return handle
+
+    def poll(self, handle: JobHandle) -> JobOutcome | None:
+        """The job's outcome once it ended, else ``None``. A job this process never started
+        and that did not finish in an earlier one (it did not reach its checkpoint) failed."""
+        future = self._jobs.get(handle.job_id)
+        if future is not None:
+            return future.result() if future.done() else None
+        stored = self._stored_outcome(handle.job_id)
+        if stored is None and self._pending_path(handle.job_id).exists():
+            with self._lock:
+                self._recover()
+            stored = self._stored_outcome(handle.job_id)
+        if stored is not None:
+            return stored
+        return JobOutcome(
+            job_id=handle.job_id,
+            component=self._name,
+            event="failed",
+            error="the job is unknown to this component: it was not submitted, or it was "
+            "running when the process that ran it stopped and did not reach its checkpoint",
+        )
+
+    def wait(self, handle: JobHandle, timeout: float | None = None) -> JobOutcome:
+        """Block until the job ends (see :class:`TrainingComponent`)."""
+        future = self._jobs.get(handle.job_id)
+        if future is None:
+            outcome = self.poll(handle)
+            assert outcome is not None  # without a future, poll always knows the outcome
+            return outcome
+        try:
+            return future.result(timeout=timeout)
+        except FutureTimeout as exc:
+            raise TimeoutError(f"job {handle.job_id!r} did not end in {timeout} s") from exc
+
+    def publish(self) -> Artifact:
+        """Publish the weights of the last finished job for Tinker's sampler, once per
+        checkpoint, as an artifact."""
+        with self._lock:
+            client = self._training_client()
+            checkpoint = str(self._state()["checkpoint"])
+            artifact_id = checkpoint_artifact_id(checkpoint)
+            folder = self.state_dir / "artifacts" / artifact_id.partition(":")[2]
+            if _read_json(folder / "artifact.json") is None:
+                saved = self._wait(
+                    client.save_weights_for_sampler(
+                        f"reef-{artifact_id.partition(':')[2][:40]}",
+                        ttl_seconds=self.settings.checkpoint_ttl_seconds,
+                    ),
+                    "the save of the sampler weights",
+                )
+                _write_json(
+                    folder / "artifact.json",
+                    {
+                        "artifact_id": artifact_id,
+                        "base_model": self.settings.base_model,
+                        "checkpoint": checkpoint,
+                        "sampler_path": saved.path,
+                    },
+                )
+            latest = self.state_dir / "artifacts" / f".LATEST.{os.getpid()}"
+            latest.write_text(artifact_id, encoding="utf-8")
+            os.replace(latest, self.state_dir / "artifacts" / "LATEST")
+            return Artifact(artifact_id, folder)
+
+    def close(self) -> None:
+        """Take no more jobs; wait for the running one (each of its requests is bounded by
+        ``request_timeout``)."""
+        self._executor.shutdown(wait=True)
+
+    # ------------------------------------------------------------------ a job
+
+    def _run(self, data: JobData, job: JobParameters) -> JobOutcome:
+        with self._lock:
+            try:
+                outcome = self._train(data, job)
+            except Exception as exc:  # a job's failure is its outcome, not a crash
+                # Steps this job took may be on the service: the next job starts again from
+                # the last checkpoint, on a new training client.
+                self._client = None
+                # Failed is final: a checkpoint this attempt may still have saved is never
+                # taken for the job's (its pending record goes).
+                self._pending_path(data.id).unlink(missing_ok=True)
+                detail = self._redact(traceback.format_exception_only(exc)[-1].strip())
+                logger.warning("tinker job %s failed: %s", data.id, detail)
+                outcome = JobOutcome(data.id, self._name, "failed", error=detail)
+            self._record_outcome(outcome)
+            return outcome
+
+    def _train(self, data: JobData, job: JobParameters) -> JobOutcome:
+        client = self._training_client()
+        prepared = prepare_job(
+            data,
+            self.renderer,
+            job.objective,
+            max_seq_len=self.settings.max_seq_len,
+            component=self._name,
+        )
+        plan = plan_steps(
+            prepared.sequence_lengths, batch_size=self.settings.batch_size, scheduling=job.scheduling
+        )
+        start = self._start_logprobs(client, prepared, plan) if job.objective != "cross_entropy" else {}
+        adam = types.AdamParams(
+            learning_rate=job.learning_rate or self.settings.learning_rate,
+            beta1=self.settings.beta1,
+            beta2=self.settings.beta2,
+            eps=self.settings.eps,
+            weight_decay=self.settings.weight_decay,
+            grad_clip_norm=self.settings.grad_clip_norm,
+        )
+        losses: list[float] = []
+        trained_tokens = 0
+        consumed: list[JSON] = []
+        for step in plan.steps:
+            sequences = [prepared.rendered[s][1].sequences[i] for s, i in step.sequences]
+            loss_tokens: dict[int, int] = {}
+            for (position, _), sequence in zip(step.sequences, sequences, strict=True):
+                loss_tokens[position] = loss_tokens.get(position, 0) + sum(sequence.loss_mask[1:])
+            tokens = sum(loss_tokens.values())
+            if tokens == 0:
+                continue
+            divisor = step.loss_divisor(tokens, self.settings.batch_size)
+            if job.objective == "cross_entropy":
+                datums = [cross_entropy_datum(sequence, divisor) for sequence in sequences]
+            else:
+                datums = [
+                    importance_sampling_datum(
+                        sequence, start[ref], prepared.advantage_of(ref[0]), divisor
+                    )
+                    for ref, sequence in zip(step.sequences, sequences, strict=True)
+                ]
+            # Both submitted before either is awaited, as the SDK asks: the service runs them
+            # back to back.
+            backward = client.forward_backward(datums, job.objective)  # type: ignore[arg-type]
+            optimizer = client.optim_step(adam)
+            output = self._wait(backward, f"forward_backward of step {len(losses)}")
+            self._wait(optimizer, f"optim_step of step {len(losses)}")
+            consumed += consumed_lines(len(losses), loss_tokens, prepared)
+            losses.append(float(output.metrics.get("loss:sum", float("nan"))))
+            trained_tokens += tokens
+        metrics = job_metrics(
+            prepared, plan, losses=losses, trained_tokens=trained_tokens, consumed=consumed
+        )
+        outcome = JobOutcome(data.id, self._name, "finished", metrics=metrics)
+        if losses:
+            self._commit(client, outcome)
+        return outcome
+
+    def _start_logprobs(
+        self, client: TrainingClientLike, prepared: PreparedJob, plan: StepPlan
+    ) -> dict[tuple[int, int], list[float]]:
+        """Every planned sequence's target-token log probabilities under the job's start
+        weights, in one ``forward`` (P-REND-3)."""
+        refs = [ref for step in plan.steps for ref in step.sequences]
+        if not refs:
+            return {}
+        datums = [
+            cross_entropy_datum(prepared.rendered[s][1].sequences[i], 1.0) for s, i in refs
+        ]
+        output = self._wait(client.forward(datums, "cross_entropy"), "the start forward")
+        return dict(zip(refs, target_logprobs(output), strict=True))
+
+    def _commit(self, client: TrainingClientLike, outcome: JobOutcome) -> None:
+        """Save the job's checkpoint: what makes it finished (see the module's documentation)."""
+        name = f"reef-{_job_key(outcome.job_id)[:32]}-{uuid.uuid4().hex[:8]}"
+        _write_json(
+            self._pending_path(outcome.job_id),
+            {
+                "checkpoint_name": name,
+                "training_run_id": client.model_id,
+                "outcome": attrs.asdict(outcome),
+            },
+        )
+        saved = self._wait(
+            client.save_state(name, ttl_seconds=self.settings.checkpoint_ttl_seconds),
+            "the save of the job's checkpoint",
+        )
+        _write_json(self._state_path, {**self._state(), "checkpoint": saved.path})
+        self._record_outcome(outcome)
+        self._pending_path(outcome.job_id).unlink()
+

@@ -1,0 +1,267 @@
+"""The ``tinker`` component: its ``Datum`` values checked with the SDK's own types, and its whole
+loop against the stand-in service (:mod:`reef.testing.tinker_service`), with failures mid-job,
+timeouts and restarts. The component's share of the trainer's contract runs in
+``test_components_contract.py``."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("tinker")
+
+import numpy as np  # noqa: E402
+from tinker import types  # noqa: E402
+
+from reef.components.interface import JobHandle  # noqa: E402
+from reef.components.scheduling import PlannedStep  # noqa: E402
+from reef.components.tinker.component import (  # noqa: E402
+    TinkerComponent,
+    TinkerComponentSettings,
+    checkpoint_artifact_id,
+)
+from reef.components.tinker.datums import cross_entropy_datum, importance_sampling_datum  # noqa: E402
+from reef.core.chat_rendering import RenderedSequence  # noqa: E402
+from reef.core.job_data import JobData, TrajectorySample  # noqa: E402
+from reef.core.plugins import PluginConfigError  # noqa: E402
+from reef.testing.tinker_service import ProcessKilled, TinkerStandIn  # noqa: E402
+
+KEY = "tml-secret-key-123"
+
+
+def trajectory(prompt: str, reply: str) -> dict[str, Any]:
+    return {
+        "schema_version": "ATIF-v1.8",
+        "agent": {"name": "toy", "version": "1"},
+        "steps": [
+            {"step_id": 1, "source": "user", "message": prompt},
+            {"step_id": 2, "source": "agent", "message": reply},
+        ],
+    }
+
+
+def samples(count: int = 6) -> tuple[TrajectorySample, ...]:
+    return tuple(
+        TrajectorySample(trajectory(f"colour {n}", "red" if n % 2 else "blue"), sample_id=f"s{n}")
+        for n in range(count)
+    )
+
+
+def component(state_dir: Path, service: TinkerStandIn, **settings: Any) -> TinkerComponent:
+    config = {
+        "state_dir": str(state_dir),
+        "base_model": "stand-in/tiny",
+        "tokenizer": "byte",
+        "batch_size": 2,
+        "learning_rate": 3e-3,
+        "max_seq_len": 96,
+        "request_timeout": 30,
+        **settings,
+    }
+    return TinkerComponent(
+        TinkerComponentSettings.parse(config, plugin_class=TinkerComponent),
+        connect=lambda _settings, key: (service if key == KEY else None),  # type: ignore[arg-type,return-value]
+        environ={"TINKER_API_KEY": KEY},
+    )
+
+
+@pytest.fixture
+def service() -> Any:
+    stand_in = TinkerStandIn()
+    yield stand_in
+    stand_in.close()
+
+
+def weights(service: TinkerStandIn, artifact_path: Path) -> dict[str, Any]:
+    import json
+
+    body = json.loads((artifact_path / "artifact.json").read_text())
+    return service.sampler_weights[body["sampler_path"]]
+
+
+def same_weights(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+# --------------------------------------------------------------------------- Datum values
+
+
+def test_a_cross_entropy_datum_predicts_the_next_token_and_sums_to_the_mean() -> None:
+    """Position i predicts token i+1; the weights are the loss mask from position 1 on, divided
+    by the step's trained tokens, so Tinker's summed loss is the local component's mean."""
+    sequence = RenderedSequence((5, 6, 7, 8, 9), (0, 0, 1, 1, 1))
+    datum = cross_entropy_datum(sequence, PlannedStep(((),), 1).loss_divisor(3, batch_size=2))
+    assert isinstance(datum, types.Datum)
+    assert datum.model_input.to_ints() == [5, 6, 7, 8]
+    targets = datum.loss_fn_inputs["target_tokens"]
+    weights = datum.loss_fn_inputs["weights"]
+    assert isinstance(targets, types.TensorData) and targets.dtype == "int64"
+    assert weights.dtype == "float32"
+    assert targets.tolist() == [6, 7, 8, 9]
+    assert np.allclose(weights.to_numpy(), [0, 1 / 3, 1 / 3, 1 / 3])
+    assert weights.to_numpy().sum() == pytest.approx(1.0)
+
+
+def test_a_padded_steps_weights_count_as_its_share_of_a_full_step() -> None:
+    """remainder: pad: a step of 1 unit at batch size 4 weighs a quarter (P-SIZE-6)."""
+    padded = PlannedStep(((),), 4)
+    datum = cross_entropy_datum(RenderedSequence((1, 2, 3), (0, 1, 1)), padded.loss_divisor(2, 4))
+    assert datum.loss_fn_inputs["weights"].to_numpy().sum() == pytest.approx(0.25)
+
+
+def test_an_importance_sampling_datum_carries_start_logprobs_and_masked_advantages() -> None:
+    sequence = RenderedSequence((1, 2, 3, 4), (0, 0, 1, 1))
+    datum = importance_sampling_datum(sequence, [-1.0, -2.0, -3.0], advantage=0.5, divisor=2.0)
+    assert set(datum.loss_fn_inputs) == {"target_tokens", "logprobs", "advantages"}
+    assert datum.loss_fn_inputs["target_tokens"].tolist() == [2, 3, 4]
+    assert datum.loss_fn_inputs["logprobs"].tolist() == [-1.0, -2.0, -3.0]
+    assert np.allclose(datum.loss_fn_inputs["advantages"].to_numpy(), [0.0, 0.25, 0.25])
+    with pytest.raises(ValueError, match="start log probabilities"):
+        importance_sampling_datum(sequence, [-1.0], advantage=0.5, divisor=2.0)
+
+
+# --------------------------------------------------------------------------- the loop
+
+
+def test_one_forward_backward_and_one_optim_step_per_batch(
+    tmp_path: Path, service: TinkerStandIn
+) -> None:
+    """rule: P-SIZE-6: 5 samples at batch size 2 are 3 steps, each one forward_backward then
+    one optim_step; importance_sampling reads the start weights once, with forward."""
+    tinker = component(tmp_path, service)
+    service.calls.clear()
+    rewarded = tuple(
+        TrajectorySample(s.trajectory, reward=float(i % 2), sample_id=s.sample_id, group_id="g")
+        for i, s in enumerate(samples(5))
+    )
+    parameters = {"objective": "importance_sampling"}
+    outcome = tinker.wait(tinker.submit(JobData("j:data:1", rewarded), parameters), timeout=60)
+    assert outcome.event == "finished", outcome.error
+    assert outcome.metrics["steps"] == 3
+    training = [c for c in service.calls if c in {"forward", "forward_backward", "optim_step"}]
+    assert training == ["forward"] + ["forward_backward", "optim_step"] * 3
+
+
+def test_a_failure_mid_job_fails_the_job_and_keeps_the_last_finished_weights(
+    tmp_path: Path, service: TinkerStandIn
+) -> None:
+    tinker = component(tmp_path, service)
+    tinker.wait(tinker.submit(JobData("j:data:1", samples())), timeout=60)
+    before = tinker.publish()
+    service.fail("forward_backward", ConnectionError(f"connection reset (key {KEY})"), after=1)
+    failed = tinker.wait(tinker.submit(JobData("j:data:2", samples())), timeout=60)
+    assert failed.event == "failed"
+    assert "connection reset" in (failed.error or "")
+    assert KEY not in (failed.error or "")  # API keys are never written anywhere
+    assert tinker.publish() == before  # the weights of the last finished job
+    again = tinker.wait(tinker.submit(JobData("j:data:3", samples())), timeout=60)
+    assert again.event == "finished", again.error
+    assert tinker.publish().artifact_id != before.artifact_id
+
+
+def test_a_service_that_does_not_answer_fails_the_job_and_never_hangs(
+    tmp_path: Path, service: TinkerStandIn
+) -> None:
+    tinker = component(tmp_path, service, request_timeout=0.2)
+    tinker.publish()
+    release = service.hang("optim_step")
+    outcome = tinker.wait(tinker.submit(JobData("j:data:1", samples())), timeout=30)
+    release.set()
+    assert outcome.event == "failed"
+    assert "did not answer optim_step of step 0 within 0.2 s" in (outcome.error or "")
+    tinker.close()  # returns: nothing waits on the hung request
+
+
+def test_the_api_key_comes_from_the_environment_and_is_never_logged(
+    tmp_path: Path, service: TinkerStandIn, caplog: pytest.LogCaptureFixture
+) -> None:
+    with pytest.raises(PluginConfigError, match="TINKER_API_KEY"):
+        TinkerComponent(
+            TinkerComponentSettings.parse(
+                {"state_dir": str(tmp_path), "base_model": "m"}, plugin_class=TinkerComponent
+            ),
+            environ={},
+        )
+    caplog.set_level(logging.DEBUG)
+    tinker = component(tmp_path, service)
+    service.fail("optim_step", RuntimeError(f"401 for Authorization: Bearer {KEY}"))
+    outcome = tinker.wait(tinker.submit(JobData("j:data:1", samples())), timeout=60)
+    assert outcome.event == "failed"
+    assert KEY not in caplog.text
+    assert KEY not in "".join(p.read_text() for p in tmp_path.rglob("*.json"))
+
+
+# --------------------------------------------------------------------------- restarts
+
+
+def test_a_job_that_reached_its_checkpoint_before_a_crash_is_finished_after_it(
+    tmp_path: Path, service: TinkerStandIn
+) -> None:
+    """The process dies after Tinker saved the job's checkpoint and before the outcome was
+    written: the restarted component asks Tinker, finds the checkpoint, reports the job
+    finished with its metrics, and serves its weights; resubmitting trains nothing."""
+    first = component(tmp_path, service)
+    first.publish()
+    service.kill_process("save_state", applied=True)
+    handle = first.submit(JobData("j:data:1", samples()))
+    with pytest.raises(ProcessKilled):
+        first.wait(handle, timeout=60)
+
+    restarted = component(tmp_path, service)
+    outcome = restarted.poll(JobHandle("j:data:1", "tinker"))
+    assert outcome is not None and outcome.event == "finished"
+    assert outcome.metrics["steps"] == 3
+    (checkpoint,) = [p for p in service.checkpoints if "/weights/reef-" in p and "initial" not in p]
+    artifact = restarted.publish()
+    assert artifact.artifact_id == checkpoint_artifact_id(checkpoint)
+    calls = len(service.calls)
+    restarted.wait(restarted.submit(JobData("j:data:1", samples())), timeout=60)
+    assert "forward_backward" not in service.calls[calls:]
+
+
+def test_a_job_cut_by_a_crash_mid_job_is_trained_once_from_the_last_checkpoint(
+    tmp_path: Path, service: TinkerStandIn
+) -> None:
+    """The process dies after the job's first optimizer step: the step is on the service but
+    not in any checkpoint. After the restart the job polls failed; submitted again (the trainer
+    releases and resubmits uncommitted data under the same id) it trains from the last
+    checkpoint, so its weights equal those of a run that trained it once without a crash."""
+    first = component(tmp_path / "crashed", service)
+    first.wait(first.submit(JobData("j:data:0", samples())), timeout=60)
+    service.kill_process("optim_step", after=1, applied=True)
+    with pytest.raises(ProcessKilled):
+        first.wait(first.submit(JobData("j:data:1", samples())), timeout=60)
+
+    restarted = component(tmp_path / "crashed", service)
+    lost = restarted.poll(JobHandle("j:data:1", "tinker"))
+    assert lost is not None and lost.event == "failed"
+    assert restarted.wait(restarted.submit(JobData("j:data:1", samples())), timeout=60).event == (
+        "finished"
+    )
+    crashed = weights(service, restarted.publish().path)
+
+    clean = component(tmp_path / "clean", service)
+    for job in ("j:data:0", "j:data:1"):
+        clean.wait(clean.submit(JobData(job, samples())), timeout=60)
+    assert same_weights(crashed, weights(service, clean.publish().path))
+
+
+def test_an_artifact_keeps_its_id_after_a_restart_and_is_saved_for_the_sampler_once(
+    tmp_path: Path, service: TinkerStandIn
+) -> None:
+    """DECISIONS 7: the same weights, the same artifact id, after a restart too."""
+    tinker = component(tmp_path, service)
+    tinker.wait(tinker.submit(JobData("j:data:1", samples())), timeout=60)
+    artifact = tinker.publish()
+    assert artifact.artifact_id.startswith("sha256:")
+    assert tinker.publish() == artifact
+    tinker.close()
+    saves = service.calls.count("save_weights_for_sampler")
+    restarted = component(tmp_path, service)
+    assert restarted.publish() == artifact
+    assert service.calls.count("save_weights_for_sampler") == saves
+    assert (tmp_path / "artifacts" / "LATEST").read_text() == artifact.artifact_id
