@@ -50,7 +50,7 @@ def reef_register_recipes(registry: PluginRegistrar) -> None:
 BUILT_IN_COMPONENTS = (
     ("local", "reef.components.local:LocalComponent", "torch"),
     ("tinker", "reef.components.tinker:TinkerComponent", "tinker"),
-    ("slime", "reef.components.slime:SlimeComponent", "render"),
+    ("slime", "reef.components.slime:SlimeComponent", "slime"),
 )
 
 

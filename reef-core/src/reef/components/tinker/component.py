@@ -412,7 +412,7 @@ class TinkerComponent:
 
                 self._tokenizer = ByteTokenizer()
             elif self.settings.tokenizer is None:
-                from reef.components.tinker.hf_tokenizer import HFTokenizer
+                from reef.components.hf_tokenizer import HFTokenizer
 
                 self._tokenizer = HFTokenizer(self._training_client().get_tokenizer())
             else:

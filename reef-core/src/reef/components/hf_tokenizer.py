@@ -1,6 +1,6 @@
-"""The base model's Hugging Face tokenizer (what ``TrainingClient.get_tokenizer`` returns) as a
-:class:`reef.core.chat_rendering.Tokenizer`, so the Tinker component renders with the model's own
-chat template exactly as every component does."""
+"""A model's Hugging Face tokenizer as a :class:`reef.core.chat_rendering.Tokenizer`, so the
+hosted components (Tinker's ``TrainingClient.get_tokenizer``; the tokenizer folder slime reads)
+render with the model's own chat template exactly as every component does."""
 
 from __future__ import annotations
 
