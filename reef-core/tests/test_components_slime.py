@@ -1,32 +1,11 @@
-"""The ``slime`` component and Reef as slime's data source, driven exactly as slime drives them.
-
-Slime itself (Megatron, Ray, GPUs) is not installed here. :class:`SlimeRun` is a stand-in of
-slime's training loop that makes the data-source calls slime makes, in slime's order, taken from
-slime's code (THUDM/slime):
-
-- ``slime/ray/rollout.py``, ``RolloutManager.__init__``: ``data_source_cls(args)``;
-- ``slime/ray/placement_group.py``, ``create_training_models``: with ``rollout_global_dataset``,
-  ``rollout_manager.load(start_rollout_id - 1)``, where ``start_rollout_id`` is the actor
-  checkpoint's rollout + 1 (``slime/backends/megatron_utils/actor.py``, ``create``), 0 on a
-  fresh start;
-- ``train.py``, ``train``: for each rollout, ``generate(rollout_id)``
-  (``RolloutManager._get_rollout_data``: ``call_rollout_fn(generate_rollout, args, rollout_id,
-  data_source)``), the actor trains, and when ``should_run_periodic_action(rollout_id,
-  save_interval, ..., num_rollout)`` (``slime/utils/misc.py``: ``(rollout_id + 1) % interval ==
-  0`` or the last rollout): ``actor_model.save_model(rollout_id)`` then
-  ``rollout_manager.save(rollout_id)``, i.e. ``data_source.save(rollout_id)``;
-- ``train_async.py``, ``train``: the same, but ``generate(rollout_id + 1)`` is called before
-  rollout ``rollout_id`` trains and saves.
-
-The stand-in's "weights" are the list of Reef sample ids trained into them, so a test sees
-exactly what trained once, twice or never; ``--save-hf`` folders hold that list.
+"""The ``slime`` component and Reef as slime's data source, driven exactly as slime drives them
+(:mod:`reef.testing.slime_run` cites the slime code each call and its order come from): a
+restart of both sides loses no sample and trains none twice. The component's share of the
+trainer's contract runs in ``test_components_contract.py``.
 """
 
 from __future__ import annotations
 
-import enum
-import json
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -35,117 +14,15 @@ import pytest
 
 pytest.importorskip("jinja2")
 
-from reef.components.interface import JobHandle  # noqa: E402
-from reef.components.slime.component import SlimeComponent, folder_digest  # noqa: E402
-from reef.components.slime.data_source import (  # noqa: E402
+from reef.components.interface import JobHandle
+from reef.components.slime.component import SlimeComponent, folder_digest
+from reef.components.slime.data_source import (
     ReefDataSource,
     ReefDataSourceError,
     generate_rollout,
 )
-from reef.core.job_data import JobData, TrajectorySample  # noqa: E402
-
-
-@dataclass
-class Sample:
-    """The fields of ``slime.utils.types.Sample`` the data source fills."""
-
-    class Status(enum.Enum):
-        COMPLETED = "completed"
-
-    group_index: int | None = None
-    index: int | None = None
-    rollout_id: int | None = None
-    tokens: list[int] = field(default_factory=list)
-    response_length: int = 0
-    loss_mask: list[int] | None = None
-    reward: float | None = None
-    rollout_log_probs: list[float] | None = None
-    status: Status = Status.COMPLETED
-    metadata: dict[str, Any] = field(default_factory=dict)
-
-
-class Crash(Exception):
-    """Slime's job died here."""
-
-
-class SlimeRun:
-    """One run of slime's training loop (see the module's documentation).
-
-    :param crash: ``(rollout_id, point)``: die at that rollout, at ``trained`` (after training,
-        before saving), ``model_saved`` (after ``save_model``, before the data source's save),
-        or ``generated`` (after the rollout's samples were handed out, before training).
-    """
-
-    def __init__(
-        self,
-        root: Path,
-        *,
-        rollout_batch_size: int = 2,
-        save_interval: int = 1,
-        asynchronous: bool = False,
-    ) -> None:
-        self.root = root
-        self.args = SimpleNamespace(
-            reef_exchange_dir=str(root / "exchange"),
-            reef_wait_seconds=0.0,
-            rollout_global_dataset=True,
-            rollout_batch_size=rollout_batch_size,
-            save_hf=str(root / "hf" / "rollout-{rollout_id}"),
-            hf_checkpoint=str(root / "base"),
-        )
-        self.save_interval = save_interval
-        self.asynchronous = asynchronous
-        (root / "checkpoints").mkdir(parents=True, exist_ok=True)
-
-    def _latest_checkpoint(self) -> tuple[int, list[str]]:
-        saved = sorted(int(p.stem) for p in (self.root / "checkpoints").glob("*.json"))
-        if not saved:
-            return -1, []
-        return saved[-1], json.loads((self.root / "checkpoints" / f"{saved[-1]}.json").read_text())
-
-    def _save_model(self, rollout_id: int, weights: list[str]) -> None:
-        body = json.dumps(weights)
-        (self.root / "checkpoints" / f"{rollout_id}.json").write_text(body)
-        hf = Path(self.args.save_hf.format(rollout_id=rollout_id))
-        hf.mkdir(parents=True, exist_ok=True)
-        (hf / "model.json").write_text(body)
-
-    def run(self, num_rollout: int, crash: tuple[int, str] | None = None) -> list[str]:
-        data_source = ReefDataSource(self.args, sample_class=Sample)
-        loaded, weights = self._latest_checkpoint()
-        data_source.load(loaded)  # create_training_models: load(start_rollout_id - 1)
-        start = loaded + 1
-
-        def generate(rollout_id: int) -> list[list[Sample]]:
-            groups = generate_rollout(self.args, rollout_id, data_source)
-            if crash == (rollout_id, "generated"):
-                raise Crash(rollout_id)
-            return groups
-
-        pending = generate(start) if self.asynchronous and start < num_rollout else None
-        for rollout_id in range(start, num_rollout):
-            if self.asynchronous:
-                groups, pending = pending, (
-                    generate(rollout_id + 1) if rollout_id + 1 < num_rollout else None
-                )
-            else:
-                groups = generate(rollout_id)
-            assert groups is not None
-            # The actor trains every sequence; a Reef sample's sequences share a rollout_id.
-            trained = {}
-            for group in groups:
-                for sample in group:
-                    trained[sample.rollout_id] = sample.metadata["reef"]["sample_id"]
-            weights = weights + list(trained.values())
-            if crash == (rollout_id, "trained"):
-                raise Crash(rollout_id)
-            last = rollout_id == num_rollout - 1
-            if last or (rollout_id + 1) % self.save_interval == 0:
-                self._save_model(rollout_id, weights)
-                if crash == (rollout_id, "model_saved"):
-                    raise Crash(rollout_id)
-                data_source.save(rollout_id)
-        return weights
+from reef.core.job_data import JobData, TrajectorySample
+from reef.testing.slime_run import Crash, Sample, SlimeRun
 
 
 def trajectory(prompt: str, reply: str) -> dict[str, Any]:
@@ -219,7 +96,8 @@ def test_a_restart_of_both_sides_loses_no_sample_and_trains_none_twice(
     assert len(weights) == len(set(weights))
     for data in jobs:
         outcome = restarted.poll(JobHandle(data.id, "slime"))
-        assert outcome is not None and outcome.event == "finished", data.id
+        assert outcome is not None, data.id
+        assert outcome.event == "finished", data.id
         assert {line["sample_id"] for line in outcome.metrics["consumed"]} == {
             s.sample_id for s in data.samples
         }
@@ -239,11 +117,13 @@ def test_a_job_finishes_when_slime_saved_the_weights_that_trained_all_of_it(
     slime = SlimeRun(tmp_path, rollout_batch_size=3)
     slime.run(num_rollout=1)
     done = reef.poll(first)
-    assert done is not None and done.event == "finished"
+    assert done is not None
+    assert done.event == "finished"
     assert reef.poll(second) is None  # three of its groups wait for rollout 1
     slime.run(num_rollout=2)
     outcome = reef.poll(second)
-    assert outcome is not None and outcome.event == "finished"
+    assert outcome is not None
+    assert outcome.event == "finished"
     assert outcome.metrics["slime_rollouts"] == [0, 1]
     assert outcome.metrics["steps"] == 2
     assert [line["step"] for line in outcome.metrics["consumed"]] == [0, 0] + [1] * 6
@@ -270,7 +150,9 @@ def test_samples_reach_slime_as_groups_with_tokens_masks_and_rewards(tmp_path: P
     (sequence,) = reef.renderer.render_sample(trajectory("q0.0", "answer 0")).sequences
     assert first.tokens == list(sequence.token_ids)
     assert first.response_length == len(first.loss_mask or [])
-    assert first.loss_mask == list(sequence.loss_mask[len(sequence.token_ids) - first.response_length :])
+    assert first.loss_mask == list(
+        sequence.loss_mask[len(sequence.token_ids) - first.response_length :]
+    )
     assert first.loss_mask[0] == 1
     assert [s.reward for s in groups[0]] == [-0.5, 0.5]
     assert first.metadata["reef"]["reward"] == 0.0

@@ -64,7 +64,7 @@ def component(state_dir: Path, service: TinkerStandIn, **settings: Any) -> Tinke
     }
     return TinkerComponent(
         TinkerComponentSettings.parse(config, plugin_class=TinkerComponent),
-        connect=lambda _settings, key: (service if key == KEY else None),  # type: ignore[arg-type,return-value]
+        connect=lambda _settings, key: service if key == KEY else None,  # type: ignore[arg-type,return-value]
         environ={"TINKER_API_KEY": KEY},
     )
 
@@ -99,7 +99,8 @@ def test_a_cross_entropy_datum_predicts_the_next_token_and_sums_to_the_mean() ->
     assert datum.model_input.to_ints() == [5, 6, 7, 8]
     targets = datum.loss_fn_inputs["target_tokens"]
     weights = datum.loss_fn_inputs["weights"]
-    assert isinstance(targets, types.TensorData) and targets.dtype == "int64"
+    assert isinstance(targets, types.TensorData)
+    assert targets.dtype == "int64"
     assert weights.dtype == "float32"
     assert targets.tolist() == [6, 7, 8, 9]
     assert np.allclose(weights.to_numpy(), [0, 1 / 3, 1 / 3, 1 / 3])
@@ -213,7 +214,8 @@ def test_a_job_that_reached_its_checkpoint_before_a_crash_is_finished_after_it(
 
     restarted = component(tmp_path, service)
     outcome = restarted.poll(JobHandle("j:data:1", "tinker"))
-    assert outcome is not None and outcome.event == "finished"
+    assert outcome is not None
+    assert outcome.event == "finished"
     assert outcome.metrics["steps"] == 3
     (checkpoint,) = [p for p in service.checkpoints if "/weights/reef-" in p and "initial" not in p]
     artifact = restarted.publish()
@@ -238,7 +240,8 @@ def test_a_job_cut_by_a_crash_mid_job_is_trained_once_from_the_last_checkpoint(
 
     restarted = component(tmp_path / "crashed", service)
     lost = restarted.poll(JobHandle("j:data:1", "tinker"))
-    assert lost is not None and lost.event == "failed"
+    assert lost is not None
+    assert lost.event == "failed"
     assert restarted.wait(restarted.submit(JobData("j:data:1", samples())), timeout=60).event == (
         "finished"
     )

@@ -76,7 +76,9 @@ def built_in_components() -> tuple[dict[str, type[Any]], list[UnavailableCompone
                 raise  # a module of Reef itself: a broken installation, not a missing extra
             # Without its extra the core still runs everything else.
             missing = exc.name
-            unavailable.append(UnavailableComponent(name, missing, f"pip install 'reef-core[{extra}]'"))
+            unavailable.append(
+                UnavailableComponent(name, missing, f"pip install 'reef-core[{extra}]'")
+            )
     return available, unavailable
 
 
@@ -88,6 +90,8 @@ def reef_register_components(registry: PluginRegistrar) -> None:
         registry.register(name, component)
     for missing in unavailable:
         logging.getLogger(__name__).info(
-            "the %s component needs %s (%s): not registered", missing.name, missing.missing,
+            "the %s component needs %s (%s): not registered",
+            missing.name,
+            missing.missing,
             missing.install,
         )

@@ -123,7 +123,9 @@ def prepare_job(
     rendered: list[tuple[int, RenderedSample]] = []
     unrenderable = batch.unrenderable_samples
     for index, sample in batch.rendered:
-        if max_seq_len is not None and any(len(s.token_ids) > max_seq_len for s in sample.sequences):
+        if max_seq_len is not None and any(
+            len(s.token_ids) > max_seq_len for s in sample.sequences
+        ):
             unrenderable += 1  # longer than the model reads: it cannot train (P-REND-5)
         else:
             rendered.append((index, sample))
@@ -132,7 +134,9 @@ def prepare_job(
     if objective == "importance_sampling":
         rewarded = [(i, r) for i, _ in rendered if (r := sample_reward(samples[i])) is not None]
         samples_without_reward = len(rendered) - len(rewarded)
-        centred = group_advantages([r for _, r in rewarded], [samples[i].group_id for i, _ in rewarded])
+        centred = group_advantages(
+            [r for _, r in rewarded], [samples[i].group_id for i, _ in rewarded]
+        )
         advantages = {i: a for (i, _), a in zip(rewarded, centred, strict=True)}
         rendered = [(i, s) for i, s in rendered if i in advantages]
     return PreparedJob(

@@ -127,6 +127,7 @@ class TinkerStandIn:
             answer.set_exception(ProcessKilled(call))
             return answer
         if fault is not None and fault.action == "hang":
+
             def late() -> None:
                 fault.release.wait()
                 answer.set_exception(fault.error or RuntimeError(call))

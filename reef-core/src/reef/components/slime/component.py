@@ -134,7 +134,9 @@ class SlimeComponent:
         self._jobs: dict[str, Future[None]] = {}
 
     @classmethod
-    def from_config(cls, config: Mapping[str, Any] | None, *, name: str = "slime") -> SlimeComponent:
+    def from_config(
+        cls, config: Mapping[str, Any] | None, *, name: str = "slime"
+    ) -> SlimeComponent:
         """Build the component from its deployment config (refused with PluginConfigError)."""
         return cls(SlimeComponentSettings.parse(config, plugin_class=cls), name=name)
 
@@ -182,9 +184,7 @@ class SlimeComponent:
             max_seq_len=self.settings.max_seq_len,
             component=self._name,
         )
-        metrics = job_metrics(
-            prepared, StepPlan((), 0), losses=[], trained_tokens=0, consumed=[]
-        )
+        metrics = job_metrics(prepared, StepPlan((), 0), losses=[], trained_tokens=0, consumed=[])
         self.exchange.add_job(data.id, {"groups": _groups(prepared), "metrics": metrics})
 
     def poll(self, handle: JobHandle) -> JobOutcome | None:
@@ -213,9 +213,9 @@ class SlimeComponent:
         job = self.exchange.job(seq)
         last = self.exchange.last_save()
         assert job is not None
-        if last is None:
+        if job["groups"] and last is None:
             return None
-        trained = TrainedGroups.from_json(last["trained"])
+        trained = TrainedGroups() if last is None else TrainedGroups.from_json(last["trained"])
         if not all((seq, index) in trained for index in range(len(job["groups"]))):
             return None
         rollout_of: dict[int, int] = {}
@@ -254,7 +254,7 @@ class SlimeComponent:
                 future.result(timeout=timeout)
             except FutureTimeout as exc:
                 raise TimeoutError(f"job {handle.job_id!r} did not end in {timeout} s") from exc
-            except Exception:  # noqa: S110  (poll turns the rendering's error into the outcome)
+            except Exception:
                 pass
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:

@@ -190,7 +190,9 @@ class TinkerService(Protocol):
         self, path: str
     ) -> TinkerFuture[TrainingClientLike]: ...
 
-    def list_checkpoints(self, training_run_id: str) -> TinkerFuture[types.CheckpointsListResponse]: ...
+    def list_checkpoints(
+        self, training_run_id: str
+    ) -> TinkerFuture[types.CheckpointsListResponse]: ...
 
 
 #: Opens a connection to Tinker with the API key (the stand-in in tests).
@@ -533,9 +535,13 @@ class TinkerComponent:
             component=self._name,
         )
         plan = plan_steps(
-            prepared.sequence_lengths, batch_size=self.settings.batch_size, scheduling=job.scheduling
+            prepared.sequence_lengths,
+            batch_size=self.settings.batch_size,
+            scheduling=job.scheduling,
         )
-        start = self._start_logprobs(client, prepared, plan) if job.objective != "cross_entropy" else {}
+        start = (
+            self._start_logprobs(client, prepared, plan) if job.objective != "cross_entropy" else {}
+        )
         adam = types.AdamParams(
             learning_rate=job.learning_rate or self.settings.learning_rate,
             beta1=self.settings.beta1,
@@ -590,9 +596,7 @@ class TinkerComponent:
         refs = [ref for step in plan.steps for ref in step.sequences]
         if not refs:
             return {}
-        datums = [
-            cross_entropy_datum(prepared.rendered[s][1].sequences[i], 1.0) for s, i in refs
-        ]
+        datums = [cross_entropy_datum(prepared.rendered[s][1].sequences[i], 1.0) for s, i in refs]
         output = self._wait(client.forward(datums, "cross_entropy"), "the start forward")
         return dict(zip(refs, target_logprobs(output), strict=True))
 
@@ -614,4 +618,3 @@ class TinkerComponent:
         _write_json(self._state_path, {**self._state(), "checkpoint": saved.path})
         self._record_outcome(outcome)
         self._pending_path(outcome.job_id).unlink()
-

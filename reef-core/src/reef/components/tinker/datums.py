@@ -73,9 +73,7 @@ def importance_sampling_datum(
         loss_fn_inputs={
             "target_tokens": types.TensorData.from_numpy(targets),
             "logprobs": types.TensorData.from_numpy(np.asarray(start_logprobs, dtype=np.float32)),
-            "advantages": types.TensorData.from_numpy(
-                mask * np.float32(advantage / divisor)
-            ),
+            "advantages": types.TensorData.from_numpy(mask * np.float32(advantage / divisor)),
         },
     )
 
