@@ -119,7 +119,7 @@ class TinkerHarness(LocalHarness):
         }  # fmt: skip
         return TinkerComponent(
             TinkerComponentSettings.parse(config, plugin_class=TinkerComponent),
-            connect=lambda _settings, _key: self.service,  # type: ignore[arg-type,return-value]
+            connect=lambda _url, _key: self.service,  # type: ignore[arg-type,return-value]
             environ={"TINKER_API_KEY": "test-key"},
         )
 

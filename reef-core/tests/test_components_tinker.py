@@ -268,3 +268,39 @@ def test_an_artifact_keeps_its_id_after_a_restart_and_is_saved_for_the_sampler_o
     assert restarted.publish() == artifact
     assert service.calls.count("save_weights_for_sampler") == saves
     assert (tmp_path / "artifacts" / "LATEST").read_text() == artifact.artifact_id
+
+
+# --------------------------------------------------------------------------- the sampler
+
+
+def test_the_sampler_serves_the_latest_artifact_and_names_it(
+    tmp_path: Path, service: TinkerStandIn
+) -> None:
+    """Tinker's sampler answers from the weights published last, rendered with the renderer
+    the component trains with, and says which artifact answered (what a record names)."""
+    from reef.components.tinker.sampler import NothingPublished, TinkerSampler
+
+    tinker = component(tmp_path, service)
+    sampler = TinkerSampler.from_settings(
+        tinker.settings,
+        connect=lambda _url, key: service if key == KEY else None,  # type: ignore[arg-type,return-value]
+        environ={"TINKER_API_KEY": KEY},
+    )
+    with pytest.raises(NothingPublished):
+        sampler.sample([1, 2, 3])
+    request = {"messages": [{"role": "user", "content": "colour 3"}]}
+    prompt = tinker.renderer.prompt_ids(request)
+    first = tinker.publish()
+    answered = sampler.sample(prompt, max_tokens=4, temperature=0)
+    assert answered.artifact_id == first.artifact_id
+    (completion,) = answered.completions
+    assert 0 < len(completion.tokens) <= 4
+    assert completion.logprobs is not None
+    assert len(completion.logprobs) == len(completion.tokens)
+    for job in range(4):  # SFT until the greedy reply is the trained one
+        tinker.wait(tinker.submit(JobData(f"j:data:{job}", samples())), timeout=60)
+    trained = tinker.publish()
+    again = sampler.sample(prompt, max_tokens=8, temperature=0)
+    assert again.artifact_id == trained.artifact_id != first.artifact_id
+    reply = tinker.renderer.tokenizer.decode(again.completions[0].tokens)
+    assert reply.startswith("red")

@@ -21,6 +21,9 @@ documentation defines it:
   ``tinker://<run>/weights/<name>``; a name saved before is refused;
 - ``save_weights_for_sampler(name)``: ``tinker://<run>/sampler_weights/<name>``;
 - ``create_training_client_from_state_with_optimizer(path)``: a new run from a checkpoint;
+- ``create_sampling_client(model_path)``: a sampler on sampler weights; its ``sample(prompt,
+  num_samples, SamplingParams)`` draws tokens (greedy at temperature 0, seeded otherwise) until
+  a stop token or ``max_tokens``, with each token's log probability;
 - ``list_checkpoints(run)``: the run's checkpoints.
 
 Requests of a service run one at a time, in order, on its own thread; each call returns a
@@ -186,6 +189,12 @@ class TinkerStandIn:
 
         return self._call("create_training_client_from_state_with_optimizer", load)
 
+    def create_sampling_client(self, model_path: str) -> Future[StandInSamplingClient]:
+        def create() -> StandInSamplingClient:
+            return StandInSamplingClient(self.model_of(model_path))
+
+        return self._call("create_sampling_client", create)
+
     def list_checkpoints(self, training_run_id: str) -> Future[types.CheckpointsListResponse]:
         def listing() -> types.CheckpointsListResponse:
             prefix = f"tinker://{training_run_id}/"
@@ -316,3 +325,50 @@ class StandInTrainingClient:
 
     def get_tokenizer(self) -> Any:
         raise NotImplementedError("the stand-in's runs use Reef's byte tokenizer ('byte')")
+
+
+class StandInSamplingClient:
+    """A sampler on one set of sampler weights, as ``tinker.SamplingClient`` presents it."""
+
+    def __init__(self, model: TinyGPT) -> None:
+        self._model = model
+        self._stops = set(ByteTokenizer().stop_token_ids)
+        self._ids = itertools.count()
+
+    def sample(
+        self, prompt: types.ModelInput, num_samples: int, sampling_params: types.SamplingParams
+    ) -> Future[types.SampleResponse]:
+        answer: Future[types.SampleResponse] = Future()
+        generator = torch.Generator().manual_seed(sampling_params.seed or 0)
+        stops = set(sampling_params.stop or self._stops)
+        sequences = []
+        for _ in range(num_samples):
+            ids = prompt.to_ints()
+            tokens: list[int] = []
+            logprobs: list[float] = []
+            reason = "length"
+            limit = sampling_params.max_tokens or 16
+            with torch.no_grad():
+                while len(tokens) < limit and len(ids) < self._model.config.max_seq_len:
+                    row = torch.log_softmax(self._model(torch.tensor([ids]))[0, -1].float(), -1)
+                    if sampling_params.temperature == 0:
+                        token = int(row.argmax())
+                    else:
+                        weights = torch.softmax(row / sampling_params.temperature, -1)
+                        token = int(torch.multinomial(weights, 1, generator=generator))
+                    tokens.append(token)
+                    logprobs.append(float(row[token]))
+                    ids = [*ids, token]
+                    if token in stops:
+                        reason = "stop"
+                        break
+            sequences.append(
+                types.SampledSequence(
+                    stop_reason=reason,  # type: ignore[arg-type]
+                    sequence_id=f"stand-in-sequence-{next(self._ids)}",
+                    _tokens_list=tokens,
+                    _logprobs_list=logprobs,
+                )
+            )
+        answer.set_result(types.SampleResponse(sequences=sequences))
+        return answer

@@ -50,11 +50,11 @@ import os
 import threading
 import traceback
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
-from typing import Any, ClassVar, Final, Protocol, TypeVar
+from typing import Any, ClassVar, Final
 
 import attrs
 from tinker import types
@@ -68,6 +68,7 @@ from reef.components.job_samples import (
     prepare_job,
 )
 from reef.components.scheduling import StepPlan, plan_steps
+from reef.components.tinker.connection import Connect, TinkerConnection, TrainingClientLike
 from reef.components.tinker.datums import (
     cross_entropy_datum,
     importance_sampling_datum,
@@ -76,12 +77,10 @@ from reef.components.tinker.datums import (
 from reef.core.chat_rendering import ChatRenderer, Tokenizer
 from reef.core.config import config_option
 from reef.core.job_data import JobData, JobOutcome
-from reef.core.plugins import PluginConfigError, PluginSettings
+from reef.core.plugins import PluginSettings
 from reef.core.records import JSON
 
 logger = logging.getLogger(__name__)
-
-_T_co = TypeVar("_T_co", covariant=True)
 
 #: The ``tokenizer`` setting that selects Reef's byte-level demo tokenizer.
 BYTE_TOKENIZER: Final = "byte"
@@ -143,87 +142,6 @@ class TinkerComponentSettings(PluginSettings):
 
 
 # -------------------------------------------------------------------------------------------
-# the part of the SDK the component calls (tinker's own classes satisfy these)
-# -------------------------------------------------------------------------------------------
-
-
-class TinkerFuture(Protocol[_T_co]):
-    """What every SDK call returns: a future whose result can be waited for with a timeout."""
-
-    def result(self, timeout: float | None = None) -> _T_co: ...
-
-
-class TrainingClientLike(Protocol):
-    """The calls the component makes on ``tinker.TrainingClient``."""
-
-    model_id: str
-
-    def forward(
-        self, data: list[types.Datum], loss_fn: types.LossFnType
-    ) -> TinkerFuture[types.ForwardBackwardOutput]: ...
-
-    def forward_backward(
-        self, data: list[types.Datum], loss_fn: types.LossFnType
-    ) -> TinkerFuture[types.ForwardBackwardOutput]: ...
-
-    def optim_step(self, optim_params: types.AdamParams) -> TinkerFuture[Any]: ...
-
-    def save_state(
-        self, name: str, ttl_seconds: int | None = None
-    ) -> TinkerFuture[types.SaveWeightsResponse]: ...
-
-    def save_weights_for_sampler(
-        self, name: str, ttl_seconds: int | None = None
-    ) -> TinkerFuture[types.SaveWeightsForSamplerResponse]: ...
-
-    def get_tokenizer(self) -> Any: ...
-
-
-class TinkerService(Protocol):
-    """The calls the component makes on ``tinker.ServiceClient`` and ``tinker.RestClient``."""
-
-    def create_lora_training_client(
-        self, base_model: str, rank: int = 32, seed: int | None = None
-    ) -> TinkerFuture[TrainingClientLike]: ...
-
-    def create_training_client_from_state_with_optimizer(
-        self, path: str
-    ) -> TinkerFuture[TrainingClientLike]: ...
-
-    def list_checkpoints(
-        self, training_run_id: str
-    ) -> TinkerFuture[types.CheckpointsListResponse]: ...
-
-
-#: Opens a connection to Tinker with the API key (the stand-in in tests).
-Connect = Callable[[TinkerComponentSettings, str], TinkerService]
-
-
-class _SdkService:
-    """The real SDK behind :class:`TinkerService`: one ``ServiceClient`` (a session) and one
-    ``RestClient``."""
-
-    def __init__(self, settings: TinkerComponentSettings, api_key: str) -> None:
-        import tinker
-
-        self._service = tinker.ServiceClient(base_url=settings.base_url, api_key=api_key)
-        self._rest = tinker.RestClient(base_url=settings.base_url, api_key=api_key)
-
-    def create_lora_training_client(
-        self, base_model: str, rank: int = 32, seed: int | None = None
-    ) -> TinkerFuture[TrainingClientLike]:
-        return self._service.create_lora_training_client(base_model, rank=rank, seed=seed)
-
-    def create_training_client_from_state_with_optimizer(
-        self, path: str
-    ) -> TinkerFuture[TrainingClientLike]:
-        return self._service.create_training_client_from_state_with_optimizer(path)
-
-    def list_checkpoints(self, training_run_id: str) -> TinkerFuture[types.CheckpointsListResponse]:
-        return self._rest.list_checkpoints(training_run_id)
-
-
-# -------------------------------------------------------------------------------------------
 # the journal under state_dir
 # -------------------------------------------------------------------------------------------
 
@@ -260,7 +178,7 @@ class TinkerComponent:
     :class:`reef.components.interface.TrainingComponent`.
 
     :param connect: opens the connection to Tinker; the real SDK by default. Called once, on
-        first use, with the settings and the API key.
+        first use, with the base URL and the API key.
     :param environ: where the API key is read; the process environment by default.
     """
 
@@ -279,18 +197,14 @@ class TinkerComponent:
         self.settings = settings
         self.state_dir = Path(settings.state_dir)
         (self.state_dir / "jobs").mkdir(parents=True, exist_ok=True)
-        environment = os.environ if environ is None else environ
-        api_key = environment.get(settings.api_key_env, "")
-        if not api_key:
-            raise PluginConfigError(
-                type(self).__name__,
-                "$.api_key_env",
-                f"the environment variable {settings.api_key_env} holding the Tinker API key is"
-                " not set; export it in the environment of the process that trains",
-            )
-        self._api_key = api_key
-        self._connect: Connect = connect or _SdkService
-        self._service: TinkerService | None = None
+        self.tinker = TinkerConnection(
+            type(self),
+            api_key_env=settings.api_key_env,
+            base_url=settings.base_url,
+            request_timeout=settings.request_timeout,
+            connect=connect,
+            environ=os.environ if environ is None else environ,
+        )
         self._client: TrainingClientLike | None = None
         self._tokenizer: Tokenizer | None = None
         self._recovered = False
@@ -309,23 +223,6 @@ class TinkerComponent:
     def name(self) -> str:
         """The component's name, as its job outcomes give it."""
         return self._name
-
-    # ------------------------------------------------------------------ Tinker, with care
-
-    def _redact(self, text: str) -> str:
-        return text.replace(self._api_key, "***")
-
-    def _wait(self, future: TinkerFuture[_T_co], what: str) -> _T_co:
-        timeout = self.settings.request_timeout
-        try:
-            return future.result(timeout=timeout)
-        except (FutureTimeout, TimeoutError) as exc:
-            raise TimeoutError(f"Tinker did not answer {what} within {timeout} s") from exc
-
-    def _service_client(self) -> TinkerService:
-        if self._service is None:
-            self._service = self._connect(self.settings, self._api_key)
-        return self._service
 
     # ------------------------------------------------------------------ the journal
 
@@ -356,8 +253,8 @@ class TinkerComponent:
         for pending_path in sorted((self.state_dir / "jobs").glob("*.pending.json")):
             pending = _read_json(pending_path)
             assert pending is not None
-            listing = self._wait(
-                self._service_client().list_checkpoints(str(pending["training_run_id"])),
+            listing = self.tinker.wait(
+                self.tinker.service.list_checkpoints(str(pending["training_run_id"])),
                 "the list of checkpoints",
             )
             saved = {c.checkpoint_id: c.tinker_path for c in listing.checkpoints}
@@ -378,10 +275,10 @@ class TinkerComponent:
         self._recover()
         if self._client is not None:
             return self._client
-        service = self._service_client()
+        service = self.tinker.service
         checkpoint = self._state().get("checkpoint")
         if checkpoint is None:
-            client = self._wait(
+            client = self.tinker.wait(
                 service.create_lora_training_client(
                     self.settings.base_model, rank=self.settings.lora_rank, seed=self.settings.seed
                 ),
@@ -389,7 +286,7 @@ class TinkerComponent:
             )
             # The initial weights are a checkpoint too, so that every process (and every
             # artifact) starts from the same weights, named the same.
-            saved = self._wait(
+            saved = self.tinker.wait(
                 client.save_state(
                     f"reef-initial-{uuid.uuid4().hex[:12]}",
                     ttl_seconds=self.settings.checkpoint_ttl_seconds,
@@ -398,7 +295,7 @@ class TinkerComponent:
             )
             _write_json(self._state_path, {**self._state(), "checkpoint": saved.path})
         else:
-            client = self._wait(
+            client = self.tinker.wait(
                 service.create_training_client_from_state_with_optimizer(str(checkpoint)),
                 f"the load of checkpoint {checkpoint}",
             )
@@ -480,7 +377,7 @@ class TinkerComponent:
             artifact_id = checkpoint_artifact_id(checkpoint)
             folder = self.state_dir / "artifacts" / artifact_id.partition(":")[2]
             if _read_json(folder / "artifact.json") is None:
-                saved = self._wait(
+                saved = self.tinker.wait(
                     client.save_weights_for_sampler(
                         f"reef-{artifact_id.partition(':')[2][:40]}",
                         ttl_seconds=self.settings.checkpoint_ttl_seconds,
@@ -519,7 +416,7 @@ class TinkerComponent:
                 # Failed is final: a checkpoint this attempt may still have saved is never
                 # taken for the job's (its pending record goes).
                 self._pending_path(data.id).unlink(missing_ok=True)
-                detail = self._redact(traceback.format_exception_only(exc)[-1].strip())
+                detail = self.tinker.redact(traceback.format_exception_only(exc)[-1].strip())
                 logger.warning("tinker job %s failed: %s", data.id, detail)
                 outcome = JobOutcome(data.id, self._name, "failed", error=detail)
             self._record_outcome(outcome)
@@ -575,8 +472,8 @@ class TinkerComponent:
             # back to back.
             backward = client.forward_backward(datums, job.objective)  # type: ignore[arg-type]
             optimizer = client.optim_step(adam)
-            output = self._wait(backward, f"forward_backward of step {len(losses)}")
-            self._wait(optimizer, f"optim_step of step {len(losses)}")
+            output = self.tinker.wait(backward, f"forward_backward of step {len(losses)}")
+            self.tinker.wait(optimizer, f"optim_step of step {len(losses)}")
             consumed += consumed_lines(len(losses), loss_tokens, prepared)
             losses.append(float(output.metrics.get("loss:sum", float("nan"))))
             trained_tokens += tokens
@@ -597,7 +494,7 @@ class TinkerComponent:
         if not refs:
             return {}
         datums = [cross_entropy_datum(prepared.rendered[s][1].sequences[i], 1.0) for s, i in refs]
-        output = self._wait(client.forward(datums, "cross_entropy"), "the start forward")
+        output = self.tinker.wait(client.forward(datums, "cross_entropy"), "the start forward")
         return dict(zip(refs, target_logprobs(output), strict=True))
 
     def _commit(self, client: TrainingClientLike, outcome: JobOutcome) -> None:
@@ -611,7 +508,7 @@ class TinkerComponent:
                 "outcome": attrs.asdict(outcome),
             },
         )
-        saved = self._wait(
+        saved = self.tinker.wait(
             client.save_state(name, ttl_seconds=self.settings.checkpoint_ttl_seconds),
             "the save of the job's checkpoint",
         )
