@@ -167,13 +167,15 @@ def test_a_failure_mid_job_fails_the_job_and_keeps_the_last_finished_weights(
 def test_a_service_that_does_not_answer_fails_the_job_and_never_hangs(
     tmp_path: Path, service: TinkerStandIn
 ) -> None:
+    """Every request waits at most request_timeout; the hung one is the only one timed."""
+    component(tmp_path, service).publish()  # the initial checkpoint, without a deadline
     tinker = component(tmp_path, service, request_timeout=0.2)
-    tinker.publish()
-    release = service.hang("optim_step")
+    release = service.hang("create_training_client_from_state_with_optimizer")
     outcome = tinker.wait(tinker.submit(JobData("j:data:1", samples())), timeout=30)
     release.set()
     assert outcome.event == "failed"
-    assert "did not answer optim_step of step 0 within 0.2 s" in (outcome.error or "")
+    assert "did not answer the load of checkpoint tinker://" in (outcome.error or "")
+    assert "within 0.2 s" in (outcome.error or "")
     tinker.close()  # returns: nothing waits on the hung request
 
 
