@@ -30,6 +30,42 @@ def test_plugins_lists_core_names_with_distribution_and_version() -> None:
     assert table.splitlines()[0].split()[:4] == ["NAME", "KIND", "DISTRIBUTION", "VERSION"]
 
 
+def test_plugins_lists_the_components_whose_extras_are_installed_and_says_how_to_add_the_rest(
+    tmp_path: Path,
+) -> None:
+    """``reef plugins`` lists ``tinker`` and ``slime`` when their extras are installed; without
+    Tinker's SDK (here hidden by a module that cannot be imported, as when it is not installed)
+    it lists ``tinker`` as not installed and names the extra to install."""
+    import importlib.util
+
+    done = reef("plugins", "--json")
+    components = {
+        r["name"]: r["class"]
+        for r in json.loads(done.stdout)["registered"]
+        if r["kind"] == "component"
+    }
+    if importlib.util.find_spec("tinker") is not None:
+        assert components["tinker"] == "reef.components.tinker.component:TinkerComponent"
+    assert components["slime"] == "reef.components.slime.component:SlimeComponent"
+    hidden = tmp_path / "hide"
+    hidden.mkdir()
+    (hidden / "tinker.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'tinker'\", name='tinker')\n"
+    )
+    path = os.pathsep.join([str(hidden), os.environ.get("PYTHONPATH", "")])
+    without = reef("plugins", "--json", env_extra={"PYTHONPATH": path})
+    listing = json.loads(without.stdout)
+    assert "tinker" not in {r["name"] for r in listing["registered"]}
+    assert listing["unavailable"] == [
+        {"name": "tinker", "missing": "tinker", "install": "pip install 'reef-core[tinker]'"}
+    ]
+    table = reef("plugins", env_extra={"PYTHONPATH": path}).stdout
+    assert (
+        "not installed: component tinker needs the tinker package: pip install 'reef-core[tinker]'"
+        in table
+    )
+
+
 def test_blocking_core_removes_its_names() -> None:
     done = reef("plugins", "--json", env_extra={"REEF_BLOCK_PLUGINS": "core"})
     listing = json.loads(done.stdout)
