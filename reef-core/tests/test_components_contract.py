@@ -24,28 +24,7 @@ from reef.components.interface import JobHandle, TrainingComponent  # noqa: E402
 from reef.components.objectives import token_logprobs  # noqa: E402
 from reef.core.job_data import JobData, JobOutcome, TaskSample, TrajectorySample  # noqa: E402
 from reef.core.plugins import PluginConfigError  # noqa: E402
-
-
-def trajectory(prompt: str, reply: str, **extra: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "schema_version": "ATIF-v1.8",
-        "agent": {"name": "toy", "version": "1"},
-        "steps": [
-            {"step_id": 1, "source": "user", "message": prompt},
-            {"step_id": 2, "source": "agent", "message": reply},
-        ],
-    }
-    if extra:
-        body["extra"] = {"reef": extra}
-    return body
-
-
-def toy_samples() -> list[TrajectorySample]:
-    """A learnable task: the colour of each number's parity."""
-    return [
-        TrajectorySample(trajectory(f"colour {n}", "red" if n % 2 else "blue"), sample_id=f"t{n}")
-        for n in range(8)
-    ]
+from reef.testing.samples import colour_samples, exchange  # noqa: E402
 
 
 class Harness(Protocol):
@@ -63,7 +42,7 @@ class Harness(Protocol):
 
 
 def _logprob(model: Any, component: Any, prompt: str, reply: str) -> float:
-    (sequence,) = component.renderer.render_sample(trajectory(prompt, reply)).sequences
+    (sequence,) = component.renderer.render_sample(exchange(prompt, reply)).sequences
     with torch.no_grad():
         (values,) = token_logprobs(model, [sequence.token_ids], torch.device("cpu"))
     mask = torch.tensor(sequence.loss_mask[1:], dtype=torch.float32)
@@ -193,7 +172,7 @@ def test_sft_loss_really_decreases(harness: Harness) -> None:
     before = harness.reply_logprob(component, "colour 3", "red")
     losses = []
     for job in range(8):
-        outcome = harness.run(component, f"toy:data:{job}", toy_samples())
+        outcome = harness.run(component, f"toy:data:{job}", colour_samples())
         assert outcome.event == "finished", outcome.error
         assert outcome.metrics["steps"] == 2
         assert outcome.metrics["unrenderable_samples"] == 0
@@ -217,7 +196,7 @@ def test_policy_gradient_raises_the_probability_of_rewarded_replies(harness: Har
     start = gap()
     for job in range(6):
         samples = [
-            TrajectorySample(trajectory(prompt, reply), reward=reward, group_id=f"g{job}-{k}")
+            TrajectorySample(exchange(prompt, reply), reward=reward, group_id=f"g{job}-{k}")
             for k in range(4)
             for reply, reward in (("yes", 1.0), ("no", 0.0))
         ]
@@ -232,10 +211,10 @@ def test_samples_without_a_finite_reward_do_not_train_a_policy_gradient(harness:
     (``reward``, else ``extra.reef.reward``); SFT needs none."""
     component = harness.make()
     samples = [
-        TrajectorySample(trajectory("q", "a"), sample_id="a"),
-        TrajectorySample(trajectory("q", "b", reward=1.0), sample_id="b"),
-        TrajectorySample(trajectory("q", "c", reward="high"), sample_id="c"),
-        TrajectorySample(trajectory("q", "d"), reward=0.0, sample_id="d"),
+        TrajectorySample(exchange("q", "a"), sample_id="a"),
+        TrajectorySample(exchange("q", "b", reward=1.0), sample_id="b"),
+        TrajectorySample(exchange("q", "c", reward="high"), sample_id="c"),
+        TrajectorySample(exchange("q", "d"), reward=0.0, sample_id="d"),
     ]
     outcome = harness.run(component, "rl:data:0", samples, objective="importance_sampling")
     assert outcome.metrics["samples_without_reward"] == 2
@@ -246,12 +225,12 @@ def test_samples_without_a_finite_reward_do_not_train_a_policy_gradient(harness:
 def test_unrenderable_samples_are_left_out_and_counted(harness: Harness) -> None:
     """rule: P-REND-5: over extra.reef.max_tokens, over the model's context, no reply to train."""
     component = harness.make()
-    copied = trajectory("q", "a")
+    copied = exchange("q", "a")
     copied["steps"][1]["is_copied_context"] = True
     samples = [
-        TrajectorySample(trajectory("q", "fits"), sample_id="fits"),
-        TrajectorySample(trajectory("q", "a", max_tokens=5), sample_id="short"),
-        TrajectorySample(trajectory("q", "x" * 200), sample_id="long"),
+        TrajectorySample(exchange("q", "fits"), sample_id="fits"),
+        TrajectorySample(exchange("q", "a", max_tokens=5), sample_id="short"),
+        TrajectorySample(exchange("q", "x" * 200), sample_id="long"),
         TrajectorySample(copied, sample_id="copied"),
     ]
     outcome = harness.run(component, "toy:data:0", samples)
@@ -266,11 +245,11 @@ def test_the_outcome_says_what_the_loss_consumed(harness: Harness) -> None:
     none. Agent ECC's plugin writes its consumption lines from it."""
     component = harness.make(batch_size=2)
     samples = [
-        TrajectorySample(trajectory("q", "red"), reward=1.0, sample_id="s0", group_id="g"),
-        TrajectorySample(trajectory("q", "blue"), reward=0.0, sample_id="s1", group_id="g"),
-        TrajectorySample(trajectory("q", "x" * 200), reward=1.0, sample_id="long", group_id="g"),
-        TrajectorySample(trajectory("q", "none"), sample_id="unrewarded", group_id="g"),
-        TrajectorySample(trajectory("q", "green"), reward=0.5, sample_id="s4", group_id="h"),
+        TrajectorySample(exchange("q", "red"), reward=1.0, sample_id="s0", group_id="g"),
+        TrajectorySample(exchange("q", "blue"), reward=0.0, sample_id="s1", group_id="g"),
+        TrajectorySample(exchange("q", "x" * 200), reward=1.0, sample_id="long", group_id="g"),
+        TrajectorySample(exchange("q", "none"), sample_id="unrewarded", group_id="g"),
+        TrajectorySample(exchange("q", "green"), reward=0.5, sample_id="s4", group_id="h"),
     ]
     outcome = harness.run(component, "rl:data:0", samples, objective="importance_sampling")
     consumed = {line["sample_id"]: line for line in outcome.metrics["consumed"]}
@@ -280,7 +259,7 @@ def test_the_outcome_says_what_the_loss_consumed(harness: Harness) -> None:
     assert {s: consumed[s]["reward"] for s in consumed} == {"s0": 1.0, "s1": 0.0, "s4": 0.5}
     assert {s: consumed[s]["advantage"] for s in consumed} == {"s0": 0.5, "s1": -0.5, "s4": 0.0}
     for sample_id, reply in {"s0": "red", "s1": "blue", "s4": "green"}.items():
-        (sequence,) = component.renderer.render_sample(trajectory("q", reply)).sequences
+        (sequence,) = component.renderer.render_sample(exchange("q", reply)).sequences
         assert consumed[sample_id]["loss_tokens"] == sum(sequence.loss_mask[1:])
     assert (
         sum(line["loss_tokens"] for line in consumed.values()) == outcome.metrics["trained_tokens"]
@@ -305,7 +284,7 @@ def test_batches_follow_the_batch_size_and_the_scheduling_parameter(
     reef_steps(harness)
     component = harness.make(batch_size=3)
     parameters = {} if scheduling is None else {"scheduling": scheduling}
-    outcome = harness.run(component, "toy:data:0", toy_samples()[:7], **parameters)
+    outcome = harness.run(component, "toy:data:0", colour_samples()[:7], **parameters)
     assert outcome.metrics["steps"] == steps
     assert outcome.metrics["dropped_samples"] == dropped
 
@@ -315,7 +294,7 @@ def test_a_job_smaller_than_the_batch_trains_one_partial_step(harness: Harness) 
     reef_steps(harness)
     component = harness.make(batch_size=8)
     outcome = harness.run(
-        component, "toy:data:0", toy_samples()[:2], scheduling={"remainder": "drop"}
+        component, "toy:data:0", colour_samples()[:2], scheduling={"remainder": "drop"}
     )
     assert outcome.metrics["steps"] == 1
     assert outcome.metrics["samples"] == 2
@@ -325,10 +304,10 @@ def test_bad_parameters_refuse_the_submission(harness: Harness) -> None:
     component: TrainingComponent = harness.make()
     with pytest.raises(PluginConfigError, match="remainder"):
         component.submit(
-            JobData("toy:data:0", tuple(toy_samples())), {"scheduling": {"remainder": "x"}}
+            JobData("toy:data:0", tuple(colour_samples())), {"scheduling": {"remainder": "x"}}
         )
     with pytest.raises(PluginConfigError, match="objective"):
-        component.submit(JobData("toy:data:0", tuple(toy_samples())), {"objective": "dpo"})
+        component.submit(JobData("toy:data:0", tuple(colour_samples())), {"objective": "dpo"})
     never = component.poll(JobHandle("toy:data:0", component.name))
     assert never is not None
     assert never.event == "failed"
@@ -337,19 +316,19 @@ def test_bad_parameters_refuse_the_submission(harness: Harness) -> None:
 def test_a_job_id_trains_once(harness: Harness) -> None:
     """Resubmitting a job that ended (also after a restart) trains nothing twice."""
     component = harness.make()
-    first = harness.run(component, "toy:data:0", toy_samples())
+    first = harness.run(component, "toy:data:0", colour_samples())
     weights = component.publish().artifact_id
-    assert harness.run(component, "toy:data:0", toy_samples()) == first
+    assert harness.run(component, "toy:data:0", colour_samples()) == first
     assert component.publish().artifact_id == weights
     component.close()
     restarted = harness.make()
-    assert harness.run(restarted, "toy:data:0", toy_samples()) == first
+    assert harness.run(restarted, "toy:data:0", colour_samples()) == first
     assert restarted.publish().artifact_id == weights
 
 
 def test_a_failed_job_keeps_the_last_finished_weights(harness: Harness) -> None:
     component = harness.make()
-    harness.run(component, "toy:data:0", toy_samples())
+    harness.run(component, "toy:data:0", colour_samples())
     before = component.publish().artifact_id
     outcome = harness.run(component, "task:data:0", [TaskSample("t1", {"instruction": "x"})])
     assert outcome.event == "failed"
@@ -360,7 +339,7 @@ def test_a_failed_job_keeps_the_last_finished_weights(harness: Harness) -> None:
 def test_an_artifact_keeps_its_id_after_a_restart(harness: Harness) -> None:
     """DECISIONS 7: the same weights have the same artifact_id, after a restart too."""
     component = harness.make()
-    harness.run(component, "toy:data:0", toy_samples())
+    harness.run(component, "toy:data:0", colour_samples())
     artifact = component.publish()
     assert artifact.artifact_id.startswith("sha256:")
     component.close()

@@ -16,21 +16,8 @@ torch = pytest.importorskip("torch")
 from reef.components.artifacts import load_model_folder, weights_digest  # noqa: E402
 from reef.components.job_samples import group_advantages  # noqa: E402
 from reef.components.local import LocalComponent  # noqa: E402
-from reef.core.job_data import JobData, TaskSample, TrajectorySample  # noqa: E402
-
-
-def trajectory(prompt: str, reply: str, **extra: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "schema_version": "ATIF-v1.8",
-        "agent": {"name": "toy", "version": "1"},
-        "steps": [
-            {"step_id": 1, "source": "user", "message": prompt},
-            {"step_id": 2, "source": "agent", "message": reply},
-        ],
-    }
-    if extra:
-        body["extra"] = {"reef": extra}
-    return body
+from reef.core.job_data import JobData, TaskSample  # noqa: E402
+from reef.testing.samples import colour_samples  # noqa: E402
 
 
 def component(state_dir: Path, **settings: Any) -> LocalComponent:
@@ -45,13 +32,6 @@ def component(state_dir: Path, **settings: Any) -> LocalComponent:
         **settings,
     }
     return LocalComponent.from_config(config)
-
-
-def toy_samples() -> list[TrajectorySample]:
-    """A learnable task: the colour of each number's parity."""
-    return [
-        TrajectorySample(trajectory(f"colour {n}", "red" if n % 2 else "blue")) for n in range(8)
-    ]
 
 
 def run(local: LocalComponent, job_id: str, samples: list[Any], **parameters: Any) -> Any:
@@ -76,7 +56,7 @@ def test_same_seed_same_jobs_same_artifact(tmp_path: Path) -> None:
     ids = []
     for name in ("a", "b"):
         local = component(tmp_path / name)
-        run(local, "toy:data:0", toy_samples())
+        run(local, "toy:data:0", colour_samples())
         ids.append(local.publish().artifact_id)
     assert ids[0] == ids[1]
     other_seed = component(tmp_path / "c", seed=1)
@@ -86,7 +66,7 @@ def test_same_seed_same_jobs_same_artifact(tmp_path: Path) -> None:
 def test_artifact_id_is_the_same_in_another_process_and_after_a_restart(tmp_path: Path) -> None:
     """docs/decisions.md#artifacts: the same weights have the same artifact_id everywhere."""
     local = component(tmp_path)
-    handle = local.submit(JobData("toy:data:0", toy_samples()))
+    handle = local.submit(JobData("toy:data:0", colour_samples()))
     local.wait(handle)
     artifact = local.publish()
     assert artifact.artifact_id.startswith("sha256:")
@@ -111,7 +91,7 @@ def test_artifact_id_is_the_same_in_another_process_and_after_a_restart(tmp_path
 
 def test_a_failed_jobs_artifact_folder_holds_the_last_finished_weights(tmp_path: Path) -> None:
     local = component(tmp_path)
-    run(local, "toy:data:0", toy_samples())
+    run(local, "toy:data:0", colour_samples())
     before = local.publish().artifact_id
     outcome = run(local, "task:data:0", [TaskSample("t1", {"instruction": "x"})])
     assert outcome.event == "failed"

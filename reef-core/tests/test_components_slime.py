@@ -22,18 +22,8 @@ from reef.components.slime.data_source import (
     generate_rollout,
 )
 from reef.core.job_data import JobData, TrajectorySample
+from reef.testing.samples import exchange
 from reef.testing.slime_run import Crash, Sample, SlimeRun
-
-
-def trajectory(prompt: str, reply: str) -> dict[str, Any]:
-    return {
-        "schema_version": "ATIF-v1.8",
-        "agent": {"name": "toy", "version": "1"},
-        "steps": [
-            {"step_id": 1, "source": "user", "message": prompt},
-            {"step_id": 2, "source": "agent", "message": reply},
-        ],
-    }
 
 
 def job(number: int, size: int = 4, *, group: int = 2) -> JobData:
@@ -41,7 +31,7 @@ def job(number: int, size: int = 4, *, group: int = 2) -> JobData:
         f"s:data:{number}",
         tuple(
             TrajectorySample(
-                trajectory(f"q{number}.{i}", f"answer {i}"),
+                exchange(f"q{number}.{i}", f"answer {i}"),
                 reward=float(i % 2),
                 sample_id=f"{number}.{i}",
                 group_id=f"g{number}.{i // group}",
@@ -147,7 +137,7 @@ def test_samples_reach_slime_as_groups_with_tokens_masks_and_rewards(tmp_path: P
         ["0.2", "0.3"],
     ]
     first = groups[0][0]
-    (sequence,) = reef.renderer.render_sample(trajectory("q0.0", "answer 0")).sequences
+    (sequence,) = reef.renderer.render_sample(exchange("q0.0", "answer 0")).sequences
     assert first.tokens == list(sequence.token_ids)
     assert first.response_length == len(first.loss_mask or [])
     assert first.loss_mask == list(

@@ -28,25 +28,15 @@ from reef.components.tinker.datums import cross_entropy_datum, importance_sampli
 from reef.core.chat_rendering import RenderedSequence  # noqa: E402
 from reef.core.job_data import JobData, TrajectorySample  # noqa: E402
 from reef.core.plugins import PluginConfigError  # noqa: E402
+from reef.testing.samples import exchange  # noqa: E402
 from reef.testing.tinker_service import ProcessKilled, TinkerStandIn  # noqa: E402
 
 KEY = "tml-secret-key-123"
 
 
-def trajectory(prompt: str, reply: str) -> dict[str, Any]:
-    return {
-        "schema_version": "ATIF-v1.8",
-        "agent": {"name": "toy", "version": "1"},
-        "steps": [
-            {"step_id": 1, "source": "user", "message": prompt},
-            {"step_id": 2, "source": "agent", "message": reply},
-        ],
-    }
-
-
 def samples(count: int = 6) -> tuple[TrajectorySample, ...]:
     return tuple(
-        TrajectorySample(trajectory(f"colour {n}", "red" if n % 2 else "blue"), sample_id=f"s{n}")
+        TrajectorySample(exchange(f"colour {n}", "red" if n % 2 else "blue"), sample_id=f"s{n}")
         for n in range(count)
     )
 

@@ -16,11 +16,12 @@ pytest.importorskip("torch")
 pytest.importorskip("tinker")
 
 from reef.components.tinker.component import TinkerComponent, TinkerComponentSettings
-from reef.core.job_data import TrajectorySample, sample_body
+from reef.core.job_data import sample_body
 from reef.pipeline_context import PipelineContext
 from reef.record2sample.no_samples import NoSamples
 from reef.sample2job import GroupedJobData
 from reef.storage import Database, NewSample, ScenarioSettings, TrainerSamples
+from reef.testing.samples import colour_samples
 from reef.testing.tinker_service import TinkerStandIn
 from reef.train.pipeline import TrainingPipeline
 from reef.train.trainer import Trainer, TrainerParts, TrainerSettings, snapshot_key
@@ -28,23 +29,12 @@ from reef.train.trainer import Trainer, TrainerParts, TrainerSettings, snapshot_
 pytest_plugins = ("reef.testing.storage",)
 
 
-def trajectory(n: int) -> dict[str, Any]:
-    return {
-        "schema_version": "ATIF-v1.8",
-        "agent": {"name": "toy", "version": "1"},
-        "steps": [
-            {"step_id": 1, "source": "user", "message": f"colour {n}"},
-            {"step_id": 2, "source": "agent", "message": "red" if n % 2 else "blue"},
-        ],
-    }
-
-
 def store_groups(database: Database, trainer: str, scenario: str = "s") -> None:
     samples = TrainerSamples(database, scenario)
     samples.register_trainer(trainer, reads_uploads=False)
     for group in range(2):
         unit = [
-            NewSample(f"g{group}-{i}", "trajectory", sample_body(TrajectorySample(trajectory(i))))
+            NewSample(f"g{group}-{i}", "trajectory", sample_body(colour_samples(4)[i]))
             for i in range(4)
         ]
         samples.add_record_samples(trainer, unit, [f"record-{group}"])

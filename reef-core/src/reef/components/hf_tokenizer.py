@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from reef.core.chat_rendering import Tokenizer
+
 
 class HFTokenizer:
     """Adapts a ``transformers`` tokenizer to :class:`reef.core.chat_rendering.Tokenizer`.
@@ -58,3 +60,22 @@ class HFTokenizer:
     def token_bytes(self, token_id: int) -> bytes:
         """The bytes one token stands for."""
         return self.decode([token_id]).encode("utf-8")
+
+
+#: The tokenizer name that selects Reef's byte-level demo tokenizer instead of a folder.
+BYTE_TOKENIZER = "byte"
+
+
+def load_tokenizer(name: str) -> Tokenizer:
+    """The tokenizer a component's ``tokenizer`` setting names: :data:`BYTE_TOKENIZER`, or a
+    Hugging Face tokenizer folder (``transformers`` reads it).
+
+    :raises ValueError: for a folder without a chat template.
+    """
+    if name == BYTE_TOKENIZER:
+        from reef.components.byte_tokenizer import ByteTokenizer
+
+        return ByteTokenizer()
+    from transformers import AutoTokenizer
+
+    return HFTokenizer(AutoTokenizer.from_pretrained(name))

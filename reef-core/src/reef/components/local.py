@@ -25,14 +25,10 @@ leaves the weights of the last finished job.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import threading
 import traceback
 from collections.abc import Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 from typing import Any, ClassVar, Final
 
@@ -46,6 +42,7 @@ from reef.components.artifacts import (
 )
 from reef.components.byte_tokenizer import ByteTokenizer
 from reef.components.interface import Artifact, JobHandle
+from reef.components.job_runner import JobRunner
 from reef.components.job_samples import JobParameters, consumed_lines, job_metrics, prepare_job
 from reef.components.objectives import token_logprobs, token_loss
 from reef.components.scheduling import plan_steps
@@ -102,7 +99,7 @@ class LocalComponent:
         self.settings = settings
         self.state_dir = Path(settings.state_dir)
         self.artifacts = ArtifactStore(self.state_dir / "artifacts")
-        (self.state_dir / "jobs").mkdir(parents=True, exist_ok=True)
+        self.jobs = JobRunner(name, self.state_dir / "jobs")
         if settings.device == "auto":
             self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         else:
@@ -115,8 +112,6 @@ class LocalComponent:
             save_model_folder(current, model, tokenizer)
         self.model, self.tokenizer = self._load_current()
         self._lock = threading.Lock()
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"reef-{name}")
-        self._jobs: dict[str, Future[JobOutcome]] = {}
 
     @classmethod
     def from_config(
@@ -166,56 +161,22 @@ class LocalComponent:
 
     # ------------------------------------------------------------------ the interface
 
-    def _outcome_path(self, job_id: str) -> Path:
-        return self.state_dir / "jobs" / f"{hashlib.sha256(job_id.encode()).hexdigest()}.json"
-
-    def _stored_outcome(self, job_id: str) -> JobOutcome | None:
-        try:
-            body = json.loads(self._outcome_path(job_id).read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return None
-        return JobOutcome(**body)
-
     def submit(self, data: JobData, parameters: Mapping[str, Any] | None = None) -> JobHandle:
         """Start training ``data`` (see :class:`TrainingComponent`).
 
         :raises reef.core.plugins.PluginConfigError: for parameters it does not take.
         """
         job = JobParameters.parse(parameters, plugin_class=type(self), path="$.parameters")
-        handle = JobHandle(data.id, self._name)
-        if data.id in self._jobs or self._stored_outcome(data.id) is not None:
-            return handle
-        self._jobs[data.id] = self._executor.submit(self._run, data, job)
-        return handle
+        return self.jobs.submit(data.id, lambda: self._run(data, job))
 
     def poll(self, handle: JobHandle) -> JobOutcome | None:
         """The job's outcome once it ended, else ``None``. A job this component never started
         and has no outcome of (it was running when an earlier process stopped) failed."""
-        future = self._jobs.get(handle.job_id)
-        if future is not None:
-            return future.result() if future.done() else None
-        stored = self._stored_outcome(handle.job_id)
-        if stored is not None:
-            return stored
-        return JobOutcome(
-            job_id=handle.job_id,
-            component=self._name,
-            event="failed",
-            error="the job is unknown to this component: it was not submitted, or it was "
-            "running when the process that ran it stopped",
-        )
+        return self.jobs.poll(handle)
 
     def wait(self, handle: JobHandle, timeout: float | None = None) -> JobOutcome:
         """Block until the job ends (see :class:`TrainingComponent`)."""
-        future = self._jobs.get(handle.job_id)
-        if future is None:
-            outcome = self.poll(handle)
-            assert outcome is not None  # without a future, poll always knows the outcome
-            return outcome
-        try:
-            return future.result(timeout=timeout)
-        except FutureTimeout as exc:
-            raise TimeoutError(f"job {handle.job_id!r} did not end in {timeout} s") from exc
+        return self.jobs.wait(handle, timeout)
 
     def publish(self) -> Artifact:
         """Publish the weights of the last finished job as an artifact."""
@@ -224,7 +185,7 @@ class LocalComponent:
 
     def close(self) -> None:
         """Take no more jobs; wait for the running one."""
-        self._executor.shutdown(wait=True)
+        self.jobs.close()
 
     # ------------------------------------------------------------------ a job
 
@@ -242,11 +203,6 @@ class LocalComponent:
                 self.model, self.tokenizer = self._load_current()
                 detail = traceback.format_exception_only(exc)[-1].strip()
                 outcome = JobOutcome(data.id, self._name, "failed", error=detail)
-            body = attrs.asdict(outcome)
-            path = self._outcome_path(data.id)
-            staging = path.with_suffix(f".{os.getpid()}.tmp")
-            staging.write_text(json.dumps(body), encoding="utf-8")
-            os.replace(staging, path)
             return outcome
 
     def _train(self, data: JobData, job: JobParameters) -> JSON:

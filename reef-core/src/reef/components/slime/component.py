@@ -38,10 +38,12 @@ from typing import Any, ClassVar
 
 import attrs
 
+from reef.components.hf_tokenizer import load_tokenizer
 from reef.components.interface import Artifact, JobHandle
 from reef.components.job_samples import JobParameters, PreparedJob, job_metrics, prepare_job
+from reef.components.json_files import read_json, write_json
 from reef.components.scheduling import StepPlan
-from reef.components.slime.exchange import Exchange, TrainedGroups, read_json, write_json
+from reef.components.slime.exchange import Exchange, TrainedGroups
 from reef.core.chat_rendering import ChatRenderer, RenderedSequence, Tokenizer
 from reef.core.config import config_option
 from reef.core.job_data import JobData, JobOutcome
@@ -149,17 +151,7 @@ class SlimeComponent:
     def renderer(self) -> ChatRenderer:
         """The renderer of slime's model, with the engine's chat template arguments."""
         if self._tokenizer is None:
-            if self.settings.tokenizer == "byte":
-                from reef.components.byte_tokenizer import ByteTokenizer
-
-                self._tokenizer = ByteTokenizer()
-            else:
-                from transformers import AutoTokenizer
-
-                from reef.components.hf_tokenizer import HFTokenizer
-
-                folder = self.settings.tokenizer or self.settings.base_weights
-                self._tokenizer = HFTokenizer(AutoTokenizer.from_pretrained(folder))
+            self._tokenizer = load_tokenizer(self.settings.tokenizer or self.settings.base_weights)
         return ChatRenderer(self._tokenizer, self.settings.chat_template_args)
 
     # ------------------------------------------------------------------ the interface

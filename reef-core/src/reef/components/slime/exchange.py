@@ -26,31 +26,13 @@ from typing import Any, Final
 
 import attrs
 
+from reef.components.json_files import read_json, write_json
 from reef.core.records import JSON
 
 #: A group of a job: (the job's seq, the group's index in the job).
 GroupKey = tuple[int, int]
 
 _SEQ_DIGITS: Final = 10
-
-
-def write_json(path: Path, body: Any) -> None:
-    """Write ``body`` to ``path`` whole (a reader sees the old file or the new one)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staging = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(staging, "w", encoding="utf-8") as handle:
-        json.dump(body, handle, sort_keys=True)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(staging, path)
-
-
-def read_json(path: Path) -> Any:
-    """The JSON in ``path``, or ``None`` when there is no such file."""
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None
 
 
 @attrs.define

@@ -44,22 +44,21 @@ variable ``api_key_env`` and never logged: it is removed from every error text.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import threading
 import traceback
 import uuid
 from collections.abc import Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar
 
 import attrs
 from tinker import types
 
+from reef.components.hf_tokenizer import HFTokenizer, load_tokenizer
 from reef.components.interface import Artifact, JobHandle
+from reef.components.job_runner import JobRunner
 from reef.components.job_samples import (
     JobParameters,
     PreparedJob,
@@ -67,6 +66,7 @@ from reef.components.job_samples import (
     job_metrics,
     prepare_job,
 )
+from reef.components.json_files import read_json, write_json
 from reef.components.scheduling import StepPlan, plan_steps
 from reef.components.tinker.connection import Connect, TinkerConnection, TrainingClientLike
 from reef.components.tinker.datums import (
@@ -81,9 +81,6 @@ from reef.core.plugins import PluginSettings
 from reef.core.records import JSON
 
 logger = logging.getLogger(__name__)
-
-#: The ``tokenizer`` setting that selects Reef's byte-level demo tokenizer.
-BYTE_TOKENIZER: Final = "byte"
 
 
 def _positive(_: object, attribute: attrs.Attribute[Any], value: float | None) -> None:
@@ -126,7 +123,9 @@ class TinkerComponentSettings(PluginSettings):
         factory=dict, help="the engine's chat template arguments (enable_thinking...)"
     )
     tokenizer: str | None = config_option(
-        None, help="the base model's tokenizer from Tinker when unset; 'byte': Reef's demo one"
+        None,
+        help="the base model's tokenizer from Tinker when unset; else a tokenizer folder, or"
+        " 'byte' for Reef's demo tokenizer",
     )
     api_key_env: str = config_option(
         "TINKER_API_KEY", help="the environment variable that holds the Tinker API key"
@@ -144,27 +143,6 @@ class TinkerComponentSettings(PluginSettings):
 # -------------------------------------------------------------------------------------------
 # the journal under state_dir
 # -------------------------------------------------------------------------------------------
-
-
-def _write_json(path: Path, body: JSON) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staging = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    staging.write_text(json.dumps(body, sort_keys=True), encoding="utf-8")
-    os.replace(staging, path)
-
-
-def _read_json(path: Path) -> JSON | None:
-    try:
-        body = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None
-    if not isinstance(body, dict):
-        raise ValueError(f"{path}: not a JSON object")
-    return body
-
-
-def _job_key(job_id: str) -> str:
-    return hashlib.sha256(job_id.encode()).hexdigest()
 
 
 def checkpoint_artifact_id(checkpoint: str) -> str:
@@ -196,7 +174,7 @@ class TinkerComponent:
         self._name = name
         self.settings = settings
         self.state_dir = Path(settings.state_dir)
-        (self.state_dir / "jobs").mkdir(parents=True, exist_ok=True)
+        self.jobs = JobRunner(name, self.state_dir / "jobs")
         self.tinker = TinkerConnection(
             type(self),
             api_key_env=settings.api_key_env,
@@ -209,8 +187,6 @@ class TinkerComponent:
         self._tokenizer: Tokenizer | None = None
         self._recovered = False
         self._lock = threading.Lock()
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"reef-{name}")
-        self._jobs: dict[str, Future[JobOutcome]] = {}
 
     @classmethod
     def from_config(
@@ -231,27 +207,17 @@ class TinkerComponent:
         return self.state_dir / "state.json"
 
     def _state(self) -> JSON:
-        return _read_json(self._state_path) or {}
-
-    def _outcome_path(self, job_id: str) -> Path:
-        return self.state_dir / "jobs" / f"{_job_key(job_id)}.json"
+        return read_json(self._state_path) or {}
 
     def _pending_path(self, job_id: str) -> Path:
-        return self.state_dir / "jobs" / f"{_job_key(job_id)}.pending.json"
-
-    def _stored_outcome(self, job_id: str) -> JobOutcome | None:
-        body = _read_json(self._outcome_path(job_id))
-        return None if body is None else JobOutcome(**body)
-
-    def _record_outcome(self, outcome: JobOutcome) -> None:
-        _write_json(self._outcome_path(outcome.job_id), attrs.asdict(outcome))
+        return self.jobs.path(job_id, ".pending.json")
 
     def _recover(self) -> None:
         """Settle the jobs a stopped process left pending (see the module's documentation)."""
         if self._recovered:
             return
         for pending_path in sorted((self.state_dir / "jobs").glob("*.pending.json")):
-            pending = _read_json(pending_path)
+            pending = read_json(pending_path)
             assert pending is not None
             listing = self.tinker.wait(
                 self.tinker.service.list_checkpoints(str(pending["training_run_id"])),
@@ -262,8 +228,8 @@ class TinkerComponent:
             if path is not None:
                 # The checkpoint is there: the job finished before the process stopped.
                 outcome = JobOutcome(**pending["outcome"])
-                _write_json(self._state_path, {**self._state(), "checkpoint": path})
-                self._record_outcome(outcome)
+                write_json(self._state_path, {**self._state(), "checkpoint": path})
+                self.jobs.record(outcome)
             pending_path.unlink()
         self._recovered = True
 
@@ -293,7 +259,7 @@ class TinkerComponent:
                 ),
                 "the save of the initial checkpoint",
             )
-            _write_json(self._state_path, {**self._state(), "checkpoint": saved.path})
+            write_json(self._state_path, {**self._state(), "checkpoint": saved.path})
         else:
             client = self.tinker.wait(
                 service.create_training_client_from_state_with_optimizer(str(checkpoint)),
@@ -306,19 +272,10 @@ class TinkerComponent:
     def renderer(self) -> ChatRenderer:
         """The renderer of the trained model, with the engine's chat template arguments."""
         if self._tokenizer is None:
-            if self.settings.tokenizer == BYTE_TOKENIZER:
-                from reef.components.byte_tokenizer import ByteTokenizer
-
-                self._tokenizer = ByteTokenizer()
-            elif self.settings.tokenizer is None:
-                from reef.components.hf_tokenizer import HFTokenizer
-
+            if self.settings.tokenizer is None:
                 self._tokenizer = HFTokenizer(self._training_client().get_tokenizer())
             else:
-                raise ValueError(
-                    f"tokenizer {self.settings.tokenizer!r}: leave it unset for the base model's"
-                    f" tokenizer, or set {BYTE_TOKENIZER!r}"
-                )
+                self._tokenizer = load_tokenizer(self.settings.tokenizer)
         return ChatRenderer(self._tokenizer, self.settings.chat_template_args)
 
     # ------------------------------------------------------------------ the interface
@@ -329,44 +286,24 @@ class TinkerComponent:
         :raises reef.core.plugins.PluginConfigError: for parameters it does not take.
         """
         job = JobParameters.parse(parameters, plugin_class=type(self), path="$.parameters")
-        handle = JobHandle(data.id, self._name)
-        if data.id in self._jobs or self._stored_outcome(data.id) is not None:
-            return handle
-        self._jobs[data.id] = self._executor.submit(self._run, data, job)
-        return handle
+        return self.jobs.submit(data.id, lambda: self._run(data, job))
 
     def poll(self, handle: JobHandle) -> JobOutcome | None:
         """The job's outcome once it ended, else ``None``. A job this process never started
         and that did not finish in an earlier one (it did not reach its checkpoint) failed."""
-        future = self._jobs.get(handle.job_id)
-        if future is not None:
-            return future.result() if future.done() else None
-        stored = self._stored_outcome(handle.job_id)
-        if stored is None and self._pending_path(handle.job_id).exists():
-            with self._lock:
-                self._recover()
-            stored = self._stored_outcome(handle.job_id)
-        if stored is not None:
-            return stored
-        return JobOutcome(
-            job_id=handle.job_id,
-            component=self._name,
-            event="failed",
-            error="the job is unknown to this component: it was not submitted, or it was "
-            "running when the process that ran it stopped and did not reach its checkpoint",
-        )
+        return self.jobs.poll(handle, self._settle)
+
+    def _settle(self, job_id: str) -> JobOutcome | None:
+        """The outcome of a job an earlier process left pending, once Tinker says."""
+        if not self._pending_path(job_id).exists():
+            return None
+        with self._lock:
+            self._recover()
+        return self.jobs.stored(job_id)
 
     def wait(self, handle: JobHandle, timeout: float | None = None) -> JobOutcome:
         """Block until the job ends (see :class:`TrainingComponent`)."""
-        future = self._jobs.get(handle.job_id)
-        if future is None:
-            outcome = self.poll(handle)
-            assert outcome is not None  # without a future, poll always knows the outcome
-            return outcome
-        try:
-            return future.result(timeout=timeout)
-        except FutureTimeout as exc:
-            raise TimeoutError(f"job {handle.job_id!r} did not end in {timeout} s") from exc
+        return self.jobs.wait(handle, timeout, self._settle)
 
     def publish(self) -> Artifact:
         """Publish the weights of the last finished job for Tinker's sampler, once per
@@ -376,7 +313,7 @@ class TinkerComponent:
             checkpoint = str(self._state()["checkpoint"])
             artifact_id = checkpoint_artifact_id(checkpoint)
             folder = self.state_dir / "artifacts" / artifact_id.partition(":")[2]
-            if _read_json(folder / "artifact.json") is None:
+            if read_json(folder / "artifact.json") is None:
                 saved = self.tinker.wait(
                     client.save_weights_for_sampler(
                         f"reef-{artifact_id.partition(':')[2][:40]}",
@@ -384,7 +321,7 @@ class TinkerComponent:
                     ),
                     "the save of the sampler weights",
                 )
-                _write_json(
+                write_json(
                     folder / "artifact.json",
                     {
                         "artifact_id": artifact_id,
@@ -401,7 +338,7 @@ class TinkerComponent:
     def close(self) -> None:
         """Take no more jobs; wait for the running one (each of its requests is bounded by
         ``request_timeout``)."""
-        self._executor.shutdown(wait=True)
+        self.jobs.close()
 
     # ------------------------------------------------------------------ a job
 
@@ -419,7 +356,6 @@ class TinkerComponent:
                 detail = self.tinker.redact(traceback.format_exception_only(exc)[-1].strip())
                 logger.warning("tinker job %s failed: %s", data.id, detail)
                 outcome = JobOutcome(data.id, self._name, "failed", error=detail)
-            self._record_outcome(outcome)
             return outcome
 
     def _train(self, data: JobData, job: JobParameters) -> JobOutcome:
@@ -499,8 +435,8 @@ class TinkerComponent:
 
     def _commit(self, client: TrainingClientLike, outcome: JobOutcome) -> None:
         """Save the job's checkpoint: what makes it finished (see the module's documentation)."""
-        name = f"reef-{_job_key(outcome.job_id)[:32]}-{uuid.uuid4().hex[:8]}"
-        _write_json(
+        name = f"reef-{self.jobs.path(outcome.job_id).stem[:32]}-{uuid.uuid4().hex[:8]}"
+        write_json(
             self._pending_path(outcome.job_id),
             {
                 "checkpoint_name": name,
@@ -512,6 +448,6 @@ class TinkerComponent:
             client.save_state(name, ttl_seconds=self.settings.checkpoint_ttl_seconds),
             "the save of the job's checkpoint",
         )
-        _write_json(self._state_path, {**self._state(), "checkpoint": saved.path})
-        self._record_outcome(outcome)
+        write_json(self._state_path, {**self._state(), "checkpoint": saved.path})
+        self.jobs.record(outcome)
         self._pending_path(outcome.job_id).unlink()
