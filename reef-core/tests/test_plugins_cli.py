@@ -46,7 +46,8 @@ def test_plugins_lists_the_components_whose_extras_are_installed_and_says_how_to
     }
     if importlib.util.find_spec("tinker") is not None:
         assert components["tinker"] == "reef.components.tinker.component:TinkerComponent"
-    assert components["slime"] == "reef.components.slime.component:SlimeComponent"
+    if importlib.util.find_spec("jinja2") is not None:
+        assert components["slime"] == "reef.components.slime.component:SlimeComponent"
     hidden = tmp_path / "hide"
     hidden.mkdir()
     (hidden / "tinker.py").write_text(
@@ -56,9 +57,11 @@ def test_plugins_lists_the_components_whose_extras_are_installed_and_says_how_to
     without = reef("plugins", "--json", env_extra={"PYTHONPATH": path})
     listing = json.loads(without.stdout)
     assert "tinker" not in {r["name"] for r in listing["registered"]}
-    assert listing["unavailable"] == [
-        {"name": "tinker", "missing": "tinker", "install": "pip install 'reef-core[tinker]'"}
-    ]
+    assert {
+        "name": "tinker",
+        "missing": "tinker",
+        "install": "pip install 'reef-core[tinker]'",
+    } in listing["unavailable"]
     table = reef("plugins", env_extra={"PYTHONPATH": path}).stdout
     assert (
         "not installed: component tinker needs the tinker package: pip install 'reef-core[tinker]'"
