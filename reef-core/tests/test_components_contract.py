@@ -337,32 +337,11 @@ def test_a_failed_job_keeps_the_last_finished_weights(harness: Harness) -> None:
 
 
 def test_an_artifact_keeps_its_id_after_a_restart(harness: Harness) -> None:
-    """DECISIONS 7: the same weights have the same artifact_id, after a restart too."""
+    """The same weights have the same artifact_id, after a restart too
+    (docs/decisions.md#artifacts)."""
     component = harness.make()
     harness.run(component, "toy:data:0", colour_samples())
     artifact = component.publish()
     assert artifact.artifact_id.startswith("sha256:")
     component.close()
     assert harness.make().publish() == artifact
-
-
-@pytest.mark.parametrize("component", ["tinker", "slime"])
-def test_the_documented_deployment_of_each_component_loads(component: str) -> None:
-    """The deployment YAML docs/components.md gives for each hosted component is one that
-    ``reef check`` accepts."""
-    import re
-
-    from reef.core.deployment import load_deployment
-    from reef.core.plugins import Plugins
-
-    if component == "tinker":
-        pytest.importorskip("tinker")
-    docs = Path(__file__).parents[2] / "docs" / "components.md"
-    section = docs.read_text().split(f"## The `{component}` component", 1)[1]
-    (yaml,) = re.findall(r"```yaml\n(scenarios:.*?)```", section.split("\n## ", 1)[0], re.S)
-    plugins = Plugins(blocked=())
-    plugins.load()
-    deployment = load_deployment(yaml, plugins=plugins)
-    (scenario,) = deployment.scenarios.values()
-    assert scenario.training is not None
-    assert scenario.training.component == component

@@ -248,7 +248,7 @@ def test_a_job_cut_by_a_crash_mid_job_is_trained_once_from_the_last_checkpoint(
 def test_an_artifact_keeps_its_id_after_a_restart_and_is_saved_for_the_sampler_once(
     tmp_path: Path, service: TinkerStandIn
 ) -> None:
-    """DECISIONS 7: the same weights, the same artifact id, after a restart too."""
+    """The same weights, the same artifact id, after a restart too (docs/decisions.md#artifacts)."""
     tinker = component(tmp_path, service)
     tinker.wait(tinker.submit(JobData("j:data:1", samples())), timeout=60)
     artifact = tinker.publish()
