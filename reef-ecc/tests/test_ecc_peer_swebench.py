@@ -1,105 +1,87 @@
-"""Peer check: the ``official`` rule agrees with the public swebench package on the same logs.
+"""Peer check: the SWE-bench adapter grades as the public swebench package does, on the same logs.
 
 The logs are real (every calc attempt through the original and the hardened eval scripts),
-plus the synthetic world's and a few edge cases. swebench's harness imports container clients
-(docker, modal) and datasets at import time, so it is never a dependency of reef-ecc: this test
-installs swebench 5.0.2 with what its grading module's import needs into a throwaway target
-folder (kept in the system's temporary folder between runs, install bounded in time) and runs
-the peer's ``get_logs_eval``, ``get_eval_tests_report`` and ``get_resolution_status`` in a
-subprocess, so its packages never mix with this process's. It is skipped, saying why, only when
-that install fails.
+plus the synthetic world's, a few edge cases, and logs of Django's test runner graded through
+the package's own ``django`` parser. The peer is swebench's end-to-end report
+(``get_eval_report``: ``get_logs_eval``, ``get_eval_tests_report``, ``get_resolution_status``),
+called in this process: ``scripts/setup`` installs reef-ecc's ``swebench`` extra into the
+workspace's venv (the pinned peer version is in requirements-dev.txt). Where the extra is not
+installed (reef-ecc's tests run alone), these tests skip, saying so.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
-import tempfile
-import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from agent_ecc.adapters.swebench import SWEBenchAdapter
+from agent_ecc.adapters import parsers
+from agent_ecc.adapters.parsers import ParserError
+from agent_ecc.adapters.swebench import SWEBenchAdapter, conjunction_version
+from agent_ecc.grading import grade_recorded
 from agent_ecc.recompute.executor import Executor
 from agent_ecc.records import Run
 from agent_ecc.store import ContentStore, put_text
 from agent_ecc.synthetic import BEHAVIOURS, SyntheticExecutor
-from agent_ecc.versions import iter_checks
+from agent_ecc.versions import Check, iter_checks, verify_check
+
+grading = pytest.importorskip(
+    "swebench.harness.grading", reason="the swebench extra is not installed: reef-ecc[swebench]"
+)
+swebench_types = pytest.importorskip("swebench.types")
 
 fixture_script = sys.modules["agent_ecc_test_fixtures"]
 
-PEER = "swebench==5.0.2"
-# What `import swebench.harness.grading` needs beyond swebench itself (found by importing it).
-PEER_IMPORTS = ("docker", "unidiff", "datasets", "python-dotenv", "modal", "tenacity")
-INSTALL_TIMEOUT_S = 900
 
-_PEER_SCRIPT = r"""
-import json, sys, tempfile
-from swebench.harness.grading import get_eval_tests_report, get_logs_eval, get_resolution_status
-from swebench.types import TestSpec
-
-cases = json.load(open(sys.argv[1]))
-out = []
-for case in cases:
-    spec = TestSpec(instance_id="calc-1", image="", eval_script_list=[], repo="calc", version="0",
-                    FAIL_TO_PASS=case["FAIL_TO_PASS"], PASS_TO_PASS=case["PASS_TO_PASS"],
-                    log_parser="parse_log_pytest")
-    with tempfile.NamedTemporaryFile("w", suffix=".log", delete=False) as handle:
-        handle.write(case["log"])
-    status_map, ok = get_logs_eval(spec, handle.name)
-    if not ok:
-        out.append("fail")
-        continue
-    report = get_eval_tests_report(status_map, {"FAIL_TO_PASS": case["FAIL_TO_PASS"],
-                                                "PASS_TO_PASS": case["PASS_TO_PASS"]})
-    out.append("pass" if get_resolution_status(report) == "RESOLVED_FULL" else "fail")
-print(json.dumps(out))
-"""
-
-
-@pytest.fixture(scope="session")
-def peer_path() -> Path:
-    """A target folder holding swebench 5.0.2 and its grading module's imports."""
-    target = Path(tempfile.gettempdir()) / "agent-ecc-peer-swebench-5.0.2"
-    done = target / ".installed"
-    if not done.exists():
-        pip = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
-        start = time.monotonic()
-        for extra in (["--no-deps", PEER], list(PEER_IMPORTS)):
-            left = INSTALL_TIMEOUT_S - (time.monotonic() - start)
-            try:
-                subprocess.run(
-                    [*pip, "--target", str(target), "--upgrade", *extra],
-                    check=True,
-                    capture_output=True,
-                    text=True,
-                    timeout=max(1.0, left),
-                )
-            except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as error:
-                tail = getattr(error, "stderr", "") or ""
-                pytest.skip(f"cannot install the peer {PEER} into {target}: {error}; {tail[-300:]}")
-        done.touch()
-    return target
+def _peer(
+    logs: Sequence[str], suite: Mapping[str, Sequence[str]], parser: str, tmp_path: Path
+) -> list[str]:
+    """swebench's own verdict on each log: resolved (FULL) or not, by its end-to-end report."""
+    out = []
+    for index, log in enumerate(logs):
+        spec = swebench_types.TestSpec(
+            instance_id="peer__peer-1",
+            image="",
+            eval_script_list=[],
+            repo="peer/peer",
+            version="0",
+            FAIL_TO_PASS=list(suite["FAIL_TO_PASS"]),
+            PASS_TO_PASS=list(suite["PASS_TO_PASS"]),
+            log_parser=parser,
+            eval_type="pass_and_fail",
+        )
+        path = tmp_path / f"peer-{index}.log"
+        path.write_text(log)
+        prediction = {
+            "instance_id": "peer__peer-1",
+            "model_patch": "diff",
+            "model_name_or_path": "m",
+        }
+        report = grading.get_eval_report(spec, prediction, str(path), False)
+        out.append("pass" if report["peer__peer-1"]["resolved"] else "fail")
+    return out
 
 
-def _peer(peer_path: Path, cases: list[dict[str, Any]], tmp_path: Path) -> list[str]:
-    cases_file = tmp_path / "cases.json"
-    cases_file.write_text(json.dumps(cases))
-    env = {**os.environ, "PYTHONPATH": str(peer_path)}
-    done = subprocess.run(
-        [sys.executable, "-c", _PEER_SCRIPT, str(cases_file)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=tmp_path,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    return list(json.loads(done.stdout.strip().splitlines()[-1]))
+def _ours(
+    adapter: SWEBenchAdapter, check: Check, store: ContentStore, logs: Sequence[str]
+) -> list[str]:
+    return [
+        adapter.grade(
+            check,
+            Run(
+                check.check_id,
+                check.execution,
+                check.execution_identity,
+                put_text(store, log),
+                True,
+            ),
+            store,
+        )
+        for log in logs
+    ]
 
 
 def _edge_logs() -> list[str]:
@@ -116,7 +98,7 @@ def _edge_logs() -> list[str]:
 
 
 def test_official_verdict_agrees_with_the_swebench_package(
-    peer_path: Path, swe: Any, executor: Executor, reference: list[str], tmp_path: Path
+    swe: Any, executor: Executor, reference: list[str], tmp_path: Path
 ) -> None:
     """rule: E-REPLAY-5: on every log, SWEBenchAdapter(verdict="official") decides as the
     public swebench package's end-to-end grading does (resolved only when FULL)."""
@@ -146,13 +128,8 @@ def test_official_verdict_agrees_with_the_swebench_package(
     check = adapter.check(
         "peer", image=swe.image, eval_script=swe.row["eval_script"], suite=suite, rule="official"
     )
-    ours = []
-    for _, log in logs:
-        run = Run(
-            check.check_id, check.execution, check.execution_identity, put_text(store, log), True
-        )
-        ours.append(adapter.grade(check, run, store))
-    theirs = _peer(peer_path, [{"log": log, **suite} for _, log in logs], tmp_path)
+    ours = _ours(adapter, check, store, [log for _, log in logs])
+    theirs = _peer([log for _, log in logs], suite, "parse_log_pytest", tmp_path)
     disagreements = [
         (name, mine, peer)
         for (name, _), mine, peer in zip(logs, ours, theirs, strict=True)
@@ -165,3 +142,159 @@ def test_official_verdict_agrees_with_the_swebench_package(
     assert verdicts["skip:calc-1:original"] == "fail"
     assert verdicts["forge:calc-1:original"] == "fail"
     assert verdicts["gold:calc-1:original"] == "pass"
+
+
+DJANGO_F2P = ("test_trailing_newline (auth_tests.test_validators.UsernameValidatorsTests)",)
+DJANGO_P2P = (
+    "test_ascii_validator (auth_tests.test_validators.UsernameValidatorsTests)",
+    "test_help_text (auth_tests.test_validators.UserAttributeSimilarityValidatorTest)",
+    "test_validate_property (auth_tests.test_validators.UserAttributeSimilarityValidatorTest)",
+)
+
+
+def _django_log(statuses: Mapping[str, str], *, exit_code: int, tail: str = "") -> str:
+    """A log in the shape of SWE-bench's Django eval script: ``runtests.py --verbosity 2``."""
+    lines = [
+        "+ ./tests/runtests.py --verbosity 2 --settings=test_sqlite --parallel 1 auth_tests",
+        ">>>>> Start Test Output",
+        "Testing against Django installed in '/testbed/django'",
+        "Importing application auth_tests",
+        "Skipping setup of unused database(s): other.",
+    ]
+    failures = []
+    for test, status in statuses.items():
+        if status == "multiline-ok":  # a print between the test's name and its "ok"
+            lines += [f"{test} ... System check identified no issues (0 silenced).", "ok"]
+        elif status == "skipped":
+            lines.append(f"{test} ... skipped 'Requires a newer sqlite'")
+        else:
+            lines.append(f"{test} ... {status}")
+            if status in ("FAIL", "ERROR"):
+                failures.append(f"{status}: {test}")
+    for failure in failures:
+        lines += [
+            "=" * 70,
+            failure,
+            "-" * 70,
+            "Traceback (most recent call last):",
+            "AssertionError",
+        ]
+    lines += [
+        "-" * 70,
+        f"Ran {len(statuses)} tests in 0.012s",
+        "",
+        "OK" if not failures else "FAILED",
+    ]
+    lines += [tail, ">>>>> End Test Output", f">>>>> Test Exit Code: {exit_code}"]
+    return "\n".join(lines) + "\n"
+
+
+def _django_logs() -> dict[str, str]:
+    everything = [*DJANGO_F2P, *DJANGO_P2P]
+    ok = dict.fromkeys(everything, "ok")
+    (f2p,) = DJANGO_F2P
+    return {
+        "gold": _django_log(ok, exit_code=0),
+        "fail": _django_log({**ok, f2p: "FAIL"}, exit_code=1),
+        "error": _django_log({**ok, f2p: "ERROR"}, exit_code=1),
+        "skipped_f2p": _django_log({**ok, f2p: "skipped"}, exit_code=0),
+        "skipped_p2p": _django_log({**ok, DJANGO_P2P[0]: "skipped"}, exit_code=0),
+        "broken_p2p": _django_log({**ok, DJANGO_P2P[1]: "FAIL"}, exit_code=1),
+        "multiline_ok": _django_log({**ok, f2p: "multiline-ok"}, exit_code=0),
+        "missing_f2p": _django_log(dict.fromkeys(DJANGO_P2P, "ok"), exit_code=0),
+        "spoofed": _django_log(ok, exit_code=1),  # all "ok" printed, the runner exited 1
+        "tests_errored": _django_log(ok, exit_code=0, tail=">>>>> Tests Errored"),
+        "no_markers": _django_log(ok, exit_code=0).replace(">>>>> Start Test Output\n", ""),
+        "nothing_ran": "\n".join(
+            [">>>>> Start Test Output", "ImportError: boom", ">>>>> End Test Output"]
+        ),
+    }
+
+
+def test_django_logs_grade_through_the_swebench_parser_as_swebench_does(
+    store: ContentStore, tmp_path: Path
+) -> None:
+    """rule: E-REPLAY-5: a check built from a SWE-bench row whose log parser is Django's grades
+    every Django runner log as swebench's end-to-end report does, through the package's own
+    parser, from the row to the recorded verdict."""
+    adapter = SWEBenchAdapter()  # the one default rule: official
+    row = {
+        "instance_id": "django__django-11099",
+        "repo": "django/django",
+        "version": "3.0",
+        "image": "swebench/sweb.eval.x86_64.django_1776_django-11099:latest",
+        "eval_script": put_text(store, "#!/bin/bash\n./tests/runtests.py auth_tests\n"),
+        "FAIL_TO_PASS": '["' + DJANGO_F2P[0] + '"]',  # as SWE-bench publishes them: JSON text
+        "PASS_TO_PASS": list(DJANGO_P2P),
+        "log_parser": "parse_log_django",
+        "eval_type": "pass_and_fail",
+    }
+    version = conjunction_version(
+        [row], [], version_id="g0", world="w", store=store, adapter=adapter, runtime="docker"
+    )
+    (check,) = iter_checks(version.lookup(row["instance_id"], "w").spec)
+    assert check.grading["parser"] == "django"
+    assert check.grading["parser_package"] == f"swebench=={parsers.installed().version}"  # type: ignore[union-attr]
+    assert check.grading["rule"] == "official"
+    logs = _django_logs()
+    ours = {}
+    for name, log in logs.items():
+        run = adapter.run(check, store=store, log=log, applied=True)
+        record = adapter.record(
+            store=store,
+            task_id=row["instance_id"],
+            trajectory_id=name,
+            image="w",
+            patch="p",
+            runs=[run],
+        )
+        ours[name] = grade_recorded(adapter, record, check, store, grader_version="g0").verdict
+    suite = {"FAIL_TO_PASS": DJANGO_F2P, "PASS_TO_PASS": DJANGO_P2P}
+    theirs = dict(
+        zip(logs, _peer(list(logs.values()), suite, "parse_log_django", tmp_path), strict=True)
+    )
+    assert ours == theirs
+    # the cases are not all alike: the package's own parser decided each of them
+    assert ours["gold"] == ours["multiline_ok"] == ours["skipped_p2p"] == "pass"
+    assert ours["fail"] == ours["skipped_f2p"] == ours["spoofed"] == ours["nothing_ran"] == "fail"
+    # the built-in pytest parser reads none of these lines: the verdict is the parser's
+    pytest_check = adapter.check("p", image="i", eval_script=row["eval_script"], suite=suite)
+    assert _ours(adapter, pytest_check, store, [logs["gold"]]) == ["fail"]
+
+
+def test_the_parser_package_version_is_part_of_the_grading_identity(store: ContentStore) -> None:
+    """rule: E-REPLAY-5: grading with the package's parser names its version: another version
+    is another grading identity (a new epoch), and a check that names a version not installed
+    is refused at grading with what to do, never graded by the installed one."""
+    adapter = SWEBenchAdapter()
+    suite = {"FAIL_TO_PASS": list(DJANGO_F2P), "PASS_TO_PASS": list(DJANGO_P2P)}
+    check = adapter.check("d", image="i", eval_script="e", suite=suite, parser="django")
+    installed = parsers.installed()
+    assert installed is not None
+    assert check.grading["parser_package"] == installed.pin
+    other = {**check.grading, "parser_package": "swebench==4.0.4"}
+    moved = Check(
+        check.check_id, check.adapter, check.execution, other, check.execution_identity, ""
+    )
+    assert adapter.grading_identity(moved) != check.grading_identity
+    moved = Check(
+        check.check_id,
+        check.adapter,
+        check.execution,
+        other,
+        check.execution_identity,
+        adapter.grading_identity(moved),
+    )
+    verify_check(moved, {"swebench": adapter})  # its identity is its own: a valid epoch body
+    run = Run(
+        "d",
+        check.execution,
+        check.execution_identity,
+        put_text(store, _django_logs()["gold"]),
+        True,
+    )
+    with pytest.raises(
+        ParserError, match=r"swebench==4\.0\.4.*swebench==5|install swebench==4\.0\.4"
+    ):
+        adapter.grade(moved, run, store)
+    assert adapter.grade(check, run, store) == "pass"

@@ -8,12 +8,23 @@ it) or :class:`Pending` (not finished when the deadline came).
 
 from __future__ import annotations
 
-from typing import Any, TypeAlias
+from collections.abc import Mapping
+from typing import Any, Final, TypeAlias
 
 import attrs
 
 from agent_ecc.digests import digest
 from agent_ecc.records import Application
+
+#: Where a check's eval script runs: ``git``, a clone of the git snapshot the content store
+#: holds under the check's ``image`` key; ``docker``, a container of the image its ``image``
+#: names. A check's execution body names its runtime only when it is not ``git``.
+RUNTIMES: Final = ("git", "docker")
+
+
+def runtime_of(execution: Mapping[str, Any]) -> str:
+    """The runtime an execution body runs in."""
+    return str(execution.get("runtime", "git"))
 
 
 def request_identity(execution_identity: str, patch: str) -> str:

@@ -56,9 +56,16 @@ class Run:
     application: Application | None = None
 
     @property
+    def stopped(self) -> bool:
+        """Whether the run failed for infrastructure reasons (an error of the run, or the
+        executor stopped before it could tell whether the patch applies): no verdict of the
+        patch's own."""
+        return self.error is not None or (self.application is not None and self.application.stopped)
+
+    @property
     def usable(self) -> bool:
         """Whether the output can be graded: it ran (or genuinely failed to apply) with no stop."""
-        if self.error is not None or (self.application is not None and self.application.stopped):
+        if self.stopped:
             return False
         return self.log is not None or not self.applied
 

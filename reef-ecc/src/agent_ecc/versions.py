@@ -29,16 +29,20 @@ def execution_identity(adapter: str, execution: Mapping[str, Any]) -> str:
 
 
 def grading_identity(adapter: str, rule: str, grading: Mapping[str, Any]) -> str:
-    """The identity of what grades a check's output: its rule, parser, suite and corrections."""
-    return digest(
-        {
-            "adapter": adapter,
-            "rule": rule,
-            "parser": grading.get("parser"),
-            "suite": grading.get("suite"),
-            "corrections": sorted(grading.get("corrections", ())),
-        }
-    )
+    """The identity of what grades a check's output: its rule, parser, suite and corrections,
+    and, for a parser of a package, the package's version and what the parser reads of the
+    instance (so that upgrading the package changes the identity)."""
+    body: dict[str, Any] = {
+        "adapter": adapter,
+        "rule": rule,
+        "parser": grading.get("parser"),
+        "suite": grading.get("suite"),
+        "corrections": sorted(grading.get("corrections", ())),
+    }
+    for key in ("parser_package", "parser_context"):
+        if grading.get(key) is not None:  # absent for a built-in parser: identities unchanged
+            body[key] = grading[key]
+    return digest(body)
 
 
 @attrs.frozen

@@ -1,23 +1,33 @@
 """The SWE-bench adapter: checks that apply a patch, run an eval script and grade its test log.
 
-Rules (contract section 3), each named in a check's grading and in its grading identity:
+Rules (contract section 3), each named in a check's grading and in its grading identity;
+:data:`DEFAULT_RULE` (``official``) is the rule of a check built without one, here and in
+:func:`conjunction_version`:
 
 - ``official``: the public ``swebench`` package's end-to-end report (5.0.2): markers, the
-  recorded exit code, PASS_AND_FAIL statuses; an infrastructure error is a fail.
+  recorded exit code, PASS_AND_FAIL statuses; an infrastructure error is a fail (the scorer
+  counts such fails apart: ``decision.stats["infra_fails"]``).
 - ``logical``: ``official`` with infrastructure errors kept out of the verdict.
 - ``swebench_4_1``: the report as 4.1 made it: a skipped FAIL_TO_PASS test is no failure and a
   log whose exit code is non-zero with no failed test passes (what epoch 0 of the lifecycle
   grades with, so that a grader fix has something to fix).
 - ``reference_set``: every test of the reference set G passes (SWE-ABS hardened suites).
+
+The log parser a check names is built in (``pytest``) or the ``swebench`` package's own, its
+version part of the grading identity (:mod:`agent_ecc.adapters.parsers`). A check runs in a git
+snapshot from the content store (runtime ``git``) or in a container image (runtime ``docker``,
+see :mod:`agent_ecc.recompute.container`).
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from agent_ecc.execution import ExecRequest, RawOutput, request_identity
+from agent_ecc.adapters import parsers
+from agent_ecc.execution import RUNTIMES, ExecRequest, RawOutput, request_identity
 from agent_ecc.grading import grade_recorded
 from agent_ecc.records import Application, ExecutionRecord, Run, Verdict
 from agent_ecc.store import ContentStore, get_json, get_text, is_blank, put_json, put_text
@@ -31,16 +41,20 @@ from agent_ecc.versions import (
 )
 
 __all__ = [
+    "DEFAULT_RULE",
     "RULES",
     "SWEBenchAdapter",
     "conjunction_version",
     "filter_patch",
     "grade_recorded",
-    "parse_log_pytest",
     "reference_set",
 ]
 
 RULES: Final = ("official", "logical", "swebench_4_1", "reference_set")
+#: The one default rule: the adapter's, :func:`conjunction_version`'s and the Reef plugin's.
+DEFAULT_RULE: Final = "official"
+#: The repository folder in SWE-bench's images, where a container check applies the patch.
+CONTAINER_WORKDIR: Final = "/testbed"
 
 APPLY_PATCH_FAIL: Final = ">>>>> Patch Apply Failed"
 RESET_FAILED: Final = ">>>>> Reset Failed"
@@ -50,9 +64,7 @@ START_TEST_OUTPUT: Final = ">>>>> Start Test Output"
 END_TEST_OUTPUT: Final = ">>>>> End Test Output"
 TEST_EXIT_CODE: Final = ">>>>> Test Exit Code"
 
-_STATUSES: Final = ("FAILED", "PASSED", "SKIPPED", "ERROR", "XFAIL")
 _PASSING: Final = ("PASSED", "XFAIL")
-_SKIP_SUMMARY = re.compile(r"^\[\d+\]$")
 _EXIT_CODE = re.compile(rf"{re.escape(TEST_EXIT_CODE)}:\s*(-?\d+)")
 # Evidence that a runner ran although no status was parsed (swebench 5.0.2's list, verbatim).
 _SUITE_RAN = re.compile(
@@ -66,24 +78,6 @@ _SUITE_RAN = re.compile(
     r"|': ok$",
     re.M,
 )
-
-
-def parse_log_pytest(log: str) -> dict[str, str]:
-    """Test statuses from pytest's ``-rA`` summary lines (SWE-bench's pytest parser)."""
-    statuses: dict[str, str] = {}
-    for line in log.split("\n"):
-        if not line.startswith(_STATUSES):
-            continue
-        if line.startswith("FAILED"):
-            line = line.replace(" - ", " ")
-        words = line.split()
-        if len(words) <= 1 or (words[0] == "SKIPPED" and _SKIP_SUMMARY.match(words[1])):
-            continue
-        statuses[words[1]] = words[0]
-    return statuses
-
-
-_PARSERS: Final = {"pytest": parse_log_pytest}
 
 
 def _resolve(case: str, statuses: Mapping[str, str]) -> str | None:
@@ -107,14 +101,17 @@ def _status(case: str, statuses: Mapping[str, str]) -> str | None:
     return None if key is None else statuses[key]
 
 
-def _log_statuses(log: str, parser: str, *, check_exit_code: bool) -> dict[str, str] | None:
-    """The statuses of a log, or None when the log describes no valid test run."""
+def _log_statuses(
+    log: str, grading: Mapping[str, Any], *, check_exit_code: bool
+) -> dict[str, str] | None:
+    """The statuses of a log by the parser ``grading`` names, or None when the log describes no
+    valid test run."""
     if any(code in log for code in (APPLY_PATCH_FAIL, RESET_FAILED, TESTS_ERROR, TESTS_TIMEOUT)):
         return None
     if START_TEST_OUTPUT not in log or END_TEST_OUTPUT not in log:
         return None
-    parse = _PARSERS[parser]
-    statuses = parse(log.split(START_TEST_OUTPUT)[1].split(END_TEST_OUTPUT)[0]) or parse(log)
+    inside = log.split(START_TEST_OUTPUT)[1].split(END_TEST_OUTPUT)[0]
+    statuses = parsers.parse(grading, inside) or parsers.parse(grading, log)
     if not statuses and not _SUITE_RAN.search(log):
         return None
     match = _EXIT_CODE.search(log)
@@ -151,7 +148,7 @@ class SWEBenchAdapter:
 
     name: Final = "swebench"
 
-    def __init__(self, verdict: str = "official") -> None:
+    def __init__(self, verdict: str = DEFAULT_RULE) -> None:
         if verdict not in RULES:
             raise ValueError(
                 f"unknown SWE-bench verdict rule {verdict!r}; known: {', '.join(RULES)}"
@@ -174,18 +171,53 @@ class SWEBenchAdapter:
         suite: Mapping[str, Any],
         rule: str | None = None,
         parser: str = "pytest",
+        parser_context: Mapping[str, str] | None = None,
         patch_exclude: str | None = None,
         timeout_s: float = 60.0,
+        runtime: str = "git",
+        workdir: str = CONTAINER_WORKDIR,
     ) -> Check:
-        """A check with its identities derived (``image``, ``eval_script``: store keys)."""
+        """A check with its identities derived.
+
+        :param image: runtime ``git``: the store key of the repository snapshot (a git
+            bundle); runtime ``docker``: the container image reference (pin it by digest,
+            ``name@sha256:...``, so that the execution identity names one image).
+        :param eval_script: the store key of the eval script.
+        :param parser: ``pytest`` (built in) or a parser of the ``swebench`` package, by its
+            SWE-bench name (``django`` or ``parse_log_django``); refused when unknown.
+        :param parser_context: what some of the package's parsers read of the instance
+            (``instance_id``, ``repo``, ``version``).
+        :param workdir: runtime ``docker``: the repository folder in the image.
+        :raises ParserError: for an unknown parser (naming the known ones).
+        :raises ValueError: for an unknown rule or runtime.
+        """
+        if rule is not None and rule not in RULES:
+            raise ValueError(f"unknown SWE-bench rule {rule!r}; known: {', '.join(RULES)}")
+        if runtime not in RUNTIMES:
+            raise ValueError(f"unknown runtime {runtime!r}; known: {', '.join(RUNTIMES)}")
         execution: dict[str, Any] = {
             "image": image,
             "eval_script": eval_script,
             "timeout_s": timeout_s,
         }
+        if runtime != "git":  # a git check's body (and identity) is as it always was
+            execution["runtime"] = runtime
+            execution["workdir"] = workdir
         if patch_exclude is not None:
             execution["patch_exclude"] = patch_exclude
-        grading: dict[str, Any] = {"parser": parser, "suite": dict(suite)}
+        ref = parsers.resolve(parser)
+        grading: dict[str, Any] = {"parser": ref.name, "suite": dict(suite)}
+        if ref.package is not None:
+            grading["parser_package"] = ref.package
+            context = {k: str(v) for k, v in (parser_context or {}).items() if v is not None}
+            unknown = set(context) - set(parsers.CONTEXT_KEYS)
+            if unknown:
+                raise ValueError(
+                    f"parser_context keys {sorted(unknown)} unknown; known: "
+                    f"{', '.join(parsers.CONTEXT_KEYS)}"
+                )
+            if context:
+                grading["parser_context"] = context
         if rule is not None:
             grading["rule"] = rule
         partial = Check(
@@ -201,20 +233,24 @@ class SWEBenchAdapter:
         )
 
     def grading_identity(self, check: Check) -> str:
-        """The identity of the rule, parser and suite grading ``check``."""
+        """The identity of the rule, parser (and its package's version) and suite grading
+        ``check``."""
+        parsers.check_named(check.grading)
         return grading_identity(self.name, self.rule(check), check.grading)
 
     def grade(self, check: Check, run: Run, store: ContentStore) -> Verdict:
-        """The verdict of ``check``'s rule on ``run`` (contract section 3)."""
+        """The verdict of ``check``'s rule on ``run`` (contract section 3).
+
+        :raises ParserError: when the check's parser cannot run here (its package missing or at
+            another version than the one the check names).
+        """
         rule = self.rule(check)
-        stopped = run.error is not None or (run.application is not None and run.application.stopped)
-        if stopped:
+        if run.stopped:
             return "fail" if rule in ("official", "swebench_4_1") else "undeterminable"
         if not run.applied or run.timed_out or run.log is None:
             return "fail"
         log = get_text(store, run.log)
-        parser = str(check.grading.get("parser", "pytest"))
-        statuses = _log_statuses(log, parser, check_exit_code=rule != "swebench_4_1")
+        statuses = _log_statuses(log, check.grading, check_exit_code=rule != "swebench_4_1")
         if statuses is None:
             return "fail"
         suite = check.grading["suite"]
@@ -345,16 +381,27 @@ def patch_paths(patch: str) -> list[str]:
 
 
 def reference_set(*gold_logs: str, parser: str = "pytest") -> list[str]:
-    """The tests passing in every gold run (E-GRADE-5: two runs make G; a flaky test drops out)."""
+    """The tests passing in every gold run (E-GRADE-5: two runs make G; a flaky test drops out).
+
+    ``parser``: as :meth:`SWEBenchAdapter.check` takes it.
+    """
     if len(gold_logs) < 2:
         raise ValueError("a reference set needs at least two gold runs")
+    ref = parsers.resolve(parser)
+    grading = {"parser": ref.name, "parser_package": ref.package}
     sets = []
     for log in gold_logs:
-        statuses = _log_statuses(log, parser, check_exit_code=True)
+        statuses = _log_statuses(log, grading, check_exit_code=True)
         if statuses is None:
             raise ValueError("a gold run has no valid test output; its reference set is undefined")
         sets.append({t for t, s in statuses.items() if s in _PASSING})
     return sorted(set.intersection(*sets))
+
+
+def _tests(row: Mapping[str, Any], key: str) -> list[str]:
+    # SWE-bench's published rows keep the lists as JSON text; rows built by hand as lists.
+    value = row[key]
+    return list(json.loads(value) if isinstance(value, str) else value)
 
 
 def conjunction_version(
@@ -365,30 +412,49 @@ def conjunction_version(
     world: str,
     store: ContentStore,
     adapter: SWEBenchAdapter,
-    rule: str = "logical",
+    rule: str | None = None,
     timeout_s: float = 60.0,
+    runtime: str = "git",
 ) -> GraderVersion:
-    """A version whose spec per row is AllOf(original suite, hardened suite) (SWE-ABS).
+    """A version whose spec per row is its original suite, AND its hardened suite where
+    ``hardened`` has one (SWE-ABS).
 
     ``rows``: SWE-bench rows (``instance_id``, ``image``, ``eval_script``, ``FAIL_TO_PASS``,
-    ``PASS_TO_PASS``; store keys for the image and scripts). ``hardened``: per instance the
-    hardened ``eval_script`` key, its ``test_patch`` text and its ``reference_set`` G; the
-    hardened suite is graded under the ``reference_set`` rule and filters the patch of the test
-    patch's paths.
+    ``PASS_TO_PASS``, lists or JSON text; store keys for the eval scripts, and for the images
+    under runtime ``git``; image references under runtime ``docker``), with the optional
+    ``log_parser`` (default ``pytest``), ``repo`` and ``version`` (what some parsers read) and
+    ``eval_type`` (only SWE-bench's ``pass_and_fail`` is graded; another is refused).
+    ``hardened``: per instance the hardened ``eval_script`` key, its ``test_patch`` text and its
+    ``reference_set`` G; the hardened suite is graded under the ``reference_set`` rule and
+    filters the patch of the test patch's paths. ``rule``: the original suites' rule, by
+    default the adapter's (:data:`DEFAULT_RULE` unless it was built with another), written into
+    every check so that the version's identities do not depend on who grades it.
     """
+    rule = adapter.verdict if rule is None else rule
     by_id = {h["instance_id"]: h for h in hardened}
     entries = []
     for row in rows:
+        eval_type = row.get("eval_type") or "pass_and_fail"
+        if eval_type != "pass_and_fail":
+            raise ValueError(
+                f"row {row['instance_id']!r}: eval_type {eval_type!r} is not graded here "
+                "(only SWE-bench's pass_and_fail report is)"
+            )
+        parser = str(row.get("log_parser") or "pytest")
+        context = {k: str(row[k]) for k in ("instance_id", "repo", "version") if row.get(k)}
         original = adapter.check(
             f"{row['instance_id']}:original",
             image=row["image"],
             eval_script=row["eval_script"],
             suite={
-                "FAIL_TO_PASS": list(row["FAIL_TO_PASS"]),
-                "PASS_TO_PASS": list(row["PASS_TO_PASS"]),
+                "FAIL_TO_PASS": _tests(row, "FAIL_TO_PASS"),
+                "PASS_TO_PASS": _tests(row, "PASS_TO_PASS"),
             },
             rule=rule,
+            parser=parser,
+            parser_context=context,
             timeout_s=timeout_s,
+            runtime=runtime,
         )
         spec: Check | AllOf = original
         extra = by_id.get(row["instance_id"])
@@ -400,8 +466,11 @@ def conjunction_version(
                 eval_script=extra["eval_script"],
                 suite={"reference_set": sorted(extra["reference_set"])},
                 rule="reference_set",
+                parser=parser,
+                parser_context=context,
                 patch_exclude=exclude,
                 timeout_s=timeout_s,
+                runtime=runtime,
             )
             spec = AllOf((original, hardened_check))
         entries.append(Entry(task=row["instance_id"], world=world, spec=spec))
