@@ -344,6 +344,7 @@ def test_unused_groups_come_back_in_the_next_job_and_status_shows_the_seal(
     assert status == {
         "ecc": {
             "epoch": {"index": 1, "version_id": "g2"},
+            "infra_fails": 0,
             "last_seal": {
                 "batch_id": second.id,
                 "epoch": {"index": 1, "version_id": "g2"},
@@ -357,3 +358,21 @@ def test_unused_groups_come_back_in_the_next_job_and_status_shows_the_seal(
     # after a restart the last seal is read back from the journal
     reef_plugin.configure("swe", reef_plugin.configured("swe").settings)  # type: ignore[union-attr]
     assert plugins.scenario_status("swe")["ecc"]["last_seal"]["batch_id"] == second.id
+
+
+def test_status_counts_members_failed_by_infrastructure_across_restarts(
+    plugins: Plugins, registry: DirectoryRegistry, world: SyntheticWorld, tmp_path: Path
+) -> None:
+    """rule: E-GRADE-4: a member whose only fail is an infrastructure failure graded as a fail
+    (its recorded verdict under g0, reused) is counted in the scenario's status, in the last
+    seal's stats and in a total that survives a restart."""
+    job = _job(world, registry, tmp_path)  # g1's second member: the executor stopped
+    reef_plugin.configure("swe", _settings(registry, world, tmp_path))
+    sealed = plugins.before_submit("swe", "trainer", job)
+    rewards = {s.metadata["agent_ecc"]["member_id"]: s.reward for s in sealed.samples}
+    assert rewards["g1m1"] == 0.0
+    status = plugins.scenario_status("swe")["ecc"]
+    assert status["infra_fails"] == 1
+    assert status["last_seal"]["stats"]["infra_fails"] == 1
+    reef_plugin.configure("swe", reef_plugin.configured("swe").settings)  # type: ignore[union-attr]
+    assert plugins.scenario_status("swe")["ecc"]["infra_fails"] == 1

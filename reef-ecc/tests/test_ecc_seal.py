@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
+import attrs
 import pytest
 
 from agent_ecc import (
@@ -24,6 +26,7 @@ from agent_ecc import (
 )
 from agent_ecc.scorer import label_reward
 from agent_ecc.synthetic import SyntheticExecutor, SyntheticWorld
+from agent_ecc.versions import GraderVersion, iter_checks
 
 GROUPS = [
     ("correct", "wrong", "skip", "crash"),
@@ -304,3 +307,59 @@ def test_label_reward() -> None:
         0.0,
         None,
     )
+
+
+def _official(world: SyntheticWorld, registry: DirectoryRegistry) -> GraderVersion:
+    """g0's checks graded under the official rule (same executions, other grading identities)."""
+    entries = []
+    for entry in registry.grader("g0").entries:
+        check = next(iter_checks(entry.spec))
+        official = world.adapter.check(
+            check.check_id,
+            image=check.execution["image"],
+            eval_script=check.execution["eval_script"],
+            suite=check.grading["suite"],
+            rule="official",
+        )
+        entries.append(attrs.evolve(entry, spec=official))
+    return GraderVersion("g-official", tuple(entries))
+
+
+def test_infrastructure_failures_graded_as_fails_are_counted_and_warned(
+    world: SyntheticWorld,
+    registry: DirectoryRegistry,
+    store: ContentStore,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """rule: E-GRADE-4, I2: under official an execution that failed for infrastructure reasons
+    is a fail, and every such member (reused from its record or re-executed) is counted in
+    ``stats["infra_fails"]`` and warned about, naming the logical rule; under logical the same
+    member is undeterminable and its group neutralized."""
+    kinds = [("correct", "infra"), ("wrong", "correct")]
+    scorer, _ = scorer_for(world, store)
+    startup = groups(world, registry, "a", kinds)  # recorded under g0 (4.1: infra is a fail)
+    caplog.set_level(logging.WARNING, logger="agent_ecc.seal")
+    session = SealSession(registry, scorer, "b0")
+    decision = session.finish(session.assemble(startup))
+    assert decision.stats["infra_fails"] == 1  # the recorded fail, reused
+    assert decision.rewards()["ag0m1"] == 0.0
+    assert "ag0m1" in caplog.text
+    assert "logical" in caplog.text
+    registry.publish_grader(_official(world, registry), source="official")
+    session = SealSession(registry, scorer, "b1")
+    decision = session.finish(session.assemble(groups(world, registry, "b", kinds)))
+    infra = next(m for m in decision.members if m.member_id == "bg0m1")
+    assert (infra.type, infra.label, infra.checks[0].infra) == ("reuse", "fail", True)
+    session = SealSession(registry, scorer, "b2")
+    decision = session.finish(session.assemble(startup))  # re-executed under official
+    infra = next(m for m in decision.members if m.member_id == "ag0m1")
+    assert (infra.type, infra.label, infra.checks[0].infra) == ("reexec", "fail", True)
+    assert decision.stats["infra_fails"] == 1
+    wrong = next(m for m in decision.members if m.member_id == "ag1m0")
+    assert wrong.label == "fail"
+    assert not wrong.checks[0].infra  # a fail the patch earned is not counted
+    registry.publish_grader(world.version(1), source="logical")
+    session = SealSession(registry, scorer, "b3")
+    decision = session.finish(session.assemble(startup))
+    assert decision.stats["infra_fails"] == 0
+    assert [g.outcome for g in decision.groups] == ["excluded", "batch"]

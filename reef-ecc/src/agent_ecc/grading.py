@@ -23,9 +23,7 @@ def grade_recorded(
     """
     verdicts = []
     for check in iter_checks(spec):
-        run = next(
-            (r for r in record.runs if r.execution_identity == check.execution_identity), None
-        )
+        run = record.run_of(check.execution_identity)
         verdict = "undeterminable" if run is None else adapter.grade(check, run, store)
         verdicts.append(
             CheckVerdict(

@@ -80,6 +80,10 @@ class ExecutionRecord:
     patch: str
     runs: tuple[Run, ...]
 
+    def run_of(self, execution_identity: str) -> Run | None:
+        """The run a check of ``execution_identity`` is graded on: the first one recorded."""
+        return next((r for r in self.runs if r.execution_identity == execution_identity), None)
+
 
 @attrs.frozen
 class CheckVerdict:

@@ -30,8 +30,9 @@ sample and step, from that report: the member is found through the hand-off the 
 loss used, so a reward changed between the seal and the loss shows as a mismatch, and a sample
 the component left out (unrenderable, say) has no line. Otherwise the lines come from the
 decision: one per member handed over. ``reef_scenario_status`` shows
-the epoch in force and the last seal (its batch, epoch, stats and shortfall) under ``ecc`` in
-``GET /reef/status``.
+the epoch in force, the last seal (its batch, epoch, stats and shortfall) and ``infra_fails``
+(members labelled fail only because their execution failed for infrastructure reasons, over all
+committed seals) under ``ecc`` in ``GET /reef/status``.
 
 Configuration: :class:`EccSettings`, registered as the extension ``ecc``: a deployment turns
 the seal on for a scenario with ``scenarios.<name>.extensions.ecc: {...}``, checked when the
@@ -51,7 +52,7 @@ from typing import Any, Literal
 
 import attrs
 
-from agent_ecc.adapters.swebench import RULES, SWEBenchAdapter
+from agent_ecc.adapters.swebench import DEFAULT_RULE, RULES, SWEBenchAdapter
 from agent_ecc.backends import Backend, NoBackend
 from agent_ecc.candidates import Candidate, Member
 from agent_ecc.journal import SealJournal
@@ -92,8 +93,9 @@ class EccSettings(PluginSettings):
         default="repair", help="repair, discard or audit"
     )
     verdict: str = config_option(
-        default="logical",
-        help="the SWE-bench rule of a check that names none",
+        default=DEFAULT_RULE,
+        help="the SWE-bench rule of a check that names none (logical: infrastructure failures "
+        "neutralize their group instead of training as fails)",
         validator=_one_of(RULES),
     )
     deadline_s: float = config_option(default=60.0, help="the seal's deadline in seconds")
@@ -146,6 +148,9 @@ class ScenarioSeal:
         # restart too; each seal replaces it.
         committed = self.journal.read()
         self.last: Decision | None = committed[-1] if committed else None
+        # Members trained as fails only because their execution failed for infrastructure
+        # reasons (official rule), over every committed seal: loud in status.
+        self.infra_fails = sum(int(d.stats.get("infra_fails", 0)) for d in committed)
         self._lock = threading.Lock()  # seals are serialized (E-SEAL-5)
 
     def _candidates(self, samples: tuple[Sample, ...]) -> list[Candidate]:
@@ -196,6 +201,7 @@ class ScenarioSeal:
                     decision = session.fail(error, candidates, journal=self.journal)
                 else:
                     decision = session.finish(assembly, journal=self.journal)
+                self.infra_fails += int(decision.stats.get("infra_fails", 0))
             self.last = decision
         handed = set(decision.group_ids("batch")) | set(decision.group_ids("filler"))
         samples = [s for c in candidates if c.group_id in handed for s in c.handle]
@@ -250,6 +256,7 @@ class ScenarioSeal:
         last = self.last
         return {
             "epoch": _epoch_json(epoch),
+            "infra_fails": self.infra_fails,
             "last_seal": None
             if last is None
             else {

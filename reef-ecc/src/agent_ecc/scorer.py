@@ -41,7 +41,12 @@ class ScorerError(RuntimeError):
 
 @attrs.frozen
 class CheckDecision:
-    """How one check of a member was decided, and its verdict (None: not decided)."""
+    """How one check of a member was decided, and its verdict (None: not decided).
+
+    ``infra``: the verdict is a fail only because the execution failed for infrastructure
+    reasons (its run stopped: a missing snapshot or image, an executor error), which the
+    ``official`` rule grades as a fail; the seal counts these in ``stats["infra_fails"]``.
+    """
 
     check_id: str
     type: CheckDecisionType
@@ -49,6 +54,7 @@ class CheckDecision:
     grading_identity: str
     execution_identity: str
     request_id: str | None = None
+    infra: bool = False
 
 
 @attrs.frozen
@@ -176,9 +182,16 @@ class Scorer:
     ) -> CheckDecision | None:
         adapter = self._adapter(check)
 
-        def decided(kind: CheckDecisionType, verdict: Verdict) -> CheckDecision:
+        def decided(
+            kind: CheckDecisionType, verdict: Verdict, infra: bool = False
+        ) -> CheckDecision:
             return CheckDecision(
-                check.check_id, kind, verdict, check.grading_identity, check.execution_identity
+                check.check_id,
+                kind,
+                verdict,
+                check.grading_identity,
+                check.execution_identity,
+                infra=infra,
             )
 
         if policy == "full":
@@ -191,7 +204,9 @@ class Scorer:
                     and recorded.execution_identity == check.execution_identity
                     and recorded.verdict != "undeterminable"
                 ):
-                    return decided("reuse", recorded.verdict)
+                    graded = record.run_of(check.execution_identity)  # what the producer graded
+                    infra = recorded.verdict == "fail" and graded is not None and graded.stopped
+                    return decided("reuse", recorded.verdict, infra)
             evidence = adapter.evidence(check, record, self.store)
             if evidence is not None:
                 return decided("evidence", evidence)
@@ -226,8 +241,14 @@ class Scorer:
 
     def verdict_of(self, check: Check, output: RawOutput) -> Verdict:
         """The verdict of ``check``'s rule on a backend's raw output."""
+        return self._verdict(check, output)[0]
+
+    def _verdict(self, check: Check, output: RawOutput) -> tuple[Verdict, bool]:
+        # also whether the verdict is a fail that only the run's infrastructure failure made
         adapter = self._adapter(check)
-        return adapter.grade(check, adapter.run_from_output(check, output, self.store), self.store)
+        run = adapter.run_from_output(check, output, self.store)
+        verdict = adapter.grade(check, run, self.store)
+        return verdict, verdict == "fail" and run.stopped
 
     def decide(
         self,
@@ -402,7 +423,9 @@ class Scorer:
         outcome: Outcome,
         stats: dict[str, Any],
     ) -> CheckDecision:
-        def made(kind: CheckDecisionType, verdict: Verdict | None) -> CheckDecision:
+        def made(
+            kind: CheckDecisionType, verdict: Verdict | None, infra: bool = False
+        ) -> CheckDecision:
             return CheckDecision(
                 check.check_id,
                 kind,
@@ -410,6 +433,7 @@ class Scorer:
                 check.grading_identity,
                 check.execution_identity,
                 request.request_id,
+                infra,
             )
 
         if isinstance(outcome, Pending):
@@ -422,7 +446,7 @@ class Scorer:
         if isinstance(outcome, InfraFailure):
             transport["given_up"] += 1 if outcome.reason == "transport" else 0
             return made("undeterminable", "undeterminable")
-        return made("reexec", self.verdict_of(check, outcome))
+        return made("reexec", *self._verdict(check, outcome))
 
     def _member(self, item: _Work, execute: bool) -> MemberDecision:
         checks = tuple(item.decided[c.check_id] for c in item.checks)
@@ -449,6 +473,13 @@ class Scorer:
 def label_reward(label: Verdict | None) -> float | None:
     """The reward of a label: 1.0 for pass, 0.0 for fail, None otherwise."""
     return {"pass": 1.0, "fail": 0.0}.get(label) if label is not None else None
+
+
+def infra_fail(checks: Sequence[CheckDecision]) -> bool:
+    """Whether a member's fail comes only from infrastructure failures graded as fails (under
+    the ``official`` rule): every failing check failed so, so its patch was never judged."""
+    failing = [c for c in checks if c.verdict == "fail"]
+    return bool(failing) and all(c.infra for c in failing)
 
 
 def count_types(decisions: Mapping[str, MemberDecision]) -> dict[str, int]:

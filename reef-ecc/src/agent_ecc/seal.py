@@ -8,6 +8,7 @@ records and :func:`apply_rewards` applies.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 import uuid
@@ -28,6 +29,7 @@ from agent_ecc.scorer import (
     Policy,
     PreparedSource,
     Scorer,
+    infra_fail,
     label_reward,
 )
 from agent_ecc.versions import GraderVersion
@@ -39,6 +41,7 @@ ARMS: tuple[Arm, ...] = ("keep", "discard", "ecc", "never", "full_compatible")
 Outcome: TypeAlias = Literal["batch", "excluded", "unused", "filler"]
 Backfill: TypeAlias = Callable[[int, frozenset[str], float], Iterable[Candidate]]
 S = TypeVar("S")
+_log = logging.getLogger(__name__)
 
 
 class RegistryView(Protocol):
@@ -387,6 +390,17 @@ class SealSession:
                 if m.label in ("pass", "fail") and label_reward(m.label) != m.recorded_reward
             ]
         )
+        infra = [m.member_id for m in members if m.label == "fail" and infra_fail(m.checks)]
+        stats["infra_fails"] = len(infra)
+        if infra:
+            _log.warning(
+                "batch %s: %d member(s) labelled fail only because their execution failed for "
+                "infrastructure reasons (the official rule grades that as a fail), e.g. %s; "
+                "grade with the logical rule to neutralize such groups instead",
+                self.batch_id,
+                len(infra),
+                ", ".join(infra[:3]),
+            )
         stats["prepared"] = dict(stats["prepared"])
         stats["transport"]["failures"] = dict(stats["transport"]["failures"])
         stats["seconds"] = self._clock() - start
