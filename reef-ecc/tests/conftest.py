@@ -33,10 +33,10 @@ def registry(tmp_path: Path, world: SyntheticWorld) -> DirectoryRegistry:
     return registry
 
 
-def _load_fixture_script() -> ModuleType:
+def _load_fixture_script(file: str, name: str) -> ModuleType:
     # tests/ is not a package (--import-mode=importlib): load the fixture script by path.
-    path = Path(__file__).parent / "fixtures" / "make_fixtures.py"
-    spec = importlib.util.spec_from_file_location("agent_ecc_test_fixtures", path)
+    path = Path(__file__).parent / "fixtures" / file
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -45,7 +45,8 @@ def _load_fixture_script() -> ModuleType:
     return module
 
 
-fixture_script = _load_fixture_script()
+fixture_script = _load_fixture_script("make_fixtures.py", "agent_ecc_test_fixtures")
+_load_fixture_script("docker_standin.py", "agent_ecc_docker_standin")
 
 
 @pytest.fixture(scope="session")

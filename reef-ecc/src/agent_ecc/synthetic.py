@@ -80,6 +80,10 @@ def synthetic_log(behaviour: str, tests: dict[str, list[str]]) -> tuple[str, int
 class SyntheticExecutor:
     """Executes requests of the synthetic world; counts how often it ran each request."""
 
+    #: what a re-verification service reports of it: the synthetic checks' runtime, no sandbox
+    runtime: Final = "git"
+    network: Final = "none"
+
     def __init__(self, store: ContentStore) -> None:
         self.store = store
         self.runs: dict[str, int] = {}

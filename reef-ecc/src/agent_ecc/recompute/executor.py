@@ -29,7 +29,7 @@ from typing import Final
 
 import attrs
 
-from agent_ecc.execution import ExecRequest, RawOutput
+from agent_ecc.execution import ExecRequest, RawOutput, runtime_of
 from agent_ecc.records import Application
 from agent_ecc.store import ContentStore, StoreError
 
@@ -137,7 +137,8 @@ def _run_group(
 
 
 class Executor:
-    """Runs requests of SWE-bench-style checks for real (see the module docstring).
+    """Runs requests of SWE-bench-style checks of runtime ``git`` for real (see the module
+    docstring).
 
     :param store: the content store holding snapshots, eval scripts and patches.
     :param limits: the eval script's resource limits.
@@ -147,6 +148,8 @@ class Executor:
     :param isolate_network: ``True`` to run without network where the machine allows it.
     :param workroot: where fresh workspaces are made (the system's temporary folder).
     """
+
+    runtime: Final = "git"
 
     def __init__(
         self,
@@ -243,6 +246,11 @@ class Executor:
             workspace = Path(folder)
             env = self._env(workspace)
             try:
+                if runtime_of(request.execution) != self.runtime:
+                    raise ExecutorError(
+                        f"a check of runtime {runtime_of(request.execution)} is not run by the "
+                        f"git executor (ContainerExecutor runs runtime docker)"
+                    )
                 repo = self._checkout(str(request.execution["image"]), workspace, env)
                 patch = self.store.get_bytes(request.patch)
                 script = self.store.get_bytes(str(request.execution["eval_script"]))

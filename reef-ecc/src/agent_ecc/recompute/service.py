@@ -11,7 +11,8 @@ network isolation in use and counters.
 
 The standard library's ``ThreadingHTTPServer`` is enough here: one thread per connection, each
 blocked on a subprocess most of the time, with the capacity semaphore as the real bound. Run it
-with ``python -m agent_ecc.recompute.service --store DIR [--port 8770] [--capacity 4]``.
+with ``python -m agent_ecc.recompute.service --store DIR [--port 8770] [--capacity 4]``; with
+``--runtime docker`` it runs checks of that runtime in containers (the ``docker`` extra).
 """
 
 from __future__ import annotations
@@ -23,10 +24,11 @@ import threading
 from collections import Counter
 from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Protocol
 
-from agent_ecc.execution import ExecRequest, RawOutput
+from agent_ecc.execution import RUNTIMES, ExecRequest, RawOutput
 from agent_ecc.recompute.client import HTTPBackend
+from agent_ecc.recompute.container import ContainerExecutor
 from agent_ecc.recompute.executor import Executor
 from agent_ecc.recompute.wire import MAX_BODY, RequestRefused, output_to_json, parse_request
 from agent_ecc.records import Application
@@ -38,11 +40,31 @@ EXECUTE_PATH = "/v1/execute"
 HEALTH_PATH = "/v1/health"
 
 
+class RequestExecutor(Protocol):
+    """What runs a request: :class:`Executor` (runtime ``git``) or
+    :class:`~agent_ecc.recompute.container.ContainerExecutor` (runtime ``docker``)."""
+
+    @property
+    def runtime(self) -> str:
+        """The runtime of the checks it runs."""
+        ...
+
+    @property
+    def network(self) -> str:
+        """How eval scripts are cut off the network (``"none"`` when they are not)."""
+        ...
+
+    def run(self, request: ExecRequest) -> RawOutput:
+        """Execute ``request``: its raw output."""
+        ...
+
+
 class ReverifyService:
     """The service, listening on ``host:port`` (port 0: any free port) once :meth:`start` ran.
 
     :param store: the content store shared with the trainer (snapshots, scripts, patches).
-    :param executor: what runs a request; by default an :class:`Executor` on ``store``.
+    :param executor: what runs a request; by default an :class:`Executor` on ``store``. The
+        service executes only requests of its executor's runtime.
     :param capacity: executions at once.
     :param max_body: the largest request body read, in bytes.
     :param max_timeout_s: the largest ``timeout_s`` a request may ask for.
@@ -53,7 +75,7 @@ class ReverifyService:
         self,
         store: ContentStore,
         *,
-        executor: Executor | None = None,
+        executor: RequestExecutor | None = None,
         capacity: int = 2,
         host: str = "127.0.0.1",
         port: int = 0,
@@ -64,7 +86,7 @@ class ReverifyService:
         if capacity < 1:
             raise ValueError(f"capacity must be at least 1, got {capacity}")
         self.store = store
-        self.executor = executor or Executor(store)
+        self.executor: RequestExecutor = executor or Executor(store)
         self.capacity = capacity
         self.max_body = max_body
         self.max_timeout_s = max_timeout_s
@@ -115,6 +137,7 @@ class ReverifyService:
                 "ok": True,
                 "capacity": self.capacity,
                 "running": self._running,
+                "runtime": self.executor.runtime,
                 "network": self.executor.network,
                 "counters": dict(self.counters),
             }
@@ -208,7 +231,12 @@ def _handler(service: ReverifyService) -> type[BaseHTTPRequestHandler]:
                 self.close_connection = True
                 return
             try:
-                request = parse_request(data, service.store, max_timeout_s=service.max_timeout_s)
+                request = parse_request(
+                    data,
+                    service.store,
+                    max_timeout_s=service.max_timeout_s,
+                    runtime=service.executor.runtime,
+                )
             except RequestRefused as refusal:
                 self._refuse(refusal)
                 return
@@ -237,13 +265,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=8770)
     parser.add_argument("--capacity", type=int, default=2, help="executions at once")
     parser.add_argument("--no-network-isolation", action="store_true")
+    parser.add_argument(
+        "--runtime",
+        choices=RUNTIMES,
+        default="git",
+        help="git: snapshots from the store; docker: containers of the checks' images",
+    )
+    parser.add_argument(
+        "--docker-url", help="the Docker daemon (default: DOCKER_HOST or the local socket)"
+    )
     args = parser.parse_args(argv)
     store = ContentStore(args.store)
-    executor = Executor(store, isolate_network=not args.no_network_isolation)
+    executor: RequestExecutor
+    if args.runtime == "docker":
+        executor = ContainerExecutor(
+            store, base_url=args.docker_url, isolate_network=not args.no_network_isolation
+        )
+    else:
+        executor = Executor(store, isolate_network=not args.no_network_isolation)
     service = ReverifyService(
         store, executor=executor, capacity=args.capacity, host=args.host, port=args.port
     )
-    print(json.dumps({"url": service.url, "network": executor.network}), flush=True)
+    print(
+        json.dumps({"url": service.url, "runtime": executor.runtime, "network": executor.network}),
+        flush=True,
+    )
     with contextlib.suppress(KeyboardInterrupt):
         service.serve_forever()
     return 0

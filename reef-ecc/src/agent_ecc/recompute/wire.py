@@ -1,9 +1,11 @@
 """The re-verification service's wire form: requests checked before anything runs, raw outputs.
 
 A request body is the JSON form of an :class:`~agent_ecc.execution.ExecRequest`. The service
-executes it only if every field is present with its type, nothing else is there, the store
-holds the snapshot, eval script and patch it names, and the identities it carries are the ones
-derived from what it asks to run. Anything else is a :class:`RequestRefused` naming the field,
+executes it only if every field is present with its type, nothing else is there, it is of the
+runtime the service runs (``git``: the store holds the snapshot its ``image`` names; ``docker``:
+its ``image`` is a container image reference and its ``workdir`` an absolute path), the store
+holds the eval script and patch it names, and the identities it carries are the ones derived
+from what it asks to run. Anything else is a :class:`RequestRefused` naming the field,
 answered with a 4xx status; nothing was executed for it. An answer is the JSON form of a
 :class:`~agent_ecc.execution.RawOutput`: a log and run facts, never a verdict.
 """
@@ -12,11 +14,12 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from typing import Any, Final
 
 from agent_ecc.codec import from_json, to_json
-from agent_ecc.execution import ExecRequest, RawOutput, request_identity
+from agent_ecc.execution import RUNTIMES, ExecRequest, RawOutput, request_identity, runtime_of
 from agent_ecc.store import ContentStore, StoreError
 from agent_ecc.versions import execution_identity
 
@@ -33,7 +36,16 @@ _REQUEST_FIELDS: Final = {
     "execution_identity": str,
     "patch": str,
 }
-_EXECUTION_FIELDS: Final = {"image", "eval_script", "timeout_s", "patch_exclude"}
+_EXECUTION_FIELDS: Final = {
+    "image",
+    "eval_script",
+    "timeout_s",
+    "patch_exclude",
+    "runtime",
+    "workdir",
+}
+#: A container image reference: ``[registry/]name[:tag][@sha256:digest]``.
+_IMAGE_REFERENCE: Final = re.compile(r"[a-z0-9][a-z0-9._/:@-]{0,255}", re.IGNORECASE)
 
 
 class RequestRefused(ValueError):
@@ -63,14 +75,45 @@ def _blob(store: ContentStore, key: object, field: str) -> str:
     return key
 
 
-def _execution(body: Mapping[str, Any], store: ContentStore, max_timeout_s: float) -> None:
+def _image(body: Mapping[str, Any], store: ContentStore, runtime: str) -> None:
+    kind = runtime_of(body)
+    if kind not in RUNTIMES:
+        raise RequestRefused(
+            422, "$.execution.runtime", f"unknown runtime {kind!r}; known: {', '.join(RUNTIMES)}"
+        )
+    if kind != runtime:
+        raise RequestRefused(
+            422,
+            "$.execution.runtime",
+            f"this service runs {runtime} checks, not {kind} ones: start one with "
+            f"--runtime {kind} for them",
+        )
+    if kind == "git":
+        _blob(store, body["image"], "$.execution.image")
+        return
+    image = body["image"]
+    if not isinstance(image, str) or _IMAGE_REFERENCE.fullmatch(image) is None:
+        raise RequestRefused(
+            422, "$.execution.image", f"not a container image reference: {image!r}"
+        )
+    workdir = body.get("workdir")
+    if not isinstance(workdir, str) or not workdir.startswith("/"):
+        raise RequestRefused(
+            422, "$.execution.workdir", f"expected the absolute path of the repository: {workdir!r}"
+        )
+
+
+def _execution(
+    body: Mapping[str, Any], store: ContentStore, max_timeout_s: float, runtime: str
+) -> None:
     for key in body:
         if key not in _EXECUTION_FIELDS:
             raise RequestRefused(400, f"$.execution.{key}", "unknown key")
     for key in ("image", "eval_script"):
         if key not in body:
             raise RequestRefused(400, f"$.execution.{key}", "required key missing")
-        _blob(store, body[key], f"$.execution.{key}")
+    _image(body, store, runtime)
+    _blob(store, body["eval_script"], "$.execution.eval_script")
     if "patch_exclude" in body:
         _blob(store, body["patch_exclude"], "$.execution.patch_exclude")
     timeout = body.get("timeout_s", 60.0)
@@ -82,8 +125,11 @@ def _execution(body: Mapping[str, Any], store: ContentStore, max_timeout_s: floa
         )
 
 
-def parse_request(data: bytes, store: ContentStore, *, max_timeout_s: float) -> ExecRequest:
-    """The request in ``data``, every field checked (see the module docstring).
+def parse_request(
+    data: bytes, store: ContentStore, *, max_timeout_s: float, runtime: str = "git"
+) -> ExecRequest:
+    """The request in ``data``, every field checked (see the module docstring); ``runtime``:
+    the one the service runs.
 
     :raises RequestRefused: naming the first field found wrong.
     """
@@ -107,7 +153,7 @@ def parse_request(data: bytes, store: ContentStore, *, max_timeout_s: float) -> 
         raise RequestRefused(
             422, "$.adapter", f"unknown adapter {body['adapter']!r}; known: {', '.join(ADAPTERS)}"
         )
-    _execution(body["execution"], store, max_timeout_s)
+    _execution(body["execution"], store, max_timeout_s, runtime)
     _blob(store, body["patch"], "$.patch")
     derived = execution_identity(body["adapter"], body["execution"])
     if body["execution_identity"] != derived:
