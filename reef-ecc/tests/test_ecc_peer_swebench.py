@@ -144,49 +144,9 @@ def test_official_verdict_agrees_with_the_swebench_package(
     assert verdicts["gold:calc-1:original"] == "pass"
 
 
-DJANGO_F2P = ("test_trailing_newline (auth_tests.test_validators.UsernameValidatorsTests)",)
-DJANGO_P2P = (
-    "test_ascii_validator (auth_tests.test_validators.UsernameValidatorsTests)",
-    "test_help_text (auth_tests.test_validators.UserAttributeSimilarityValidatorTest)",
-    "test_validate_property (auth_tests.test_validators.UserAttributeSimilarityValidatorTest)",
-)
-
-
-def _django_log(statuses: Mapping[str, str], *, exit_code: int, tail: str = "") -> str:
-    """A log in the shape of SWE-bench's Django eval script: ``runtests.py --verbosity 2``."""
-    lines = [
-        "+ ./tests/runtests.py --verbosity 2 --settings=test_sqlite --parallel 1 auth_tests",
-        ">>>>> Start Test Output",
-        "Testing against Django installed in '/testbed/django'",
-        "Importing application auth_tests",
-        "Skipping setup of unused database(s): other.",
-    ]
-    failures = []
-    for test, status in statuses.items():
-        if status == "multiline-ok":  # a print between the test's name and its "ok"
-            lines += [f"{test} ... System check identified no issues (0 silenced).", "ok"]
-        elif status == "skipped":
-            lines.append(f"{test} ... skipped 'Requires a newer sqlite'")
-        else:
-            lines.append(f"{test} ... {status}")
-            if status in ("FAIL", "ERROR"):
-                failures.append(f"{status}: {test}")
-    for failure in failures:
-        lines += [
-            "=" * 70,
-            failure,
-            "-" * 70,
-            "Traceback (most recent call last):",
-            "AssertionError",
-        ]
-    lines += [
-        "-" * 70,
-        f"Ran {len(statuses)} tests in 0.012s",
-        "",
-        "OK" if not failures else "FAILED",
-    ]
-    lines += [tail, ">>>>> End Test Output", f">>>>> Test Exit Code: {exit_code}"]
-    return "\n".join(lines) + "\n"
+DJANGO_F2P = fixture_script.DJANGO_F2P
+DJANGO_P2P = fixture_script.DJANGO_P2P
+_django_log = fixture_script.django_log
 
 
 def _django_logs() -> dict[str, str]:
