@@ -1,7 +1,8 @@
 """Agent ECC: every batch of an RL run trained under one grader epoch, with correct rewards.
 
 The names a trainer needs are exported here; see ``docs/ecc/contract.md`` in the workspace for
-the contract and the integration guide for where each call goes. This package never imports
+the contract, ``docs/ecc/integrating.md`` for where each call goes in a trainer and
+``docs/ecc/quickstart.md`` for a walkthrough from SWE-bench's logs. This package never imports
 Reef; its Reef plugin is the separate module ``agent_ecc.reef_plugin``.
 """
 
