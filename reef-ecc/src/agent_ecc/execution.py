@@ -64,6 +64,27 @@ class RawOutput:
     failures: tuple[str, ...] = ()
 
 
+def stopped_output(
+    request_id: str, detail: str, *, infra: bool = True, duration_s: float = 0.0
+) -> RawOutput:
+    """The output of a run whose executor stopped before the patch could be judged: no log,
+    ``error`` set, and the application record naming it an infrastructure error (``infra``: a
+    snapshot, image or daemon missing) or the executor's own."""
+    application = (
+        Application(applied=False, infra_error=detail)
+        if infra
+        else Application(applied=False, executor_error=detail)
+    )
+    return RawOutput(
+        request_id,
+        log=None,
+        applied=False,
+        error=detail,
+        application=application,
+        duration_s=duration_s,
+    )
+
+
 @attrs.frozen
 class InfraFailure:
     """No output could be had for a request (transport, executor, unrecorded): never a verdict."""

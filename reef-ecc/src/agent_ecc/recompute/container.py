@@ -37,7 +37,7 @@ import uuid
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Final
 
-from agent_ecc.execution import ExecRequest, RawOutput, runtime_of
+from agent_ecc.execution import ExecRequest, RawOutput, runtime_of, stopped_output
 from agent_ecc.recompute.executor import APPLY_STRATEGIES, ExecutorError, Limits
 from agent_ecc.records import Application
 from agent_ecc.store import ContentStore, StoreError
@@ -311,11 +311,4 @@ class ContainerExecutor:
                 api.close()
         except Exception as error:  # the daemon or its transport failed: never a verdict (I2)
             detail = str(error) if isinstance(error, ExecutorError) else repr(error)
-            return RawOutput(
-                request.request_id,
-                log=None,
-                applied=False,
-                error=detail,
-                application=Application(applied=False, infra_error=detail),
-                duration_s=time.monotonic() - start,
-            )
+            return stopped_output(request.request_id, detail, duration_s=time.monotonic() - start)

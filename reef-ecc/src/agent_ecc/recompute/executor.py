@@ -29,7 +29,7 @@ from typing import Final
 
 import attrs
 
-from agent_ecc.execution import ExecRequest, RawOutput, runtime_of
+from agent_ecc.execution import ExecRequest, RawOutput, runtime_of, stopped_output
 from agent_ecc.records import Application
 from agent_ecc.store import ContentStore, StoreError
 
@@ -255,15 +255,8 @@ class Executor:
                 patch = self.store.get_bytes(request.patch)
                 script = self.store.get_bytes(str(request.execution["eval_script"]))
             except (ExecutorError, StoreError) as error:
-                application = Application(applied=False, infra_error=str(error))
-                return RawOutput(
-                    request.request_id,
-                    log=None,
-                    applied=False,
-                    error=str(error),
-                    application=application,
-                    duration_s=time.monotonic() - start,
-                )
+                duration = time.monotonic() - start
+                return stopped_output(request.request_id, str(error), duration_s=duration)
             application = self._apply(patch, repo, workspace, env)
             if not application.applied:
                 return RawOutput(

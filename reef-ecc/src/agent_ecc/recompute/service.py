@@ -26,12 +26,11 @@ from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 
-from agent_ecc.execution import RUNTIMES, ExecRequest, RawOutput
+from agent_ecc.execution import RUNTIMES, ExecRequest, RawOutput, stopped_output
 from agent_ecc.recompute.client import HTTPBackend
 from agent_ecc.recompute.container import ContainerExecutor
 from agent_ecc.recompute.executor import Executor
 from agent_ecc.recompute.wire import MAX_BODY, RequestRefused, output_to_json, parse_request
-from agent_ecc.records import Application
 from agent_ecc.store import ContentStore
 
 __all__ = ["HTTPBackend", "ReverifyService", "main"]
@@ -157,14 +156,7 @@ class ReverifyService:
         try:
             return self.executor.run(request)
         except Exception as error:  # the executor itself broke: no verdict can come of it (I2)
-            detail = f"executor failed: {error!r}"
-            return RawOutput(
-                request.request_id,
-                log=None,
-                applied=False,
-                error=detail,
-                application=Application(applied=False, executor_error=detail),
-            )
+            return stopped_output(request.request_id, f"executor failed: {error!r}", infra=False)
         finally:
             with self._lock:
                 self._running -= 1
