@@ -62,7 +62,7 @@ command -v git >/dev/null || {{ echo "$marker stopped git is not in the image"; 
 if grep -q '[^[:space:]]' "$here/model.patch"; then
   applied=0
   for strategy in {_STRATEGIES}; do
-    $strategy "$here/model.patch" >"$here/apply.log" 2>&1; rc=$?
+    $strategy "$here/model.patch" >/dev/null 2>&1; rc=$?
     echo "$marker step $rc $strategy"
     if [ "$rc" -gt 128 ]; then echo "$marker stopped $strategy was killed"; exit 0; fi
     if [ "$rc" -eq 0 ]; then applied=1; break; fi
