@@ -57,11 +57,6 @@ _OUTSIDE_POINTERS = re.compile(
     r"RULES\.md|DECISIONS\.md|DECISIONS \d|shared/(?:spec|DECISIONS|DESIGN|STYLE)"
     r"|reef-training-pipeline\.md|agent-ecc-trainer-integration\.md"
 )
-#: Files allowed to keep such a pointer for now, with why. The Agent ECC pages are being
-#: rewritten; the rewrite drops the pointer, and then this entry goes.
-_KNOWN_OUTSIDE_POINTERS = {
-    "docs/ecc/contract.md": "names the integration guide's file; its rewrite in progress drops it"
-}
 
 
 @attrs.frozen
@@ -365,7 +360,7 @@ def test_nothing_points_at_documents_outside_the_repository() -> None:
     problems = []
     for path in text_files():
         relative = path.relative_to(ROOT).as_posix()
-        if path.resolve() == this or relative in _KNOWN_OUTSIDE_POINTERS:
+        if path.resolve() == this:
             continue
         text = path.read_text(encoding="utf-8", errors="replace")
         for found in _OUTSIDE_POINTERS.finditer(text):
