@@ -1,7 +1,9 @@
 """End to end over real HTTP on loopback: ``reef serve`` as a subprocess, an agent through the
 ``openai`` client, a grader posting reports, the local component training.
 
-- the quickstart loop in small: jobs train and publish new weights that the engine serves;
+- the quickstart loop in small: jobs train and publish new weights that the engine serves, with
+  the TinyGPT and with a tiny Hugging Face Llama (built from a config on disk) and a LoRA
+  adapter;
 - a SIGKILL of ``reef serve`` in the middle: after a restart no record, report or sample is
   lost and no sample trains twice;
 - two ``reef serve`` processes on one PostgreSQL store: the leader is killed, the other takes
@@ -47,13 +49,19 @@ scenarios:
       component: local
       options:
         state_dir: "{state}"
+        batch_size: 4
+        learning_rate: 0.01
+{model}
+"""
+TINY_GPT = """\
         d_model: 32
         n_layers: 1
         n_heads: 2
-        max_seq_len: 128
-        batch_size: 4
-        learning_rate: 0.01
-"""
+        max_seq_len: 128"""
+HF_LORA = """\
+        model_path: "{folder}"
+        lora: {{r: 4, alpha: 8}}
+        chat_template_args: {{enable_thinking: false}}"""
 
 
 class Serve:
@@ -195,9 +203,10 @@ def workdir(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def _deployment(workdir: Path, url: str) -> Path:
+def _deployment(workdir: Path, url: str, model: str = TINY_GPT) -> Path:
     path = workdir / "deployment.yaml"
-    path.write_text(DEPLOYMENT.format(url=url, state=workdir / "state"), encoding="utf-8")
+    body = DEPLOYMENT.format(url=url, state=workdir / "state", model=model)
+    path.write_text(body, encoding="utf-8")
     return path
 
 
@@ -223,9 +232,20 @@ def _first_weights(serve: Serve) -> str:
     return served
 
 
-def test_the_quickstart_loop_in_small_trains_and_serves_new_weights(workdir: Path) -> None:
+@pytest.mark.parametrize("model", ["tiny-gpt", "hf-lora"])
+def test_the_quickstart_loop_in_small_trains_and_serves_new_weights(
+    workdir: Path, model: str
+) -> None:
+    """The loop closes: calls answered, reported, trained in three jobs, new weights served.
+    With ``hf-lora`` each served artifact is a PEFT adapter folder on the Llama's folder."""
+    options = TINY_GPT
+    if model == "hf-lora":
+        pytest.importorskip("peft")
+        from reef.testing.hf_model import make_hf_model_folder
+
+        options = HF_LORA.format(folder=make_hf_model_folder(workdir / "llama"))
     url = f"sqlite:///{workdir / 'reef.db'}"
-    serve = Serve(_deployment(workdir, url), workdir / "serve.log")
+    serve = Serve(_deployment(workdir, url, options), workdir / "serve.log")
     agent = Agent()
     try:
         first = _first_weights(serve)
@@ -250,6 +270,11 @@ def test_the_quickstart_loop_in_small_trains_and_serves_new_weights(workdir: Pat
     assert counts["samples"] == len(agent.reports)  # one sample per report
     assert counts["trains"] == [1] * len(agent.reports)  # every sample trained, once
     assert counts["submissions"] == 3
+    artifacts = workdir / "state" / "artifacts"
+    served = (artifacts / "LATEST").read_text().removeprefix("sha256:")
+    if model == "hf-lora":
+        assert (artifacts / served / "adapter_config.json").exists()
+        assert not (artifacts / served / "model.safetensors").exists()
 
 
 def test_a_sigkill_in_the_middle_loses_nothing_and_trains_nothing_twice(workdir: Path) -> None:

@@ -105,7 +105,11 @@ class TinkerHarness(LocalHarness):
     def reply_logprob(self, component: Any, prompt: str, reply: str) -> float:
         artifact = component.publish()
         body = json.loads((artifact.path / "artifact.json").read_text())
-        return _logprob(self.service.model_of(body["sampler_path"]), component, prompt, reply)
+        from reef.components.byte_tokenizer import ByteTokenizer
+        from reef.components.tiny_gpt import TinyGPTModel
+
+        model = TinyGPTModel(self.service.model_of(body["sampler_path"]), ByteTokenizer())
+        return _logprob(model, component, prompt, reply)
 
 
 class SlimeHarness(LocalHarness):

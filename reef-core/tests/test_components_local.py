@@ -13,7 +13,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from reef.components.artifacts import load_model_folder, weights_digest  # noqa: E402
+from reef.components.artifacts import load_model_folder  # noqa: E402
 from reef.components.job_samples import group_advantages  # noqa: E402
 from reef.components.local import LocalComponent  # noqa: E402
 from reef.core.job_data import JobData, TaskSample  # noqa: E402
@@ -77,8 +77,8 @@ def test_artifact_id_is_the_same_in_another_process_and_after_a_restart(tmp_path
     script = (
         "import sys, warnings; warnings.simplefilter('ignore');"
         "from pathlib import Path;"
-        "from reef.components.artifacts import load_model_folder, weights_digest;"
-        "print(weights_digest(load_model_folder(Path(sys.argv[1]))[0]))"
+        "from reef.components.artifacts import load_model_folder;"
+        "print(load_model_folder(Path(sys.argv[1])).digest())"
     )
     other = subprocess.run(
         [sys.executable, "-c", script, str(artifact.path)],
@@ -97,5 +97,39 @@ def test_a_failed_jobs_artifact_folder_holds_the_last_finished_weights(tmp_path:
     assert outcome.event == "failed"
     assert "tasks" in (outcome.error or "")
     assert local.publish().artifact_id == before
-    model, _ = load_model_folder(local.publish().path)
-    assert weights_digest(model) == before
+    assert load_model_folder(local.publish().path).digest() == before
+
+
+def test_a_crash_between_the_renames_of_a_save_keeps_the_last_weights(tmp_path: Path) -> None:
+    """Replacing ``current/`` moves the old folder aside before renaming the new one in; a
+    start that finds only the old one (the process died in between) puts it back, instead of
+    starting over from fresh weights."""
+    local = component(tmp_path)
+    run(local, "toy:data:0", colour_samples())
+    trained = local.model.digest()
+    local.close()
+    (tmp_path / "current").rename(tmp_path / ".current.retired")
+    restarted = component(tmp_path)
+    assert restarted.model.digest() == trained
+    assert not (tmp_path / ".current.retired").exists()
+
+
+def test_a_save_that_fails_fails_the_job_and_keeps_the_last_weights(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job whose weights cannot be saved did not finish: its outcome says so, and the
+    weights and artifact stay those of the last finished job."""
+    local = component(tmp_path)
+    run(local, "toy:data:0", colour_samples())
+    before = local.publish().artifact_id
+
+    def full_disk(*_: Any, **__: Any) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("reef.components.local.replace_folder", full_disk)
+    outcome = run(local, "toy:data:1", colour_samples())
+    assert outcome.event == "failed"
+    assert "No space left" in (outcome.error or "")
+    monkeypatch.undo()
+    assert local.model.digest() == before
+    assert local.publish().artifact_id == before

@@ -122,6 +122,8 @@ class ReefRuntime(ServiceRuntime):
         return LocalEngine(
             ArtifactStore(Path(settings.state_dir) / "artifacts"),
             chat_template_args=settings.chat_template_args,
+            # A LoRA artifact is an adapter folder: the engine puts it on the base model.
+            base_model=None if settings.lora is None else Path(str(settings.model_path)),
         )
 
     def _parts_factory(

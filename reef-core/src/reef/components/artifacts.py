@@ -1,101 +1,91 @@
-"""Weights on disk: model folders, their content hash, and the store of published artifacts.
+"""Weights on disk: model folders of every kind Reef loads, and the store of published artifacts.
 
-An artifact's ``artifact_id`` is a content hash of the weights it names
-(docs/decisions.md#artifacts):
-``sha256:`` and the digest of the model's configuration and of each tensor's name, dtype,
-shape and bytes, in name order. The same weights therefore get the same id in every process and
-after a restart, which is what the staleness check compares (P-STALE-4).
+A model folder is what a :class:`reef.components.causal_lm.CausalLM` saves:
 
-A model folder holds ``config.json`` (the model's configuration), ``model.pt`` (its
-``state_dict``) and the tokenizer (``tokenizer.json``). Folders are written next to their final
-place and renamed into it, so a reader never sees a half-written one.
+- a TinyGPT folder (``config.json`` with ``"format": "reef-tiny-gpt"``, ``model.pt``,
+  ``tokenizer.json``; :mod:`reef.components.tiny_gpt`);
+- a transformers model folder (``config.json``, safetensors weights, tokenizer files), or a
+  PEFT adapter folder (``adapter_config.json``, ``adapter_model.safetensors``) on a base model
+  folder (:mod:`reef.components.hf`, ``reef-core[hf]``).
+
+An artifact's ``artifact_id`` is the content hash of the weights it names
+(docs/decisions.md#artifacts, :meth:`CausalLM.digest`): the same weights get the same id in
+every process and after a restart, which is what the staleness check compares (P-STALE-4).
+Folders are written all or nothing and durably (:mod:`reef.components.durable`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import shutil
-import tempfile
+from collections.abc import Collection
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-import attrs
-import torch
-
-from reef.components.byte_tokenizer import ByteTokenizer
+from reef.components.causal_lm import CausalLM, ModelFolderError
+from reef.components.durable import link_folder, replace_folder, write_bytes
 from reef.components.interface import Artifact
-from reef.components.tiny_gpt import TinyGPT, TinyGPTConfig
+from reef.components.tiny_gpt import TinyGPTModel
 
-_FORMAT: Final = "reef-tiny-gpt"
-_CONFIG: Final = "config.json"
-_WEIGHTS: Final = "model.pt"
+if TYPE_CHECKING:
+    from reef.components.local import LoraSettings
+
+__all__ = [
+    "ArtifactStore",
+    "ModelFolderError",
+    "load_model_folder",
+    "save_model_folder",
+]
+
 _LATEST: Final = "LATEST"
+_ADAPTER_CONFIG: Final = "adapter_config.json"
 
 
-class ModelFolderError(ValueError):
-    """A folder does not hold a model Reef can load; the message names the folder and why."""
+def save_model_folder(target: Path, model: CausalLM) -> None:
+    """Save ``model`` as a model folder at ``target``, replacing any folder there, all or
+    nothing, durably."""
+    replace_folder(target, model.save)
 
 
-def _config_json(config: TinyGPTConfig) -> str:
-    return json.dumps({"format": _FORMAT, "model": attrs.asdict(config)}, sort_keys=True)
+def load_model_folder(
+    folder: Path,
+    *,
+    base_model: Path | None = None,
+    lora: LoraSettings | None = None,
+    seed: int = 0,
+    trainable: bool = True,
+) -> CausalLM:
+    """Load a model folder of any kind (see the module's documentation), on the CPU.
 
-
-def weights_digest(model: TinyGPT) -> str:
-    """The artifact id of ``model``'s weights (see the module's documentation)."""
-    digest = hashlib.sha256(_config_json(model.config).encode())
-    for name, tensor in sorted(model.state_dict().items()):
-        data = tensor.detach().to("cpu").contiguous()
-        digest.update(f"{name}|{data.dtype}|{tuple(data.shape)}|".encode())
-        digest.update(bytes(data.untyped_storage())[: data.numel() * data.element_size()])
-    return f"sha256:{digest.hexdigest()}"
-
-
-def save_model_folder(target: Path, model: TinyGPT, tokenizer: ByteTokenizer) -> None:
-    """Save ``model`` and ``tokenizer`` as a model folder at ``target``, replacing any folder
-    there, all or nothing."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:
-        (staging / _CONFIG).write_text(_config_json(model.config), encoding="utf-8")
-        torch.save(model.state_dict(), staging / _WEIGHTS)
-        tokenizer.save(staging)
-        if target.exists():
-            retired = target.with_name(f".{target.name}.retired")
-            shutil.rmtree(retired, ignore_errors=True)
-            os.replace(target, retired)
-            os.replace(staging, target)
-            shutil.rmtree(retired, ignore_errors=True)
-        else:
-            os.replace(staging, target)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-
-
-def load_model_folder(folder: Path) -> tuple[TinyGPT, ByteTokenizer]:
-    """Load a model folder written by :func:`save_model_folder`.
-
-    :raises ModelFolderError: when the folder is missing or holds another kind of model.
+    :param base_model: the base model folder of a PEFT adapter folder (by default the one its
+        ``adapter_config.json`` names).
+    :param lora: for a transformers model folder, put a new LoRA adapter of these settings
+        on it (initialised from ``seed``).
+    :param trainable: whether the adapter of an adapter folder trains.
+    :raises ModelFolderError: when the folder is missing, holds no model Reef loads, or
+        needs ``reef-core[hf]`` where it is not installed.
     """
+    adapter = (folder / _ADAPTER_CONFIG).exists()
+    config: object = None
+    if not adapter:
+        try:
+            config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ModelFolderError(f"{folder}: no readable config.json ({exc})") from exc
+        if TinyGPTModel.is_folder(config):
+            if lora is not None:
+                raise ModelFolderError(
+                    f"{folder}: LoRA trains Hugging Face models; a TinyGPT trains whole"
+                )
+            assert isinstance(config, dict)
+            return TinyGPTModel.load(folder, config)
     try:
-        body = json.loads((folder / _CONFIG).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ModelFolderError(f"{folder}: no readable {_CONFIG} ({exc})") from exc
-    if not isinstance(body, dict) or body.get("format") != _FORMAT:
+        from reef.components.hf import load_hf_folder
+    except ImportError as exc:
         raise ModelFolderError(
-            f"{folder}: {_CONFIG} does not describe a {_FORMAT} model (HF transformers folders "
-            "need the transformers package, which this installation does not use)"
-        )
-    try:
-        model = TinyGPT(TinyGPTConfig(**body["model"]))
-        state = torch.load(folder / _WEIGHTS, map_location="cpu", weights_only=True)
-        model.load_state_dict(state)
-        tokenizer = ByteTokenizer.load(folder)
-    except (OSError, TypeError, KeyError, RuntimeError, ValueError) as exc:
-        raise ModelFolderError(f"{folder}: cannot load the model ({exc})") from exc
-    return model, tokenizer
+            f"{folder}: a Hugging Face model folder needs transformers and peft: install "
+            f"reef-core[hf] ({exc})"
+        ) from exc
+    return load_hf_folder(folder, base_model=base_model, lora=lora, seed=seed, trainable=trainable)
 
 
 class ArtifactStore:
@@ -109,23 +99,30 @@ class ArtifactStore:
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
 
+    def folder(self, artifact_id: str) -> Path:
+        """Where the artifact ``artifact_id`` is (whether or not it exists)."""
+        return self._folder(artifact_id)
+
     def _folder(self, artifact_id: str) -> Path:
         algorithm, _, hexdigest = artifact_id.partition(":")
         if algorithm != "sha256" or len(hexdigest) != 64:
             raise ValueError(f"not an artifact id: {artifact_id!r}")
         return self.root / hexdigest
 
-    def publish(self, model: TinyGPT, tokenizer: ByteTokenizer) -> Artifact:
-        """Save ``model``'s weights as an artifact (once: the same weights are the same
-        artifact) and make it the latest."""
-        artifact_id = weights_digest(model)
-        folder = self._folder(artifact_id)
-        if not folder.exists():
-            save_model_folder(folder, model, tokenizer)
-        pointer = self.root / f".{_LATEST}.{os.getpid()}"
-        pointer.write_text(artifact_id, encoding="utf-8")
-        os.replace(pointer, self.root / _LATEST)
-        return Artifact(artifact_id, folder)
+    def publish(self, folder: Path, artifact_id: str, *, skip: Collection[str] = ()) -> Artifact:
+        """Publish the model folder ``folder`` (but its files named in ``skip``), whose
+        weights' digest is ``artifact_id``, and make it the latest. Its files are linked, not
+        copied, so ``folder`` must never be written in place (a folder that
+        :mod:`reef.components.durable` wrote is replaced whole). The same weights are the same
+        artifact: publishing them again links nothing new.
+
+        The artifact's files are on the disk before ``LATEST`` names it.
+        """
+        target = self._folder(artifact_id)
+        if not target.exists():
+            link_folder(folder, target, skip=skip)
+        write_bytes(self.root / _LATEST, artifact_id.encode("utf-8"))
+        return Artifact(artifact_id, target)
 
     def latest(self) -> Artifact | None:
         """The artifact published last, or ``None`` before the first publication."""

@@ -1,7 +1,8 @@
 """The ``local`` training component: trains a causal language model with PyTorch, here.
 
-It trains a model loaded from a model folder (one it saved itself), or a :class:`TinyGPT`
-built from its settings for demos, on the CPU or on CUDA where present. Each job:
+It trains a Hugging Face causal LM (``model_path``, a folder transformers loads; ``reef-core[hf]``)
+whole or with a LoRA adapter (``lora``), or a :class:`TinyGPT` built from its settings for demos,
+on the CPU or on CUDA where present (with bfloat16 autocast where the GPU has it). Each job:
 
 1. parses the job parameters (:class:`reef.components.job_samples.JobParameters`): the
    objective and the scheduling parameter; bad parameters refuse the submission;
@@ -12,54 +13,78 @@ built from its settings for demos, on the CPU or on CUDA where present. Each job
 3. for ``importance_sampling``, computes every trained token's log probability with the job's
    start weights;
 4. cuts the rendered samples into steps of the component's batch size
-   (:mod:`reef.components.scheduling`) and takes one AdamW step for each, noting in the
-   outcome's ``consumed`` metric what each step's loss consumed: per sample, the step, the
-   tokens its loss counted and the reward and advantage it trained with (what Agent ECC's
-   consumption lines are written from);
-5. saves the new weights and the job's outcome under ``state_dir``, each all or nothing.
+   (:mod:`reef.components.scheduling`) and takes one AdamW step for each, its sequences in
+   right-padded forward passes of at most ``micro_batch_size`` sequences whose gradients add up
+   (gradient accumulation), noting in the outcome's ``consumed`` metric what each step's loss
+   consumed: per sample, the step, the tokens its loss counted and the reward and advantage it
+   trained with (what Agent ECC's consumption lines are written from);
+5. saves the new weights (the adapter, with LoRA) and the optimizer state in one folder, and
+   links the artifact they will be published as, all or nothing and on the disk before the
+   job's outcome is written (:mod:`reef.components.durable`).
 
-Jobs run one at a time on the component's own thread. A job id that ended before (in this
-process or an earlier one with the same ``state_dir``) is not trained again. A job that fails
-leaves the weights of the last finished job.
+Jobs run one at a time on the component's own thread (:class:`JobRunner`). A job id that ended
+before (in this process or an earlier one with the same ``state_dir``) is not trained again. A
+job that fails leaves the weights of the last finished job.
 """
 
 from __future__ import annotations
 
-import os
+import contextlib
 import threading
 import traceback
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Final
 
 import attrs
 import torch
 
-from reef.components.artifacts import (
-    ArtifactStore,
-    load_model_folder,
-    save_model_folder,
-)
+from reef.components.artifacts import ArtifactStore, load_model_folder, save_model_folder
 from reef.components.byte_tokenizer import ByteTokenizer
+from reef.components.causal_lm import CausalLM
+from reef.components.durable import replace_folder, restore_retired
 from reef.components.interface import Artifact, JobHandle
 from reef.components.job_runner import JobRunner
 from reef.components.job_samples import JobParameters, consumed_lines, job_metrics, prepare_job
-from reef.components.objectives import token_logprobs, token_loss
-from reef.components.scheduling import plan_steps
-from reef.components.tiny_gpt import TinyGPT, TinyGPTConfig
-from reef.core.chat_rendering import ChatRenderer
+from reef.components.objectives import batch_logprobs, batch_loss, token_batch
+from reef.components.scheduling import SequenceRef, plan_steps
+from reef.components.tiny_gpt import TinyGPT, TinyGPTConfig, TinyGPTModel
+from reef.core.chat_rendering import ChatRenderer, RenderedSequence, Tokenizer
 from reef.core.config import config_option
 from reef.core.job_data import JobData, JobOutcome
 from reef.core.plugins import PluginSettings
 from reef.core.records import JSON
 
 _CURRENT: Final = "current"
+#: The optimizer state, in the folder of the weights it goes with (not part of artifacts).
 _OPTIMIZER: Final = "optimizer.pt"
 
 
-def _positive(_: object, attribute: attrs.Attribute[Any], value: float) -> None:
-    if value <= 0:
+def _positive(_: object, attribute: attrs.Attribute[Any], value: float | None) -> None:
+    if value is not None and value <= 0:
         raise ValueError(f"{attribute.name} must be positive, got {value!r}")
+
+
+def _fraction(_: object, attribute: attrs.Attribute[Any], value: float) -> None:
+    if not 0 <= value < 1:
+        raise ValueError(f"{attribute.name} must be in [0, 1), got {value!r}")
+
+
+@attrs.frozen
+class LoraSettings(PluginSettings):
+    """A LoRA adapter for a Hugging Face model (peft's ``LoraConfig``): only the adapter trains,
+    and each artifact is a PEFT adapter folder."""
+
+    r: int = config_option(8, help="the adapter's rank", validator=_positive)
+    alpha: int = config_option(
+        16, help="lora_alpha: the update is scaled by alpha / r", validator=_positive
+    )
+    dropout: float = config_option(0.0, help="dropout on the adapter's input", validator=_fraction)
+    target_modules: list[str] | None = config_option(
+        None,
+        help="names of the modules to adapt (q_proj, v_proj...); [all-linear] for every "
+        "linear layer but the output; peft's default for the architecture when unset",
+    )
 
 
 @attrs.frozen
@@ -70,7 +95,12 @@ class LocalComponentSettings(PluginSettings):
         help="folder of the component's weights, optimizer state, job outcomes and artifacts"
     )
     model_path: str | None = config_option(
-        None, help="model folder to start from; without it a TinyGPT is built from d_model..."
+        None,
+        help="model folder to start from: a Hugging Face causal LM folder (reef-core[hf]) or "
+        "one this component saved; without it a TinyGPT is built from d_model...",
+    )
+    lora: LoraSettings | None = config_option(
+        None, help="train a LoRA adapter of the model_path model (r, alpha, dropout, ...)"
     )
     d_model: int = config_option(64, help="TinyGPT width", validator=_positive)
     n_layers: int = config_option(2, help="TinyGPT blocks", validator=_positive)
@@ -79,12 +109,22 @@ class LocalComponentSettings(PluginSettings):
     batch_size: int = config_option(
         8, help="units (samples or packs) per optimizer step", validator=_positive
     )
+    micro_batch_size: int | None = config_option(
+        None,
+        help="sequences per forward pass; a step's gradients accumulate over its passes "
+        "(all of a step's sequences in one pass when unset)",
+        validator=_positive,
+    )
     learning_rate: float = config_option(1e-3, help="AdamW learning rate", validator=_positive)
-    seed: int = config_option(0, help="seed of the built model's initial weights")
+    seed: int = config_option(0, help="seed of the built model's (or adapter's) initial weights")
     device: str = config_option("auto", help="torch device; auto takes CUDA when present")
     chat_template_args: dict[str, Any] = config_option(
         factory=dict, help="the engine's chat template arguments (enable_thinking...)"
     )
+
+    def __attrs_post_init__(self) -> None:
+        if self.lora is not None and self.model_path is None:
+            raise ValueError("lora trains an adapter of a Hugging Face model: set model_path")
 
 
 class LocalComponent:
@@ -104,14 +144,16 @@ class LocalComponent:
             self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         else:
             self.device = torch.device(settings.device)
+        # bfloat16 autocast where the GPU has it; the weights and the optimizer stay float32.
+        self._bf16 = self.device.type == "cuda" and torch.cuda.is_bf16_supported()
         current = self.state_dir / _CURRENT
+        restore_retired(current)
         if not current.exists():
             # The starting weights are saved before any job, so a failed job can always return
             # to the weights of the last finished one by reading them back.
-            model, tokenizer = self._initial_model()
-            save_model_folder(current, model, tokenizer)
-        self.model, self.tokenizer = self._load_current()
+            save_model_folder(current, self._initial_model())
         self._lock = threading.Lock()
+        self._load_current()
 
     @classmethod
     def from_config(
@@ -128,11 +170,20 @@ class LocalComponent:
     @property
     def renderer(self) -> ChatRenderer:
         """The renderer of this component's model, with the engine's chat template arguments."""
-        return ChatRenderer(self.tokenizer, self.settings.chat_template_args)
+        return self._renderer
 
-    def _initial_model(self) -> tuple[TinyGPT, ByteTokenizer]:
+    @property
+    def base_model(self) -> Path | None:
+        """The base model folder of a LoRA adapter (``model_path``), else ``None``."""
+        if self.settings.lora is None or self.settings.model_path is None:
+            return None
+        return Path(self.settings.model_path)
+
+    def _initial_model(self) -> CausalLM:
         if self.settings.model_path is not None:
-            return load_model_folder(Path(self.settings.model_path))
+            return load_model_folder(
+                Path(self.settings.model_path), lora=self.settings.lora, seed=self.settings.seed
+            )
         tokenizer = ByteTokenizer()
         config = TinyGPTConfig(
             vocab_size=tokenizer.vocab_size,
@@ -144,20 +195,30 @@ class LocalComponent:
         generator_state = torch.random.get_rng_state()
         try:
             torch.manual_seed(self.settings.seed)
-            return TinyGPT(config), tokenizer
+            return TinyGPTModel(TinyGPT(config), tokenizer)
         finally:
             torch.random.set_rng_state(generator_state)
 
-    def _load_current(self) -> tuple[TinyGPT, ByteTokenizer]:
-        model, tokenizer = load_model_folder(self.state_dir / _CURRENT)
-        model.to(self.device)
-        self._optimizer = torch.optim.AdamW(model.parameters(), lr=self.settings.learning_rate)
-        optimizer_path = self.state_dir / _OPTIMIZER
+    def _load_current(self) -> None:
+        """Load the weights and optimizer state of the last finished job."""
+        model = load_model_folder(self.state_dir / _CURRENT, base_model=self.base_model)
+        model.module.to(self.device)
+        model.module.eval()
+        optimizer = torch.optim.AdamW(model.trainable_parameters(), lr=self.settings.learning_rate)
+        optimizer_path = self.state_dir / _CURRENT / _OPTIMIZER
         if optimizer_path.exists():
-            self._optimizer.load_state_dict(
+            optimizer.load_state_dict(
                 torch.load(optimizer_path, map_location=self.device, weights_only=True)
             )
-        return model, tokenizer
+        self.model = model
+        self._optimizer = optimizer
+        self._renderer = ChatRenderer(model.tokenizer, self.settings.chat_template_args)
+        self._digest = model.digest()
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        """The model's tokenizer."""
+        return self.model.tokenizer
 
     # ------------------------------------------------------------------ the interface
 
@@ -179,9 +240,12 @@ class LocalComponent:
         return self.jobs.wait(handle, timeout)
 
     def publish(self) -> Artifact:
-        """Publish the weights of the last finished job as an artifact."""
+        """Publish the weights of the last finished job as an artifact (their saved folder,
+        linked: nothing is serialised again)."""
         with self._lock:
-            return self.artifacts.publish(self.model, self.tokenizer)
+            return self.artifacts.publish(
+                self.state_dir / _CURRENT, self._digest, skip={_OPTIMIZER}
+            )
 
     def close(self) -> None:
         """Take no more jobs; wait for the running one."""
@@ -190,30 +254,51 @@ class LocalComponent:
     # ------------------------------------------------------------------ a job
 
     def _run(self, data: JobData, job: JobParameters) -> JobOutcome:
+        """Train the job and save its weights; the runner then writes the outcome, so a job
+        is reported ended only once its weights are on the disk."""
         with self._lock:
             try:
                 metrics = self._train(data, job)
-                save_model_folder(self.state_dir / _CURRENT, self.model, self.tokenizer)
-                staging = self.state_dir / f".{_OPTIMIZER}.{os.getpid()}"
-                torch.save(self._optimizer.state_dict(), staging)
-                os.replace(staging, self.state_dir / _OPTIMIZER)
-                outcome = JobOutcome(data.id, self._name, "finished", metrics=metrics)
+                digest = self.model.digest()
+                # The weights and the optimizer state go in one folder: a crash leaves both
+                # of the last finished job, never one of each. The artifact these weights will
+                # be published as is linked in the same flushes, so publish() has only to
+                # name it.
+                replace_folder(
+                    self.state_dir / _CURRENT,
+                    self._save,
+                    links={self.artifacts.folder(digest): {_OPTIMIZER}},
+                )
+                self._digest = digest
+                return JobOutcome(data.id, self._name, "finished", metrics=metrics)
             except Exception as exc:  # a job's failure is its outcome, not a crash
                 # Back to the weights and optimizer state of the last finished job.
-                self.model, self.tokenizer = self._load_current()
+                self._load_current()
                 detail = traceback.format_exception_only(exc)[-1].strip()
-                outcome = JobOutcome(data.id, self._name, "failed", error=detail)
-            return outcome
+                return JobOutcome(data.id, self._name, "failed", error=detail)
+
+    def _save(self, folder: Path) -> None:
+        self.model.save(folder)
+        torch.save(self._optimizer.state_dict(), folder / _OPTIMIZER)
+
+    def _autocast(self) -> contextlib.AbstractContextManager[Any]:
+        if not self._bf16:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
+
+    def _micro_batches(self, refs: Sequence[SequenceRef]) -> Iterator[Sequence[SequenceRef]]:
+        size = self.settings.micro_batch_size or len(refs)
+        for start in range(0, len(refs), size):
+            yield refs[start : start + size]
 
     def _train(self, data: JobData, job: JobParameters) -> JSON:
         prepared = prepare_job(
             data,
-            self.renderer,
+            self._renderer,
             job.objective,
-            max_seq_len=self.model.config.max_seq_len,
+            max_seq_len=self.model.max_seq_len,
             component=self._name,
         )
-        rendered = prepared.rendered
         plan = plan_steps(
             prepared.sequence_lengths,
             batch_size=self.settings.batch_size,
@@ -223,54 +308,74 @@ class LocalComponent:
         for group in self._optimizer.param_groups:
             group["lr"] = learning_rate
 
-        def sequence(ref: tuple[int, int]) -> tuple[tuple[int, ...], torch.Tensor]:
-            rendered_sequence = rendered[ref[0]][1].sequences[ref[1]]
-            mask = torch.tensor(rendered_sequence.loss_mask[1:], dtype=torch.float32)
-            return rendered_sequence.token_ids, mask.to(self.device)
+        def sequence(ref: SequenceRef) -> RenderedSequence:
+            return prepared.rendered[ref[0]][1].sequences[ref[1]]
 
-        start: dict[tuple[int, int], torch.Tensor] = {}
+        def advantage_rows(refs: Sequence[SequenceRef]) -> torch.Tensor | None:
+            if job.objective != "importance_sampling":
+                return None
+            values = [prepared.advantage_of(r[0]) for r in refs]
+            return torch.tensor(values, dtype=torch.float32, device=self.device)
+
+        start: dict[SequenceRef, torch.Tensor] = {}
         if job.objective == "importance_sampling":
             # The job's start weights: computed once, before the first step moves them (P-REND-3).
-            with torch.no_grad():
+            with torch.no_grad(), self._autocast():
                 for step in plan.steps:
-                    refs = step.sequences
-                    ids = [sequence(r)[0] for r in refs]
-                    start.update(
-                        zip(refs, token_logprobs(self.model, ids, self.device), strict=True)
-                    )
+                    for refs in self._micro_batches(step.sequences):
+                        ids = [sequence(r).token_ids for r in refs]
+                        values = batch_logprobs(self.model, token_batch(ids, None, self.device))
+                        start.update(zip(refs, values, strict=True))
 
-        losses: list[float] = []
+        losses: list[torch.Tensor] = []
         trained_tokens = 0
         consumed: list[JSON] = []
-        self.model.train()
+        self.model.module.train()
         for step in plan.steps:
             refs = step.sequences
-            items = [sequence(r) for r in refs]
-            tokens = sum(int(mask.sum().item()) for _, mask in items)
+            loss_tokens: dict[int, int] = {}
+            for ref in refs:
+                loss_tokens[ref[0]] = loss_tokens.get(ref[0], 0) + _trained_tokens(sequence(ref))
+            tokens = sum(loss_tokens.values())
             if tokens == 0:
                 continue
-            logprobs = token_logprobs(self.model, [ids for ids, _ in items], self.device)
-            total = torch.zeros((), device=self.device)
-            for ref, (_, mask), values in zip(refs, items, logprobs, strict=True):
-                total = total + token_loss(
-                    job.objective,
-                    values,
-                    mask,
-                    start_logprobs=start.get(ref),
-                    advantage=prepared.advantage_of(ref[0]),
-                )
-            loss = total / step.loss_divisor(tokens, self.settings.batch_size)
+            divisor = step.loss_divisor(tokens, self.settings.batch_size)
             self._optimizer.zero_grad(set_to_none=True)
-            loss.backward()  # type: ignore[no-untyped-call]
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+            total = torch.zeros((), device=self.device)
+            for chunk in self._micro_batches(refs):
+                sequences = [sequence(r) for r in chunk]
+                batch = token_batch(
+                    [s.token_ids for s in sequences], [s.loss_mask for s in sequences], self.device
+                )
+                with self._autocast():
+                    logprobs = batch_logprobs(self.model, batch)
+                loss = batch_loss(
+                    job.objective,
+                    logprobs,
+                    batch.loss_mask,
+                    start_logprobs=_padded_rows([start[r] for r in chunk]) if start else None,
+                    advantages=advantage_rows(chunk),
+                )
+                (loss / divisor).backward()  # type: ignore[no-untyped-call]
+                total = total + loss.detach()
+            torch.nn.utils.clip_grad_norm_(self.model.trainable_parameters(), 1.0)
             self._optimizer.step()
-            loss_tokens: dict[int, int] = {}
-            for (position, _), (_, mask) in zip(refs, items, strict=True):
-                loss_tokens[position] = loss_tokens.get(position, 0) + int(mask.sum().item())
             consumed += consumed_lines(len(losses), loss_tokens, prepared)
-            losses.append(float(loss.item()))
+            losses.append(total / divisor)
             trained_tokens += tokens
-        self.model.eval()
+        self.model.module.eval()
+        step_losses = [float(v) for v in torch.stack(losses).tolist()] if losses else []
         return job_metrics(
-            prepared, plan, losses=losses, trained_tokens=trained_tokens, consumed=consumed
+            prepared, plan, losses=step_losses, trained_tokens=trained_tokens, consumed=consumed
         )
+
+
+def _trained_tokens(sequence: RenderedSequence) -> int:
+    """The tokens of ``sequence`` whose prediction trains (its first token has none)."""
+    return sum(sequence.loss_mask[1:])
+
+
+def _padded_rows(rows: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Per-sequence value rows (of ``len(sequence) - 1``), padded with 0 to the longest: the
+    shape of the batch's log probabilities."""
+    return torch.nn.utils.rnn.pad_sequence(list(rows), batch_first=True, padding_value=0.0)

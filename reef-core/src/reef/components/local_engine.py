@@ -1,5 +1,9 @@
 """The built-in local engine: chat completions from the local component's published weights.
 
+It serves every kind of model the local component trains (:mod:`reef.components.causal_lm`): a
+TinyGPT, sampled token by token, or a Hugging Face model, whole or with its LoRA adapter
+applied, sampled by transformers' ``generate``.
+
 :meth:`LocalEngine.complete` takes an OpenAI chat-completions request and returns an OpenAI
 ``chat.completion`` body. The prompt is the request rendered by
 :meth:`reef.core.chat_rendering.ChatRenderer.prompt_ids`, the very renderer the component
@@ -10,10 +14,11 @@ trains with, so a sample renders to the prompts its calls saw. Sampling is real:
 as vLLM does, so a trainer can compare them with its own.
 
 The engine serves the artifact its store published last, and loads a newly published one at
-the next request; ``system_fingerprint`` names the artifact that answered, which the inference
-service records. The demo template's tool calls are ``<tool_call>{"name": ..., "arguments":
-...}</tool_call>`` blocks; the engine parses them into ``tool_calls`` (a block that is not such
-JSON stays in the content, as vLLM's tool parsers leave it).
+the next request (an adapter on its base model, loaded whole again); ``system_fingerprint``
+names the artifact that answered, which the inference service records. The demo templates'
+tool calls are ``<tool_call>{"name": ..., "arguments": ...}</tool_call>`` blocks; the engine
+parses them into ``tool_calls`` (a block that is not such JSON stays in the content, as vLLM's
+tool parsers leave it).
 """
 
 from __future__ import annotations
@@ -24,13 +29,14 @@ import re
 import secrets
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Final
 
 import torch
 
 from reef.components.artifacts import ArtifactStore, load_model_folder
-from reef.components.tiny_gpt import TinyGPT
+from reef.components.causal_lm import CausalLM, Generation, SamplingRequest
 from reef.core.chat_rendering import ChatRenderer, RenderError, Tokenizer
 from reef.core.records import JSON
 
@@ -116,6 +122,8 @@ class LocalEngine:
     :param chat_template_args: the engine's chat template arguments; the component must train
         with the same (its ``chat_template_args`` setting).
     :param default_max_tokens: the completion length of a request that sets none.
+    :param base_model: the base model folder of LoRA adapter artifacts (the component's
+        ``model_path``); by default the folder each adapter's configuration names.
     """
 
     def __init__(
@@ -125,24 +133,26 @@ class LocalEngine:
         chat_template_args: Mapping[str, Any] | None = None,
         default_max_tokens: int = 256,
         device: str = "cpu",
+        base_model: Path | None = None,
     ) -> None:
         self.artifacts = artifacts
         self.chat_template_args = dict(chat_template_args or {})
         self.default_max_tokens = default_max_tokens
         self.device = torch.device(device)
+        self.base_model = base_model
         self._lock = threading.Lock()
-        self._loaded: tuple[str, TinyGPT, ChatRenderer] | None = None
+        self._loaded: tuple[str, CausalLM, ChatRenderer] | None = None
 
-    def _current(self) -> tuple[str, TinyGPT, ChatRenderer]:
+    def _current(self) -> tuple[str, CausalLM, ChatRenderer]:
         """The artifact to answer with, loading the latest one when it changed."""
         latest = self.artifacts.latest()
         if latest is None:
             raise EngineRequestError("no artifact is published yet: the engine has no weights")
         with self._lock:
             if self._loaded is None or self._loaded[0] != latest.artifact_id:
-                model, tokenizer = load_model_folder(latest.path)
-                model.to(self.device).eval()
-                renderer = ChatRenderer(tokenizer, self.chat_template_args)
+                model = load_model_folder(latest.path, base_model=self.base_model, trainable=False)
+                model.module.to(self.device).eval()
+                renderer = ChatRenderer(model.tokenizer, self.chat_template_args)
                 self._loaded = (latest.artifact_id, model, renderer)
             return self._loaded
 
@@ -186,39 +196,27 @@ class LocalEngine:
         seed = request.get("seed")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise EngineRequestError(f"seed must be an int, got {seed!r}")
-        generator = torch.Generator(device="cpu")
-        generator.manual_seed(seed if seed is not None else secrets.randbits(63))
-        context = model.config.max_seq_len
+        context = model.max_seq_len
         if len(prompt) >= context:
             raise EngineRequestError(
                 f"messages: the prompt is {len(prompt)} tokens, the model reads at most {context}"
             )
-        choices = []
-        completion_tokens = 0
-        for index in range(choices_wanted):
-            ids, logprobs, finish = self._sample(
-                model, tokenizer, prompt, generator,
-                temperature=temperature, top_p=top_p, limit=min(limit, context - len(prompt)),
-                stops=stops, top_logprobs=top_logprobs,
-            )  # fmt: skip
-            completion_tokens += len(ids)
-            stop_ids = set(tokenizer.stop_token_ids)
-            text_ids = ids[:-1] if ids and ids[-1] in stop_ids else ids
-            text = tokenizer.decode(text_ids)
-            if finish == "stop_string":
-                text = text[: min(text.find(s) for s in stops if s in text)]
-                finish = "stop"
-            message = parse_reply(text)
-            if finish == "stop" and message.get("tool_calls"):
-                finish = "tool_calls"
-            choices.append(
-                {
-                    "index": index,
-                    "message": message,
-                    "finish_reason": finish,
-                    "logprobs": {"content": logprobs} if want_logprobs else None,
-                }
-            )
+        sampling = SamplingRequest(
+            prompt=tuple(prompt),
+            choices=choices_wanted,
+            temperature=temperature,
+            top_p=top_p,
+            max_new_tokens=min(limit, context - len(prompt)),
+            stops=tuple(stops),
+            seed=seed if seed is not None else secrets.randbits(63),
+            top_logprobs=top_logprobs,
+        )
+        generations = model.generate(sampling)
+        choices = [
+            _choice(index, generation, tokenizer, stops, want_logprobs)
+            for index, generation in enumerate(generations)
+        ]
+        completion_tokens = sum(len(g.token_ids) for g in generations)
         return {
             "id": f"chatcmpl-{secrets.token_hex(12)}",
             "object": "chat.completion",
@@ -233,52 +231,36 @@ class LocalEngine:
             },
         }
 
-    @torch.no_grad()
-    def _sample(
-        self,
-        model: TinyGPT,
-        tokenizer: Tokenizer,
-        prompt: Sequence[int],
-        generator: torch.Generator,
-        *,
-        temperature: float,
-        top_p: float,
-        limit: int,
-        stops: Sequence[str],
-        top_logprobs: int,
-    ) -> tuple[list[int], list[JSON], str]:
-        ids = list(prompt)
-        generated: list[int] = []
-        entries: list[JSON] = []
-        stop_ids = set(tokenizer.stop_token_ids)
-        while len(generated) < limit:
-            logits = model(torch.tensor([ids], device=self.device))[0, -1].float().cpu()
-            logprobs = torch.log_softmax(logits, dim=-1)
-            if temperature == 0:
-                token = int(torch.argmax(logits).item())
-            else:
-                probs = torch.softmax(logits / temperature, dim=-1)
-                if top_p < 1.0:
-                    ordered, order = torch.sort(probs, descending=True)
-                    # Keep the smallest set of most likely tokens whose mass reaches top_p.
-                    keep = torch.cumsum(ordered, dim=0) - ordered < top_p
-                    keep[0] = True
-                    probs = torch.zeros_like(probs).scatter(0, order[keep], ordered[keep])
-                token = int(torch.multinomial(probs, 1, generator=generator).item())
-            entry = _logprob_entry(tokenizer, token, float(logprobs[token]))
-            if top_logprobs:
-                best = torch.topk(logprobs, top_logprobs)
-                entry["top_logprobs"] = [
-                    _logprob_entry(tokenizer, int(i), float(v))
-                    for v, i in zip(best.values, best.indices, strict=True)
-                ]
-            else:
-                entry["top_logprobs"] = []
+
+def _choice(
+    index: int,
+    generation: Generation,
+    tokenizer: Tokenizer,
+    stops: list[str],
+    want_logprobs: bool,
+) -> JSON:
+    """One ``choices[]`` entry of a completion."""
+    ids = list(generation.token_ids)
+    text_ids = ids[:-1] if ids and ids[-1] in set(tokenizer.stop_token_ids) else ids
+    text = tokenizer.decode(text_ids)
+    finish = generation.finish
+    if finish == "stop_string":
+        text = text[: min(text.find(s) for s in stops if s in text)]
+        finish = "stop"
+    message = parse_reply(text)
+    if finish == "stop" and message.get("tool_calls"):
+        finish = "tool_calls"
+    entries: list[JSON] = []
+    if want_logprobs:
+        for token, logprob, top in zip(
+            ids, generation.logprobs, generation.top_logprobs, strict=True
+        ):
+            entry = _logprob_entry(tokenizer, token, logprob)
+            entry["top_logprobs"] = [_logprob_entry(tokenizer, t, v) for t, v in top]
             entries.append(entry)
-            generated.append(token)
-            ids.append(token)
-            if token in stop_ids:
-                return generated, entries, "stop"
-            if stops and any(s in tokenizer.decode(generated) for s in stops):
-                return generated, entries, "stop_string"
-        return generated, entries, "length"
+    return {
+        "index": index,
+        "message": message,
+        "finish_reason": finish,
+        "logprobs": {"content": entries} if want_logprobs else None,
+    }

@@ -3,14 +3,38 @@
 It is built from a :class:`TinyGPTConfig` (a few layers, a few thousand parameters), so the
 whole loop of recording, training and serving runs on a laptop's CPU in minutes, with no model
 download. Pre-norm transformer blocks, learned positions, tied input and output embeddings.
+
+:class:`TinyGPTModel` is the model with its byte tokenizer, as the local component trains it and
+the local engine serves it (a :class:`reef.components.causal_lm.CausalLM`). Its model folder
+holds ``config.json`` (``{"format": "reef-tiny-gpt", "model": <TinyGPTConfig>}``), ``model.pt``
+(the ``state_dict``) and the tokenizer (``tokenizer.json``).
 """
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Final
 
 import attrs
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from reef.components.byte_tokenizer import ByteTokenizer
+from reef.components.causal_lm import (
+    Generation,
+    ModelFolderError,
+    SamplingRequest,
+    ending,
+    tensors_digest,
+    top_entries,
+)
+
+#: The ``format`` of a TinyGPT folder's ``config.json``.
+FORMAT: Final = "reef-tiny-gpt"
+_CONFIG: Final = "config.json"
+_WEIGHTS: Final = "model.pt"
 
 
 @attrs.frozen
@@ -96,3 +120,113 @@ class TinyGPT(nn.Module):
         for block in self.blocks:
             x = block(x)
         return torch.matmul(self.norm(x), self.embed.weight.T)
+
+
+class TinyGPTModel:
+    """A :class:`TinyGPT` with its :class:`ByteTokenizer`; a
+    :class:`reef.components.causal_lm.CausalLM`."""
+
+    def __init__(self, model: TinyGPT, tokenizer: ByteTokenizer) -> None:
+        self.model = model
+        self._tokenizer = tokenizer
+
+    @property
+    def module(self) -> nn.Module:
+        """The :class:`TinyGPT`."""
+        return self.model
+
+    @property
+    def tokenizer(self) -> ByteTokenizer:
+        """The byte tokenizer."""
+        return self._tokenizer
+
+    @property
+    def max_seq_len(self) -> int:
+        """The configuration's ``max_seq_len``."""
+        return self.model.config.max_seq_len
+
+    def logits(self, ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+        """Next-token logits; right padding needs no mask (attention is causal)."""
+        del attention_mask
+        out: torch.Tensor = self.model(ids)
+        return out
+
+    def trainable_parameters(self) -> list[nn.Parameter]:
+        """Every parameter."""
+        return list(self.model.parameters())
+
+    def _header(self) -> dict[str, object]:
+        return {"format": FORMAT, "model": attrs.asdict(self.model.config)}
+
+    def digest(self) -> str:
+        """The content hash of the configuration and the ``state_dict``."""
+        return tensors_digest(self._header(), self.model.state_dict())
+
+    def save(self, folder: Path) -> None:
+        """Write ``config.json``, ``model.pt`` and ``tokenizer.json`` into ``folder``."""
+        (folder / _CONFIG).write_text(json.dumps(self._header(), sort_keys=True), encoding="utf-8")
+        torch.save(self.model.state_dict(), folder / _WEIGHTS)
+        self._tokenizer.save(folder)
+
+    @classmethod
+    def is_folder(cls, config: object) -> bool:
+        """Whether a folder's parsed ``config.json`` describes a TinyGPT."""
+        return isinstance(config, dict) and config.get("format") == FORMAT
+
+    @classmethod
+    def load(cls, folder: Path, config: dict[str, object]) -> TinyGPTModel:
+        """Load the folder whose parsed ``config.json`` is ``config`` (on the CPU).
+
+        :raises ModelFolderError: when its files do not load.
+        """
+        try:
+            model = TinyGPT(TinyGPTConfig(**config["model"]))  # type: ignore[arg-type]
+            state = torch.load(folder / _WEIGHTS, map_location="cpu", weights_only=True)
+            model.load_state_dict(state)
+            tokenizer = ByteTokenizer.load(folder)
+        except (OSError, TypeError, KeyError, RuntimeError, ValueError) as exc:
+            raise ModelFolderError(f"{folder}: cannot load the model ({exc})") from exc
+        return cls(model, tokenizer)
+
+    @torch.no_grad()
+    def generate(self, request: SamplingRequest) -> list[Generation]:
+        """Sample token by token with a seeded generator (temperature, ``top_p``)."""
+        generator = torch.Generator(device="cpu")
+        generator.manual_seed(request.seed)
+        device = next(self.model.parameters()).device
+        return [self._sample(request, generator, device) for _ in range(request.choices)]
+
+    def _sample(
+        self, request: SamplingRequest, generator: torch.Generator, device: torch.device
+    ) -> Generation:
+        ids = list(request.prompt)
+        generated: list[int] = []
+        logprobs: list[float] = []
+        tops: list[tuple[tuple[int, float], ...]] = []
+        finish: str | None = None
+        while finish is None and len(generated) < request.max_new_tokens:
+            logits = self.model(torch.tensor([ids], device=device))[0, -1].float().cpu()
+            row = torch.log_softmax(logits, dim=-1)
+            token = sample_token(logits, request.temperature, request.top_p, generator)
+            generated.append(token)
+            ids.append(token)
+            logprobs.append(float(row[token]))
+            tops.append(top_entries(row, request.top_logprobs))
+            finish = ending(self._tokenizer, generated, request.stops)
+        return Generation(tuple(generated), tuple(logprobs), tuple(tops), finish or "length")
+
+
+def sample_token(
+    logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator
+) -> int:
+    """One token from ``logits`` (a vector): greedy at temperature 0, else sampled from the
+    smallest set of most likely tokens whose probability reaches ``top_p``."""
+    if temperature == 0:
+        return int(torch.argmax(logits).item())
+    probs = torch.softmax(logits / temperature, dim=-1)
+    if top_p < 1.0:
+        ordered, order = torch.sort(probs, descending=True)
+        keep = torch.cumsum(ordered, dim=0) - ordered < top_p
+        keep[0] = True
+        probs = torch.zeros_like(probs).scatter(0, order[keep], ordered[keep])
+    return int(torch.multinomial(probs, 1, generator=generator).item())

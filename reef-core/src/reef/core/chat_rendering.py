@@ -37,6 +37,9 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 import jinja2
+import jinja2.ext
+import jinja2.nodes
+import jinja2.parser
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from reef.core.records import JSON
@@ -167,11 +170,25 @@ def _strftime_now(format: str) -> str:
     return datetime.now().strftime(format)
 
 
+class _GenerationBlock(jinja2.ext.Extension):
+    """``{% generation %}...{% endgeneration %}``, which templates use to mark a reply for
+    transformers' assistant masks: it renders its body unchanged."""
+
+    tags = {"generation"}
+
+    def parse(self, parser: jinja2.parser.Parser) -> jinja2.nodes.Node:
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        return jinja2.nodes.Scope(body, lineno=lineno)
+
+
 def _environment() -> ImmutableSandboxedEnvironment:
     # The settings of transformers' apply_chat_template, so that a template renders here as it
     # renders in an engine that follows the HF convention (vLLM, SGLang).
     environment = ImmutableSandboxedEnvironment(
-        trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
+        trim_blocks=True,
+        lstrip_blocks=True,
+        extensions=[_GenerationBlock, "jinja2.ext.loopcontrols"],
     )
     environment.filters["tojson"] = _tojson
     environment.globals["raise_exception"] = _raise_exception
@@ -179,18 +196,28 @@ def _environment() -> ImmutableSandboxedEnvironment:
     return environment
 
 
+#: The names a reply's reasoning goes by; a template reads one of them.
+_REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
+
+
 def normalise_message(message: Mapping[str, Any]) -> JSON:
     """A chat message in the form the template receives, the same for requests and samples.
 
-    Tool call arguments sent as JSON text become objects, so that a call's arguments render
-    the same whether they come from a request (text) or from an ATIF step (an object).
+    As transformers' ``apply_chat_template`` gives it: keys whose value is ``None`` are left out
+    (a template tests ``content is defined``), and the reasoning of a reply is under each of its
+    names (``reasoning_content``, ``thinking``). Tool call arguments sent as JSON text become
+    objects, so that a call's arguments render the same whether they come from a request (text)
+    or from an ATIF step (an object).
 
     :raises RenderError: for a message without a role or with arguments that are not JSON.
     """
     role = message.get("role")
     if not isinstance(role, str):
         raise RenderError(f"a message needs a role, got {role!r}")
-    normalised: JSON = dict(message)
+    normalised: JSON = {key: value for key, value in message.items() if value is not None}
+    reasoning = next((message[k] for k in _REASONING_FIELDS if message.get(k) is not None), None)
+    if reasoning is not None:
+        normalised = {"thinking": reasoning, **normalised, "reasoning_content": reasoning}
     tool_calls = message.get("tool_calls")
     if tool_calls:
         calls = []
@@ -228,7 +255,8 @@ def trajectory_messages(trajectory: Mapping[str, Any]) -> Conversation:
     """The chat messages of an ATIF trajectory (its JSON object), and which replies train.
 
     A system or user step is a message of its role; an agent step is an assistant message
-    (content, ``reasoning_content``, tool calls) followed by one tool message for each
+    (content, ``reasoning_content``, tool calls; no content when it only calls tools and says
+    nothing, as OpenAI's ``null``) followed by one tool message for each
     observation result (a result without ``source_call_id`` is a user message: environment
     feedback that answers no call). An agent step trains unless it is ``is_copied_context``.
     The tools are ``agent.tool_definitions``.
@@ -263,6 +291,10 @@ def trajectory_messages(trajectory: Mapping[str, Any]) -> Conversation:
                     }
                     for call in calls
                 ]
+                if not text:
+                    # A reply of tool calls alone has no content (OpenAI's null), which is how
+                    # the agent sent it back in its next request: the engine rendered that.
+                    del message["content"]
             messages.append(message)
             trains.append(not step.get("is_copied_context"))
         else:
@@ -334,6 +366,7 @@ class ChatRenderer:
             **(template_args or {}),
             "messages": [dict(m) for m in messages],
             "tools": [dict(t) for t in tools] or None,
+            "documents": None,
             "add_generation_prompt": add_generation_prompt,
         }
         try:
