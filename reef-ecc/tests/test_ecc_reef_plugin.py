@@ -318,6 +318,17 @@ def test_unused_groups_come_back_in_the_next_job_and_status_shows_the_seal(
         sealed = plugins.before_submit("swe", "c", first)
         assert [s.sample_id for s in sealed.samples] == ["done-0", "done-1"]
         assert sealed.given_back == ("late-0", "late-1")
+        # what the job history keeps of the seal: the epoch, and each sample's fate
+        provenance = plugins.job_provenance("swe", "c", sealed)["ecc"]
+        assert provenance["job"]["epoch"] == {"index": 1, "version_id": "g2"}
+        fates = {k: (v["outcome"], v.get("verdict")) for k, v in provenance["samples"].items()}
+        assert {k: outcome for k, (outcome, _) in fates.items()} == {
+            "done-0": "batch", "done-1": "batch", "lost-0": "excluded", "lost-1": "excluded",
+            "late-0": "unused", "late-1": "unused",
+        }  # fmt: skip
+        assert fates["done-0"][1] == "fail"  # the hardened grader's verdict of a wrong patch
+        assert provenance["samples"]["done-0"]["reward"] == 0.0
+        assert plugins.job_provenance("swe", "c", first) == {"ecc": provenance}
         pipeline.acknowledge(sealed.id, given_back=sealed.given_back)
         # the decided group trained, the excluded one is retired, the unused one waits
         counts = samples.train_counts("c", [f"{g}-{i}" for g in groups for i in range(2)])
@@ -328,6 +339,8 @@ def test_unused_groups_come_back_in_the_next_job_and_status_shows_the_seal(
         assert second is not None
         assert second.id == f"{first.id}.1"  # a batch id of its own: the journal decides once
         resealed = plugins.before_submit("swe", "c", second)
+        # the history of the first job is not the second's
+        assert plugins.job_provenance("swe", "c", first) == {}
         rewards = {s.sample_id: s.reward for s in resealed.samples}
         assert rewards == {"late-0": 1.0, "late-1": 0.0}
         assert resealed.given_back == ()

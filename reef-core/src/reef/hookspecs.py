@@ -166,6 +166,26 @@ def reef_before_submit(scenario: str, trainer: str, job_data: JobData) -> JobDat
 
 
 @hookspec
+def reef_job_provenance(scenario: str, trainer: str, job_data: JobData) -> Mapping[str, Any] | None:
+    """Where the rewards of a job's data came from, as the plugin decided them, for the job
+    history people read (the console's sample view).
+
+    Called after :func:`reef_before_submit`, with the data that will be submitted, before it
+    is. It must be cheap (the trainer holds its lock): report what the plugin decided, not the
+    network. An exception here is recorded in the trainer's ``last_errors``; the job still
+    trains, without the plugin's entry.
+
+    :param scenario: the scenario's name in the deployment.
+    :param trainer: the trainer's name (its training component's name).
+    :param job_data: the job's data that will be submitted.
+    :return: ``{<extension name>: {"job": {...}, "samples": {<sample id>: {...}}}}``, JSON
+        only, either key optional; the samples may include ones the plugin took out of the
+        data (Agent ECC: the epoch of the seal, and each sample's verdict and trained reward,
+        excluded groups included). ``None`` for a job the plugin did not act on.
+    """
+
+
+@hookspec
 def reef_job_ended(scenario: str, trainer: str, outcome: JobOutcome) -> None:
     """A training job ended (finished or failed), and the commit of its end is durable.
 

@@ -32,7 +32,10 @@ the component left out (unrenderable, say) has no line. Otherwise the lines come
 decision: one per member handed over. ``reef_scenario_status`` shows
 the epoch in force, the last seal (its batch, epoch, stats and shortfall) and ``infra_fails``
 (members labelled fail only because their execution failed for infrastructure reasons, over all
-committed seals) under ``ecc`` in ``GET /reef/status``.
+committed seals) under ``ecc`` in ``GET /reef/status``. ``reef_job_provenance`` tells Reef's
+job history, for the job just sealed, the epoch and each offered sample's fate: its group's
+outcome and reason, its member's decision and verdict, and the reward it recorded and the one
+it trains with (the console shows them on the sample).
 
 Configuration: :class:`EccSettings`, registered as the extension ``ecc``: a deployment turns
 the seal on for a scenario with ``scenarios.<name>.extensions.ecc: {...}``, checked when the
@@ -151,6 +154,8 @@ class ScenarioSeal:
         # Members trained as fails only because their execution failed for infrastructure
         # reasons (official rule), over every committed seal: loud in status.
         self.infra_fails = sum(int(d.stats.get("infra_fails", 0)) for d in committed)
+        # The last sealed batch's samples: batch id, and each sample's member and group.
+        self._offered: tuple[str, dict[str, tuple[str, str]]] = ("", {})
         self._lock = threading.Lock()  # seals are serialized (E-SEAL-5)
 
     def _candidates(self, samples: tuple[Sample, ...]) -> list[Candidate]:
@@ -203,6 +208,14 @@ class ScenarioSeal:
                     decision = session.finish(assembly, journal=self.journal)
                 self.infra_fails += int(decision.stats.get("infra_fails", 0))
             self.last = decision
+            self._offered = (
+                data.id,
+                {
+                    str(s.sample_id): (member_id(s), c.group_id)
+                    for c in candidates
+                    for s in c.handle
+                },
+            )
         handed = set(decision.group_ids("batch")) | set(decision.group_ids("filler"))
         samples = [s for c in candidates if c.group_id in handed for s in c.handle]
         rewards: dict[int, float] = {}
@@ -268,6 +281,40 @@ class ScenarioSeal:
                 "failed": last.failed,
             },
         }
+
+    def provenance(self, batch_id: str) -> dict[str, Any] | None:
+        """The seal of ``batch_id`` as the job history keeps it: the epoch, and each offered
+        sample's group outcome, decision, verdict and rewards; ``None`` unless it is the batch
+        this seal decided last."""
+        offered_batch, offered = self._offered
+        decision = self.last
+        if decision is None or decision.batch_id != batch_id or offered_batch != batch_id:
+            return None
+        members = {m.member_id: m for m in decision.members}
+        groups = {g.group_id: g for g in decision.groups}
+        samples: dict[str, Any] = {}
+        for sample_id, (member, group_id) in offered.items():
+            entry: dict[str, Any] = {"member_id": member, "group_id": group_id}
+            group = groups.get(group_id)
+            if group is not None:
+                entry |= {"outcome": group.outcome, "reason": group.reason}
+            decided = members.get(member)
+            if decided is not None:
+                entry |= {
+                    "decision": decided.type,
+                    "verdict": decided.label,
+                    "recorded_reward": decided.recorded_reward,
+                    "reward": decided.reward,
+                    "neutralized": decided.neutralized,
+                }
+            samples[sample_id] = entry
+        job = {
+            "batch_id": decision.batch_id,
+            "epoch": _epoch_json(decision.epoch),
+            "mode": decision.given.mode,
+            "failed": decision.failed,
+        }
+        return {"job": job, "samples": samples}
 
     def ended(self, outcome: JobOutcome) -> None:
         """Write the consumption lines of the job's batch once (the hook may come twice)."""
@@ -383,6 +430,14 @@ def reef_scenario_status(scenario: str) -> dict[str, Any] | None:
     """``{"ecc": ...}``: the epoch in force and the last seal, for a sealed scenario."""
     seal = _SCENARIOS.get(scenario)
     return None if seal is None else {"ecc": seal.status()}
+
+
+@hookimpl
+def reef_job_provenance(scenario: str, job_data: JobData) -> dict[str, Any] | None:
+    """``{"ecc": ...}``: the seal of the job's data, for the job history (the console)."""
+    seal = _SCENARIOS.get(scenario)
+    found = None if seal is None else seal.provenance(job_data.id)
+    return None if found is None else {"ecc": found}
 
 
 @hookimpl

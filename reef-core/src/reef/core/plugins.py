@@ -555,6 +555,16 @@ class Plugins:
         )
         return job_data if replaced is None else replaced
 
+    def job_provenance(self, scenario: str, trainer: str, job_data: JobData) -> dict[str, Any]:
+        """Call :func:`reef.hookspecs.reef_job_provenance`: every plugin's entries, merged.
+
+        :raises ValueError: when two plugins report under the same extension name.
+        """
+        results: list[Mapping[str, Any]] = self._pm.hook.reef_job_provenance(
+            scenario=scenario, trainer=trainer, job_data=job_data
+        )
+        return _merged(scenario, "provenance", results)
+
     def job_ended(self, scenario: str, trainer: str, outcome: JobOutcome) -> None:
         """Call :func:`reef.hookspecs.reef_job_ended`."""
         self._pm.hook.reef_job_ended(scenario=scenario, trainer=trainer, outcome=outcome)
@@ -565,13 +575,21 @@ class Plugins:
         :raises ValueError: when two plugins report under the same extension name.
         """
         results: list[Mapping[str, Any]] = self._pm.hook.reef_scenario_status(scenario=scenario)
-        merged: dict[str, Any] = {}
-        for result in results:
-            twice = sorted(set(result) & set(merged))
-            if twice:
-                raise ValueError(f"scenario {scenario!r}: two plugins report status under {twice}")
-            merged.update(result)
-        return dict(sorted(merged.items()))
+        return _merged(scenario, "status", results)
+
+
+def _merged(scenario: str, what: str, results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The plugins' results of a hook, each ``{<extension name>: ...}``, as one mapping.
+
+    :raises ValueError: when two plugins report under the same extension name.
+    """
+    merged: dict[str, Any] = {}
+    for result in results:
+        twice = sorted(set(result) & set(merged))
+        if twice:
+            raise ValueError(f"scenario {scenario!r}: two plugins report {what} under {twice}")
+        merged.update(result)
+    return dict(sorted(merged.items()))
 
 
 def _import_reference(kind: PluginKind, reference: str, installed: Sequence[str]) -> type[Any]:

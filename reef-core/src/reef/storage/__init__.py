@@ -10,11 +10,15 @@ of each scenario on it:
 - :class:`TaskStorage`: task stores opened by name;
 - :class:`ScenarioSettings` and :class:`DropCounters`;
 - :class:`TrainerLeases` (one process runs each trainer) and :class:`TrainerState` (the job
-  each trainer is running).
+  each trainer is running);
+- for people to read: :class:`JobHistory` (each trainer's jobs, their metrics and samples),
+  :class:`StaleSamples` (what each trainer leaves out as stale) and :class:`SampleBrowser`
+  (samples a page at a time, filtered).
 
 See ``docs/storage.md`` for the tables, transactions and durability choices.
 """
 
+from reef.storage.browse import BrowsedSample, SampleBrowser, SampleFilter
 from reef.storage.database import Database, open_database
 from reef.storage.drops import DropCounters
 from reef.storage.errors import (
@@ -24,20 +28,26 @@ from reef.storage.errors import (
     UnknownSampleError,
     UnknownTrainerError,
 )
+from reef.storage.job_history import JobEntry, JobHistory, JobSampleEntry, SampleOfJob
 from reef.storage.leases import FencedDatabase, Lease, LeaseLostError, TrainerLeases
 from reef.storage.positions import Position
 from reef.storage.records import RecordCapacity, RecordStore, StoredLink, StoredRecord
 from reef.storage.samples import Instruction, NewSample, StoredSample, TrainerSamples
 from reef.storage.scenario_settings import ScenarioSettings
+from reef.storage.stale_samples import StaleSamples
 from reef.storage.tasks import KeyValueStore, TaskStorage, TaskStore, TaskStores
 from reef.storage.trainer_state import TrainerState
 
 __all__ = [
+    "BrowsedSample",
     "ConflictError",
     "Database",
     "DropCounters",
     "FencedDatabase",
     "Instruction",
+    "JobEntry",
+    "JobHistory",
+    "JobSampleEntry",
     "KeyValueStore",
     "Lease",
     "LeaseLostError",
@@ -46,7 +56,11 @@ __all__ = [
     "Position",
     "RecordCapacity",
     "RecordStore",
+    "SampleBrowser",
+    "SampleFilter",
+    "SampleOfJob",
     "ScenarioSettings",
+    "StaleSamples",
     "StorageError",
     "StoredLink",
     "StoredRecord",

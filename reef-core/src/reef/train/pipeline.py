@@ -568,6 +568,11 @@ class TrainingPipeline:
             "refused_samples": len(self._refused),
         }
 
+    def stale_sample_ids(self) -> frozenset[str]:
+        """The untrained samples this trainer leaves out of its buffer as stale, as they are
+        now (P-BUF-4); the trainer writes them for others to see (``StaleSamples``)."""
+        return frozenset(self._stale(self._untrained.values())[0])
+
     def metrics(self) -> dict[str, float]:
         """The stages' metrics, merged."""
         return {**self.record2sample.metrics(), **self.sample2job.metrics()}

@@ -12,15 +12,18 @@ commits once another process took over. Each step, under the trainer's lock:
 4. with no job running: give the pipeline the serving artifact, then ``ready(job_samples)``,
    ``build_job_data``, validate it against the stage's ``output_schema``, the event hooks
    (``reef_job_data_built``; ``reef_before_submit``, which may replace the data and give part
-   of the reservation back, ``JobData.given_back``), record the job as running, submit it to
-   the component and commit the submission (``acknowledge``: every reserved sample but those
-   given back is consumed; those return to the buffer);
+   of the reservation back, ``JobData.given_back``), record the job as running and in the job
+   history (each consumed sample with the reward it trains with and what the extensions say
+   of it, ``reef_job_provenance``), submit it to the component and commit the submission
+   (``acknowledge``: every reserved sample but those given back is consumed; those return to
+   the buffer);
 5. with a job running: ``poll`` it; once it ended, commit its outcome durably
    (``record_job_outcome``), hand it to the pipeline (``job_ended``) and to the plugins
    (``reef_job_ended``), publish the new weights as an artifact (served from the next
    reservation on), and clear the running job;
 6. write the trainer's status snapshot, with what the extensions report of the scenario
-   (``reef_scenario_status``) under ``extensions``.
+   (``reef_scenario_status``) under ``extensions``, and the samples it leaves out as stale
+   when they changed (:class:`reef.storage.StaleSamples`).
 
 Recovery (a start under a new lease): a trainer that finds no running job hands the last
 job outcome to its fresh stage and to the plugins before anything else (P-PIPE-13). One that
@@ -33,6 +36,7 @@ once.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
@@ -46,7 +50,8 @@ from typing import Any, Final
 import attrs
 
 from reef.components.interface import JobHandle, TrainingComponent
-from reef.core.job_data import JobOutcome, TrainingInstruction
+from reef.components.job_samples import sample_reward
+from reef.core.job_data import JobData, JobOutcome, TrainingInstruction, TrajectorySample
 from reef.core.plugins import Plugins
 from reef.core.records import JSON
 from reef.pipeline_context import TrainingMode, check_training_mode
@@ -54,11 +59,14 @@ from reef.sample2job.validation import validate_job_data
 from reef.storage import (
     Database,
     FencedDatabase,
+    JobHistory,
     Lease,
     LeaseLostError,
     Position,
     RecordStore,
+    SampleOfJob,
     ScenarioSettings,
+    StaleSamples,
     TrainerLeases,
     TrainerState,
 )
@@ -300,10 +308,16 @@ class Trainer:
         records = RecordStore(self._database, self.scenario)
         state = TrainerState(fenced, self.scenario)
         settings = ScenarioSettings(fenced, self.scenario)
+        history = JobHistory(fenced, self.scenario)
+        stale_marks = StaleSamples(fenced, self.scenario)
+        stale: frozenset[str] | None = None  # the marks written in this tenure
         cursor: Position | None = None
         try:
             with self.lock:
                 running = self._recover(pipeline, component, state)
+                history.release_unfinished(
+                    self.name, running=None if running is None else running.job_id
+                )
                 serving = component.publish().artifact_id
             while not self._stopping.is_set() or running is not None:
                 if self._lost.is_set():
@@ -314,15 +328,16 @@ class Trainer:
                     self._apply_settings(pipeline, settings)
                     if running is None and not self._stopping.is_set():
                         pipeline.observe_serving_artifact_id(serving)
-                        running = self._submit_next(pipeline, component, state)
+                        running = self._submit_next(pipeline, component, state, history)
                     busy = pushed or running is not None
                     if running is not None:
                         outcome = component.poll(JobHandle(running.job_id, component.name))
                         if outcome is not None:
-                            serving = self._end_job(pipeline, component, state, outcome)
+                            serving = self._end_job(pipeline, component, state, history, outcome)
                             running = None
                     snapshot = self.snapshot(pipeline, running, serving)
                     settings.set(snapshot_key(self.name), snapshot)
+                    stale = self._mark_stale(stale_marks, stale, pipeline.stale_sample_ids())
                 if not busy or running is not None:
                     self._wake.wait(self.settings.poll_interval)
                     self._wake.clear()
@@ -394,7 +409,11 @@ class Trainer:
             )
 
     def _submit_next(
-        self, pipeline: TrainingPipeline, component: TrainingComponent, state: TrainerState
+        self,
+        pipeline: TrainingPipeline,
+        component: TrainingComponent,
+        state: TrainerState,
+        history: JobHistory,
     ) -> _RunningJob | None:
         job_samples = pipeline.sample2job.job_samples
         data = pipeline.build_job_data(job_samples)
@@ -419,11 +438,13 @@ class Trainer:
             tuple(released),
         )
         state.set_running_job(self.name, running.to_json())
+        self._note_submission(history, data, running)
         try:
             component.submit(data, self._job_parameters)
         except Exception as exc:
             pipeline.release_job_data(data.id)
             state.set_running_job(self.name, None)
+            history.released(self.name, data.id, f"the component refused the job: {exc}")
             self._note_error("submit", exc)
             return None
         pipeline.acknowledge(data.id, released_record_ids=released, given_back=data.given_back)
@@ -437,6 +458,47 @@ class Trainer:
         )
         return running
 
+    def _note_submission(self, history: JobHistory, data: JobData, running: _RunningJob) -> None:
+        """Write the job into the history: each consumed sample, whether it goes to the
+        component and with which reward, and what the extensions say of it."""
+        provenance: JSON = {}
+        if self._plugins is not None:
+            try:
+                provenance = self._plugins.job_provenance(self.scenario, self.name, data)
+                json.dumps(provenance, allow_nan=False)  # stored as JSON: refused here, not there
+            except Exception as exc:  # a plugin's account of a job never stops training
+                provenance = {}
+                self._note_error("job_provenance", exc)
+
+        def said(sample_id: str) -> JSON:
+            found: JSON = {}
+            for extension, entry in provenance.items():
+                samples = entry.get("samples") if isinstance(entry, Mapping) else None
+                if isinstance(samples, Mapping) and sample_id in samples:
+                    found[extension] = samples[sample_id]
+            return found
+
+        submitted = {str(s.sample_id): s for s in data.samples}
+        history.submitted(
+            self.name,
+            data.id,
+            [
+                SampleOfJob(
+                    sample_id,
+                    sample_id in submitted,
+                    _reward(submitted.get(sample_id)),
+                    said(sample_id),
+                )
+                for sample_id in dict.fromkeys([*submitted, *running.sample_ids])
+            ],
+            instruction_id=running.instruction_id,
+            extensions={
+                extension: entry["job"]
+                for extension, entry in provenance.items()
+                if isinstance(entry, Mapping) and "job" in entry
+            },
+        )
+
     def _announce_end(self, pipeline: TrainingPipeline, outcome: JobOutcome) -> None:
         """Hand a durably recorded job end to the pipeline, then to the plugins."""
         pipeline.job_ended(outcome)
@@ -448,9 +510,11 @@ class Trainer:
         pipeline: TrainingPipeline,
         component: TrainingComponent,
         state: TrainerState,
+        history: JobHistory,
         outcome: JobOutcome,
     ) -> str:
         pipeline.samples.record_job_outcome(self.name, attrs.asdict(outcome))
+        history.ended(self.name, outcome.job_id, outcome.event, outcome.metrics, outcome.error)
         self._announce_end(pipeline, outcome)
         artifact = component.publish()
         state.set_running_job(self.name, None)
@@ -468,6 +532,16 @@ class Trainer:
         return artifact.artifact_id
 
     # -- status ----------------------------------------------------------------------------
+
+    def _mark_stale(
+        self, marks: StaleSamples, written: frozenset[str] | None, now: frozenset[str]
+    ) -> frozenset[str]:
+        """Write the samples left out as stale when they changed; returns what is written."""
+        if written is None:
+            marks.replace(self.name, now)
+        elif now != written:
+            marks.change(self.name, added=now - written, removed=written - now)
+        return now
 
     def _note_error(self, where: str, exc: BaseException) -> None:
         detail = traceback.format_exception_only(exc)[-1].strip()
@@ -516,3 +590,8 @@ class Trainer:
             "extensions": extensions,
             "updated_at": time.time(),
         }
+
+
+def _reward(sample: object) -> float | None:
+    """The reward a submitted sample trains with (``None``: not submitted, or a task)."""
+    return sample_reward(sample) if isinstance(sample, TrajectorySample) else None

@@ -1,0 +1,240 @@
+"""The job history and the stale marks the trainer writes for people to read (the console):
+each job with its end and metrics, each sample it consumed with the reward it trained with and
+what an extension said of it; submissions that never reached the component end as released;
+the samples a trainer leaves out as stale. Real :class:`Trainer` threads on SQLite (and
+PostgreSQL with REEF_TEST_DATABASE_URL)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+import pytest
+
+from reef.components.interface import JobHandle
+from reef.core.job_data import JobData, JobOutcome, Sample, TrajectorySample, sample_body
+from reef.core.plugins import Plugins
+from reef.hookspecs import hookimpl
+from reef.pipeline_context import PipelineContext
+from reef.record2sample.no_samples import NoSamples
+from reef.sample2job import GroupedJobData
+from reef.storage import (
+    Database,
+    JobHistory,
+    NewSample,
+    SampleBrowser,
+    SampleFilter,
+    StaleSamples,
+    TrainerSamples,
+    TrainerState,
+)
+from reef.testing.components import RecordingComponent
+from reef.train.pipeline import TrainingPipeline
+from reef.train.trainer import Trainer, TrainerParts, TrainerSettings
+
+pytest_plugins = ("reef.testing.storage",)
+
+
+class RetireFirstGroup:
+    """An extension that takes the first group out of each job without giving it back (as
+    Agent ECC retires an excluded group), sets every other reward to 0.5, and says so."""
+
+    @hookimpl
+    def reef_before_submit(self, job_data: JobData) -> JobData | None:
+        first = job_data.samples[0].group_id
+        kept = tuple(
+            attrs.evolve(s, reward=0.5)
+            for s in job_data.samples
+            if s.group_id != first and isinstance(s, TrajectorySample)
+        )
+        return attrs.evolve(job_data, samples=kept)
+
+    @hookimpl
+    def reef_job_provenance(self, job_data: JobData) -> dict[str, Any] | None:
+        return {
+            "audit": {
+                "job": {"epoch": 7},
+                "samples": {"g1-0": {"verdict": "fail"}, "g2-0": {"verdict": "pass"}},
+            }
+        }
+
+
+class ReportingComponent(RecordingComponent):
+    """Finishes each job with metrics: scalars and a list (a per-sample report)."""
+
+    def poll(self, handle: JobHandle) -> JobOutcome | None:
+        metrics = {"loss": 0.25, "per_sample": [1, 2], "objective": "sft"}
+        return JobOutcome(handle.job_id, self.name, "finished", metrics=metrics)
+
+
+class RefusingComponent(RecordingComponent):
+    """Refuses every submission."""
+
+    def submit(self, data: JobData, parameters: Mapping[str, Any] | None = None) -> JobHandle:
+        super().submit(data, parameters)
+        raise RuntimeError("no room on the accelerator")
+
+
+class FreshComponent(RecordingComponent):
+    """Knows only the jobs submitted to it: a restarted component that never got the job."""
+
+    def poll(self, handle: JobHandle) -> JobOutcome | None:
+        if handle.job_id not in {d.id for d in self.submitted}:
+            return None
+        return super().poll(handle)
+
+
+class MarkedStale(NoSamples):
+    """A stage that holds the samples named in :attr:`stale` stale."""
+
+    stale: frozenset[str] = frozenset()
+
+    def is_stale(self, sample: Sample) -> bool:
+        return str(sample.sample_id) in self.stale
+
+
+def _store_groups(samples: TrainerSamples) -> None:
+    samples.register_trainer("c", reads_uploads=False)
+    for group in ("g1", "g2"):
+        unit = [
+            NewSample(
+                f"{group}-{i}",
+                "trajectory",
+                sample_body(TrajectorySample({"steps": []}, reward=float(i))),
+            )
+            for i in range(2)
+        ]
+        samples.add_record_samples("c", unit, [f"record-{group}"])
+
+
+def _parts(
+    component: RecordingComponent, *, job_samples: int = 4
+) -> Callable[[Database], TrainerParts]:
+    def build(database: Database) -> TrainerParts:
+        context = PipelineContext("s", "c")
+        pipeline = TrainingPipeline(
+            MarkedStale(context),
+            GroupedJobData(context, job_samples=job_samples, buffer_size=10),
+            samples=TrainerSamples(database, "s"),
+            context=context,
+        )
+        return TrainerParts(pipeline, component)  # type: ignore[arg-type]
+
+    return build
+
+
+def _run(
+    database: Database,
+    component: RecordingComponent,
+    plugins: Plugins | None = None,
+    *,
+    job_samples: int = 4,
+) -> None:
+    """Run a trainer until ``component`` got its jobs, then stop it (a running job ends and
+    commits first)."""
+    trainer = Trainer(
+        "s",
+        "c",
+        database=database,
+        build=_parts(component, job_samples=job_samples),
+        plugins=plugins,
+        settings=TrainerSettings(poll_interval=0.05),
+    )
+    trainer.start()
+    try:
+        assert component.all_submitted.wait(30)
+    finally:
+        trainer.stop(30)
+
+
+def test_the_history_keeps_each_job_its_samples_rewards_and_what_extensions_said(
+    storage_database: Database,
+) -> None:
+    _store_groups(TrainerSamples(storage_database, "s"))
+    plugins = Plugins(blocked=())
+    plugins.register(RetireFirstGroup(), "audit")
+    _run(storage_database, ReportingComponent(), plugins)
+
+    history = JobHistory(storage_database, "s")
+    [job] = history.read()
+    assert (job.trainer, job.event, job.error) == ("c", "finished", None)
+    assert job.submitted_at is not None and job.ended_at is not None
+    assert job.submitted_at <= job.ended_at
+    # lists are left out
+    assert job.metrics == {"loss": 0.25, "objective": "sft"}
+    assert (job.trained, job.consumed, job.reward_mean) == (2, 4, 0.5)
+    assert job.extensions == {"audit": {"epoch": 7}}
+    [retired] = history.of_sample("g1-0")
+    assert retired.job.job_id == job.job_id
+    assert (retired.sample.trained, retired.sample.reward) == (False, None)
+    assert retired.sample.extensions == {"audit": {"verdict": "fail"}}
+    [trained] = history.of_sample("g2-0")
+    assert (trained.sample.trained, trained.sample.reward) == (True, 0.5)
+    assert trained.sample.extensions == {"audit": {"verdict": "pass"}}
+    assert history.of_sample("g2-1")[0].sample.extensions == {}
+    assert history.read(trainer="other") == []
+    assert history.read(before=job.seq) == []
+
+
+def test_a_job_the_component_refuses_ends_released_and_its_samples_wait(
+    storage_database: Database,
+) -> None:
+    samples = TrainerSamples(storage_database, "s")
+    _store_groups(samples)
+    _run(storage_database, RefusingComponent(expected_jobs=2))
+    jobs = JobHistory(storage_database, "s").read()
+    assert jobs and {j.event for j in jobs} == {"released"}
+    assert "no room on the accelerator" in str(jobs[0].error)
+    assert samples.train_counts("c", ["g1-0", "g2-0"]) == {"g1-0": 0, "g2-0": 0}
+
+
+def test_a_submission_a_crash_stopped_before_the_component_ends_released_at_the_next_start(
+    storage_database: Database,
+) -> None:
+    """The crash came after the trainer noted the job (running, and in the history) and
+    before the component had it: the next tenure releases the data and the history says so;
+    the data then trains in a job of its own."""
+    samples = TrainerSamples(storage_database, "s")
+    _store_groups(samples)
+    history = JobHistory(storage_database, "s")
+    history.submitted("c", "lost-job", [])
+    history.submitted("c", "crashed-job", [])
+    TrainerState(storage_database, "s").set_running_job(
+        "c",
+        {"job_id": "crashed-job", "sample_ids": [], "instruction_id": None},
+    )
+    _run(storage_database, FreshComponent())
+    events = {j.job_id: (j.event, j.error) for j in history.read()}
+    assert events["lost-job"][0] == "released"
+    assert events["crashed-job"][0] == "released"
+    assert "before the job reached its component" in str(events["crashed-job"][1])
+    assert [e for j, (e, _) in events.items() if j not in ("lost-job", "crashed-job")] == [
+        "finished"
+    ]
+
+
+def test_the_trainer_writes_the_samples_it_leaves_out_as_stale(
+    storage_database: Database,
+) -> None:
+    """rule: P-BUF-4 the stale sample's group stays out of the buffer; the sample is marked
+    stale for the trainer, its fresh group mate is not; a later tenure that holds nothing
+    stale clears the marks, and the group trains."""
+    samples = TrainerSamples(storage_database, "s")
+    _store_groups(samples)
+    marks = StaleSamples(storage_database, "s")
+    browser = SampleBrowser(storage_database, "s")
+    MarkedStale.stale = frozenset({"g1-0"})
+    try:
+        _run(storage_database, RecordingComponent(), job_samples=2)
+    finally:
+        MarkedStale.stale = frozenset()
+    assert samples.train_counts("c", ["g1-0", "g2-0"]) == {"g1-0": 0, "g2-0": 1}
+    assert marks.marked(["g1-0", "g1-1", "g2-0"]) == {"g1-0": ("c",)}
+    page, total = browser.page(SampleFilter(stale=True))
+    assert ([s.stored.id for s in page], total) == (["g1-0"], 1)
+    assert [s.stored.id for s in browser.page(SampleFilter(stale=True, trainer="x"))[0]] == []
+
+    _run(storage_database, RecordingComponent(), job_samples=2)
+    assert marks.marked(["g1-0", "g1-1"]) == {}
+    assert samples.train_counts("c", ["g1-0", "g1-1"]) == {"g1-0": 1, "g1-1": 1}
