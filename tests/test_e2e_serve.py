@@ -15,9 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -27,10 +24,9 @@ import openai
 import pytest
 from sqlalchemy import create_engine, text
 
-from reef.testing.service import free_port
+from reef.testing.serve import ServeProcess as Serve
 from reef.testing.storage import DATABASE_URL_VARIABLE, postgres_schema_url
 
-REEF = str(Path(sys.executable).with_name("reef"))
 SCENARIO = "word"
 GROUP = 4
 
@@ -62,48 +58,6 @@ HF_LORA = """\
         model_path: "{folder}"
         lora: {{r: 4, alpha: 8}}
         chat_template_args: {{enable_thinking: false}}"""
-
-
-class Serve:
-    """One ``reef serve`` subprocess."""
-
-    def __init__(self, deployment: Path, log: Path, *, lease_ttl: float = 10.0) -> None:
-        self.port = free_port()
-        self.base_url = f"http://127.0.0.1:{self.port}"
-        self._log = log.open("ab")
-        self.process = subprocess.Popen(
-            [
-                REEF,
-                "serve",
-                str(deployment),
-                "--allow-unauthenticated",
-                "--port",
-                str(self.port),
-                "--lease-ttl",
-                str(lease_ttl),
-                "--log-level",
-                "warning",
-            ],
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-        )
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            assert self.process.poll() is None, log.read_text()
-            try:
-                httpx.get(f"{self.base_url}/reef/status", timeout=2).raise_for_status()
-                return
-            except httpx.HTTPError:
-                time.sleep(0.2)
-        raise AssertionError(f"reef serve did not answer: {log.read_text()}")
-
-    def kill(self) -> None:
-        self.process.send_signal(signal.SIGKILL)
-        self.process.wait(30)
-
-    def terminate(self) -> int:
-        self.process.send_signal(signal.SIGTERM)
-        return self.process.wait(60)
 
 
 class Agent:

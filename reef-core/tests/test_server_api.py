@@ -6,6 +6,7 @@ limits, and the OpenAPI document against the real routes."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -126,7 +127,8 @@ def test_openapi_document_lists_exactly_the_routes_of_the_app(client: TestClient
         (method.upper(), path) for path, ops in document["paths"].items() for method in ops
     }
     served = {
-        (method, route.path)
+        # A parameter that may hold a "/" ({sample_id:path}) is documented without converter.
+        (method, re.sub(r"\{([a-z_]+):[a-z]+\}", r"{\1}", route.path))
         for route in client.app.routes  # type: ignore[attr-defined]
         if isinstance(route, Route)
         for method in (route.methods or ()) - {"HEAD"}

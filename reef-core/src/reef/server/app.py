@@ -10,9 +10,10 @@ the field and the reason, and nothing of it is stored. See ``docs/service.md``.
 
 This module puts the application together: the route table (each resource's module owns its
 handlers and route rows: :mod:`~reef.server.inference`, :mod:`~reef.server.reports`,
-:mod:`~reef.server.items`, :mod:`~reef.server.scenarios`, :mod:`~reef.server.status`), the
-OpenAPI document made from it, the error answers and the lifespan that starts and stops the
-:class:`~reef.server.service.Service` behind the routes.
+:mod:`~reef.server.items`, :mod:`~reef.server.scenarios`, :mod:`~reef.server.samples`,
+:mod:`~reef.server.jobs`, :mod:`~reef.server.status`), the OpenAPI document made from it, the
+console's page (:mod:`~reef.server.console`), the error answers and the lifespan that starts
+and stops the :class:`~reef.server.service.Service` behind the routes.
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ from starlette.routing import Route
 
 from reef.core.deployment import Deployment
 from reef.core.plugins import Plugins
-from reef.server import inference, items, reports, scenarios, status
+from reef.server import inference, items, jobs, reports, samples, scenarios, status
 from reef.server.bodies import error_answer
+from reef.server.console import console_mount
 from reef.server.errors import ApiError
 from reef.server.openapi import ApiRoute, openapi_document
 from reef.server.service import ServerOptions, Service
@@ -52,6 +54,8 @@ API_ROUTES: Final[tuple[ApiRoute, ...]] = (
     *reports.ROUTES,
     *items.ROUTES,
     *scenarios.ROUTES,
+    *samples.ROUTES,
+    *jobs.ROUTES,
     *status.ROUTES,
 )
 
@@ -111,7 +115,10 @@ def create_app(
             await service.stop()
 
     app = Starlette(
-        routes=[Route(r.path, r.handler, methods=[r.method]) for r in API_ROUTES],
+        routes=[
+            *(Route(r.path, r.handler, methods=[r.method]) for r in API_ROUTES),
+            console_mount(),
+        ],
         exception_handlers={ApiError: _api_error, HTTPException: _http_error},
         lifespan=lifespan,
     )

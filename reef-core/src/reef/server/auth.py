@@ -122,6 +122,21 @@ class Authenticator:
             for name, section in auth.tokens.items()
         }
 
+    def check_client(self, client_host: str | None) -> None:
+        """Whether the service answers ``client_host`` at all (what needs no token, such as
+        the console's page, asks this alone).
+
+        :raises ApiError: 403 for a client beyond loopback of a service without auth.
+        """
+        if not self.enabled and not is_loopback(client_host):
+            raise ApiError.one(
+                403,
+                "forbidden",
+                "client",
+                f"this service runs without auth and answers loopback clients only,"
+                f" not {client_host!r}",
+            )
+
     def caller(self, authorization: str | None, client_host: str | None) -> Caller:
         """The caller of a request.
 
@@ -129,14 +144,7 @@ class Authenticator:
             of a service without auth.
         """
         if not self.enabled:
-            if not is_loopback(client_host):
-                raise ApiError.one(
-                    403,
-                    "forbidden",
-                    "client",
-                    f"this service runs without auth and answers loopback clients only,"
-                    f" not {client_host!r}",
-                )
+            self.check_client(client_host)
             return _EVERYONE
         if not authorization or not authorization.lower().startswith("bearer "):
             raise ApiError.one(401, "unauthorized", "authorization", "a bearer token is required")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import typing
 from collections.abc import Callable, Mapping
 from typing import Any, Final, Literal, TypeVar
 
@@ -232,6 +233,223 @@ class StatusDocument:
     scenarios: tuple[ScenarioStatus, ...]
 
 
+# -- browsing: samples and jobs ----------------------------------------------------------------
+
+
+def _page_size(largest: int) -> Any:
+    return [attrs.validators.ge(1), attrs.validators.le(largest)]
+
+
+@attrs.frozen
+class SampleQuery:
+    """The query of ``GET /reef/scenarios/{scenario}/samples``.
+
+    :ivar kind: only samples of this kind (``trajectory`` or ``task``).
+    :ivar group: only the samples of this group.
+    :ivar trained: only samples a job trained (``true``) or none did (``false``).
+    :ivar stale: only samples a trainer leaves out as stale (``true``) or none does (``false``).
+    :ivar trainer: the trainer that ``trained`` and ``stale`` ask about (default: any).
+    :ivar after: the ``next`` of the previous page.
+    :ivar limit: the most samples in the page (1 to 200).
+    :ivar order: ``asc`` (store order, oldest first) or ``desc`` (newest first).
+    """
+
+    kind: Literal["trajectory", "task"] | None = None
+    group: str | None = None
+    trained: bool | None = None
+    stale: bool | None = None
+    trainer: str | None = None
+    after: str | None = None
+    limit: int = attrs.field(default=50, validator=_page_size(200))
+    order: Literal["asc", "desc"] = "asc"
+
+
+@attrs.frozen
+class SampleSummary:
+    """A sample as the sample list shows it.
+
+    :ivar position: its place in store order.
+    :ivar made_by: the trainer whose stage made it; ``None`` for an upload.
+    :ivar origin: ``record`` (made from records), ``named`` or ``upload``.
+    :ivar reward: the reward it trains with, when it has one.
+    :ivar steps: how many steps its trajectory has (``None`` for a task).
+    :ivar preview: the start of its first user message, or the task's name.
+    :ivar trained_by: how many committed jobs of each trainer trained it.
+    :ivar manual_buffer: the trainers whose manual buffer holds it.
+    :ivar stale_for: the trainers that leave it out as stale.
+    """
+
+    id: str
+    kind: str
+    group_id: str | None
+    position: str
+    made_by: str | None
+    origin: str
+    reward: float | None
+    report_id: str | None
+    steps: int | None
+    preview: str | None
+    trained_by: Mapping[str, int]
+    manual_buffer: tuple[str, ...]
+    stale_for: tuple[str, ...]
+
+
+@attrs.frozen
+class SamplePage:
+    """One page of a scenario's samples; ``next`` asks for the following page (``None``: the
+    last page); ``total`` counts every sample the filters let through."""
+
+    scenario: str
+    samples: tuple[SampleSummary, ...]
+    total: int
+    next: str | None
+
+
+@attrs.frozen
+class RecordSource:
+    """A record a sample was made from.
+
+    :ivar stored: whether the store has the record at all.
+    :ivar held: whether its body is still held (``False`` once evicted).
+    :ivar artifact_id: the artifact that answered an inference record.
+    :ivar at: when the call ended, or the report was admitted (Unix seconds).
+    """
+
+    id: str
+    kind: str | None
+    stored: bool
+    held: bool
+    evicted_reason: str | None = None
+    artifact_id: str | None = None
+    at: float | None = None
+
+
+@attrs.frozen
+class ReportSource:
+    """The report that scored a sample, as stored (its content once its body is evicted is
+    gone: ``held`` is then ``False``)."""
+
+    id: str
+    held: bool
+    score: float | None = None
+    feedback: str | None = None
+    metadata: JSONObject | None = None
+    references: tuple[str, ...] = ()
+
+
+@attrs.frozen
+class UploadSource:
+    """The data item an uploaded sample came from; ``stored``: the item is still stored."""
+
+    item_id: str
+    stored: bool
+
+
+@attrs.frozen
+class TaskSource:
+    """The task a task sample rolls out."""
+
+    name: str
+    split: str | None
+
+
+@attrs.frozen
+class SampleInJob:
+    """A job that consumed a sample, and the sample's part in it.
+
+    :ivar trained: the sample went to the component (``False``: the job consumed it without
+        training, an extension retired it).
+    :ivar reward: the reward it trained with.
+    :ivar event: how the job ended (``finished``, ``failed``, ``released``); ``None`` while it
+        runs.
+    :ivar extensions: what each extension said of the sample in this job (Agent ECC under
+        ``ecc``: the group's outcome, the verdict, the decision, the rewards).
+    :ivar job_extensions: what each extension said of the whole job (Agent ECC: the epoch).
+    """
+
+    job_id: str
+    trainer: str
+    trained: bool
+    reward: float | None
+    event: str | None
+    submitted_at: float | None
+    ended_at: float | None
+    extensions: JSONObject
+    job_extensions: JSONObject
+
+
+@attrs.frozen
+class SampleDetail:
+    """``GET /reef/scenarios/{scenario}/samples/{sample_id}``: a sample, its body (the
+    trajectory or task, reward, feedback, metadata) and where it came from.
+
+    :ivar records: the records it was made from (empty for an upload or a named sample).
+    :ivar report: the report that scored it, if any.
+    :ivar upload: the data item it was uploaded as, if it was.
+    :ivar task: the task it rolls out, for a task sample.
+    :ivar jobs: the jobs that consumed it, oldest first.
+    """
+
+    scenario: str
+    sample: SampleSummary
+    body: JSONObject
+    records: tuple[RecordSource, ...]
+    report: ReportSource | None
+    upload: UploadSource | None
+    task: TaskSource | None
+    jobs: tuple[SampleInJob, ...]
+
+
+@attrs.frozen
+class JobQuery:
+    """The query of ``GET /reef/scenarios/{scenario}/jobs``.
+
+    :ivar trainer: only this trainer's jobs.
+    :ivar before: the ``next`` of the previous page (older jobs).
+    :ivar limit: the most jobs in the page (1 to 500).
+    """
+
+    trainer: str | None = None
+    before: str | None = None
+    limit: int = attrs.field(default=100, validator=_page_size(500))
+
+
+@attrs.frozen
+class JobSummary:
+    """A job of the history.
+
+    :ivar event: ``finished``, ``failed`` or ``released`` (never reached the component);
+        ``None`` while it runs.
+    :ivar trained: the samples it sent to the component.
+    :ivar consumed: the samples it consumed (sent, or retired by an extension).
+    :ivar reward_mean: the mean reward of the samples it sent that have one.
+    :ivar metrics: the component's scalar metrics (``loss``, ...).
+    :ivar extensions: what each extension said of the job (Agent ECC: its seal's epoch).
+    """
+
+    job_id: str
+    trainer: str
+    submitted_at: float | None
+    ended_at: float | None
+    event: str | None
+    instruction_id: str | None
+    trained: int
+    consumed: int
+    reward_mean: float | None
+    metrics: JSONObject
+    error: str | None
+    extensions: JSONObject
+
+
+@attrs.frozen
+class JobPage:
+    """The latest jobs of a scenario, oldest first; ``next`` asks for the older ones."""
+
+    scenario: str
+    jobs: tuple[JobSummary, ...]
+    next: str | None
+
+
 # -- reading and answering ---------------------------------------------------------------------
 
 
@@ -261,7 +479,7 @@ _OPEN_CONVERTER: Final = _body_converter(forbid_extra_keys=False)
 _QUOTED_NAME: Final = re.compile(r"'([A-Za-z_][A-Za-z0-9_]*)'")
 
 
-def _problems(exc: BaseException, cls: type[Any]) -> list[ErrorDetail]:
+def _problems(exc: BaseException, cls: type[Any], root: str = "$") -> list[ErrorDetail]:
     lines = describe(exc) if isinstance(exc, cattrs.BaseValidationError) else [str(exc)]
     names = {field.name for field in attrs.fields(cls)}
     found = []
@@ -273,8 +491,8 @@ def _problems(exc: BaseException, cls: type[Any]) -> list[ErrorDetail]:
             named = [n for n in _QUOTED_NAME.findall(reason) if n in names]
             if named:
                 field = f"$.{named[0]}"
-        found.append(ErrorDetail(field, reason))
-    return found or [ErrorDetail("$", str(exc))]
+        found.append(ErrorDetail(root + field[1:] if field.startswith("$") else field, reason))
+    return found or [ErrorDetail(root, str(exc))]
 
 
 def structure(data: Any, cls: type[_T], *, open_keys: bool = False) -> _T:
@@ -290,6 +508,51 @@ def structure(data: Any, cls: type[_T], *, open_keys: bool = False) -> _T:
         return converter.structure(data, cls)
     except (cattrs.BaseValidationError, TypeError, ValueError) as exc:
         raise ApiError(400, "invalid_request", _problems(exc, cls)) from None
+
+
+#: How a refused query parameter is named in an error: ``query.<name>``.
+QUERY_ROOT: Final = "query"
+
+
+def read_query(request: Request, cls: type[_T]) -> _T:
+    """The request's query parameters as ``cls`` (an attrs class, a field per parameter), or a
+    400 naming each problem as ``query.<name>``: a parameter ``cls`` does not have, one given
+    twice, ``true``/``false`` for a boolean, a decimal for an integer."""
+    hints = typing.get_type_hints(cls)
+    names = {field.name for field in attrs.fields(typing.cast(Any, cls))}
+    problems: list[ErrorDetail] = []
+    values: dict[str, Any] = {}
+    for name, value in request.query_params.multi_items():
+        field = f"{QUERY_ROOT}.{name}"
+        if name not in names:
+            problems.append(
+                ErrorDetail(field, f"no such parameter; known: {', '.join(sorted(names))}")
+            )
+        elif name in values:
+            problems.append(ErrorDetail(field, "given more than once"))
+        else:
+            values[name] = _query_value(value, hints[name], field, problems)
+    if problems:
+        raise ApiError(400, "invalid_request", problems)
+    try:
+        return _CONVERTER.structure(values, cls)
+    except (cattrs.BaseValidationError, TypeError, ValueError) as exc:
+        raise ApiError(400, "invalid_request", _problems(exc, cls, QUERY_ROOT)) from None
+
+
+def _query_value(value: str, kind: Any, field: str, problems: list[ErrorDetail]) -> Any:
+    """``value`` as the JSON value of its parameter's type (the strict structuring checks the
+    rest: a string where a ``Literal`` belongs, say)."""
+    kinds = set(typing.get_args(kind)) or {kind}
+    if bool in kinds:
+        if value in ("true", "false"):
+            return value == "true"
+        problems.append(ErrorDetail(field, f"expected true or false, got {value!r}"))
+    elif int in kinds:
+        if re.fullmatch(r"-?[0-9]{1,18}", value):
+            return int(value)
+        problems.append(ErrorDetail(field, f"expected an integer, got {value!r}"))
+    return value
 
 
 def _refuse_constant(name: str) -> Any:

@@ -22,7 +22,8 @@ from reef.version import __version__
 
 __all__ = ["ApiRoute", "json_schema", "openapi_document"]
 
-_PATH_PARAMETER = re.compile(r"\{([a-z_]+)\}")
+# A path parameter, with Starlette's converter when it has one (``{sample_id:path}``).
+_PATH_PARAMETER = re.compile(r"\{([a-z_]+)(?::[a-z]+)?\}")
 
 
 @attrs.frozen
@@ -30,7 +31,8 @@ class ApiRoute:
     """One route of the service.
 
     :ivar method: ``GET``, ``POST`` or ``DELETE``.
-    :ivar path: the path, with ``{name}`` parameters.
+    :ivar path: the path, with ``{name}`` parameters (``{name:path}`` for one that may hold a
+        ``/``; the document writes it ``{name}``).
     :ivar summary: one line for the document.
     :ivar handler: the Starlette endpoint.
     :ivar request: the attrs class of the body; ``None`` without a body.
@@ -38,6 +40,8 @@ class ApiRoute:
         describe, such as a chat completion or a stream).
     :ivar scope: the token scope the route needs (``None``: none, e.g. the document itself).
     :ivar headers: request headers the route reads, by name → description.
+    :ivar query: the attrs class of the query parameters the route reads (each field one
+        parameter; :func:`reef.server.bodies.read_query`); ``None`` for none.
     """
 
     method: str
@@ -48,6 +52,12 @@ class ApiRoute:
     responses: Mapping[int, type[Any] | None] = attrs.field(factory=dict)
     scope: str | None = None
     headers: Mapping[str, str] = attrs.field(factory=dict)
+    query: type[Any] | None = None
+
+    @property
+    def document_path(self) -> str:
+        """The path as the document writes it: parameters without their converters."""
+        return _PATH_PARAMETER.sub(r"{\1}", self.path)
 
 
 def json_schema(cls: Any, components: dict[str, JSON]) -> JSON:
@@ -114,7 +124,7 @@ def openapi_document(routes: Sequence[ApiRoute], *, title: str = "Reef") -> JSON
     for route in routes:
         operation: JSON = {
             "summary": route.summary,
-            "operationId": f"{route.method.lower()}_{_operation_name(route.path)}",
+            "operationId": f"{route.method.lower()}_{_operation_name(route.document_path)}",
             "responses": {},
         }
         parameters = [
@@ -131,6 +141,8 @@ def openapi_document(routes: Sequence[ApiRoute], *, title: str = "Reef") -> JSON
             }
             for name, description in route.headers.items()
         ]
+        if route.query is not None:
+            parameters += _query_parameters(route.query, components)
         if parameters:
             operation["parameters"] = parameters
         if route.request is not None:
@@ -149,7 +161,7 @@ def openapi_document(routes: Sequence[ApiRoute], *, title: str = "Reef") -> JSON
         if route.scope is not None:
             operation["security"] = [{"bearer": []}]
             operation["x-reef-scope"] = route.scope
-        paths.setdefault(route.path, {})[route.method.lower()] = operation
+        paths.setdefault(route.document_path, {})[route.method.lower()] = operation
     return {
         "openapi": "3.1.0",
         "info": {"title": title, "version": __version__},
@@ -159,6 +171,32 @@ def openapi_document(routes: Sequence[ApiRoute], *, title: str = "Reef") -> JSON
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },
     }
+
+
+def _query_parameters(cls: type[Any], components: dict[str, JSON]) -> list[JSON]:
+    """One ``in: query`` parameter per field of the attrs class ``cls``, described by the
+    first paragraph of its ``:ivar <name>:`` line in the class's docstring."""
+    hints = typing.get_type_hints(cls)
+    described = dict(
+        re.findall(r":ivar ([a-z_]+): ([^:]+?)(?=\n\s*:|\n\s*\n|\Z)", cls.__doc__ or "")
+    )
+    parameters = []
+    for field in attrs.fields(cls):
+        kind = hints[field.name]
+        # An absent parameter is None: the query itself holds no null.
+        given = [a for a in typing.get_args(kind) if a is not type(None)]
+        if typing.get_origin(kind) in (typing.Union, types.UnionType) and len(given) == 1:
+            kind = given[0]
+        parameter: JSON = {
+            "name": field.name,
+            "in": "query",
+            "required": field.default is attrs.NOTHING,
+            "schema": json_schema(kind, components),
+        }
+        if field.name in described:
+            parameter["description"] = " ".join(described[field.name].split())
+        parameters.append(parameter)
+    return parameters
 
 
 def _operation_name(path: str) -> str:

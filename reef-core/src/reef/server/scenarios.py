@@ -27,7 +27,7 @@ from reef.server.bodies import (
 )
 from reef.server.errors import ApiError
 from reef.server.openapi import ApiRoute
-from reef.server.service import ServedScenario, service_of
+from reef.server.service import ServedScenario, check_trainer, service_of
 from reef.storage import ConflictError, UnknownSampleError
 from reef.train.trainer import TRAINING_MODE_SETTING
 
@@ -90,14 +90,7 @@ def _buffer_trainers(scenario: ServedScenario, trainer: str | None) -> list[str]
                 f"scenario {scenario.name!r} has no trainer (no training section)",
             )
         return list(trainers)
-    if trainer not in trainers:
-        raise ApiError.one(
-            400,
-            "invalid_request",
-            "$.trainer",
-            f"scenario {scenario.name!r} has no trainer {trainer!r}"
-            f" (it has: {', '.join(trainers) or 'none'})",
-        )
+    check_trainer(scenario, trainer, "$.trainer")
     return [trainer]
 
 

@@ -27,7 +27,15 @@ from reef.server.errors import ApiError, ServiceConfigError
 from reef.server.http_engine import HttpEngine
 from reef.server.ledger import ScenarioLedger
 from reef.server.service_runtime import ServiceRuntime
-from reef.storage import Database, RecordStore, ScenarioSettings, TaskStorage, TrainerSamples
+from reef.storage import (
+    Database,
+    JobHistory,
+    RecordStore,
+    SampleBrowser,
+    ScenarioSettings,
+    TaskStorage,
+    TrainerSamples,
+)
 
 __all__ = [
     "ITEMS_STORE",
@@ -35,6 +43,7 @@ __all__ = [
     "ServedScenario",
     "ServerOptions",
     "Service",
+    "check_trainer",
     "service_of",
 ]
 
@@ -68,6 +77,8 @@ class ServedScenario:
     :ivar ledger: the scenario's ledger while the application runs (``None`` before its
         lifespan starts and after it ends).
     :ivar engine: the engine that answers its chat calls; ``None`` without ``serving``.
+    :ivar browser: its samples, as people browse them.
+    :ivar history: its trainers' jobs, as people read them.
     """
 
     name: str
@@ -75,6 +86,8 @@ class ServedScenario:
     samples: TrainerSamples
     settings: ScenarioSettings
     admission: ScenarioAdmission
+    browser: SampleBrowser
+    history: JobHistory
     ledger: ScenarioLedger | None = None
     engine: ChatEngine | None = None
 
@@ -112,6 +125,8 @@ class Service:
                 samples=TrainerSamples(database, name),
                 settings=ScenarioSettings(database, name),
                 admission=ScenarioAdmission.build(name, section, plugins=plugins, environ=environ),
+                browser=SampleBrowser(database, name),
+                history=JobHistory(database, name),
             )
             if serving is not None:
                 self.scenarios[name].engine = self._engine(name, serving)
@@ -194,6 +209,18 @@ class Service:
         if scenario.ledger is None:
             raise ApiError.one(409, "not_running", "scenario", "the service is not running")
         return scenario.ledger
+
+
+def check_trainer(scenario: ServedScenario, trainer: str, field: str) -> None:
+    """:raises ApiError: 400 naming ``field`` when ``scenario`` has no trainer ``trainer``."""
+    if trainer not in scenario.admission.trainers:
+        raise ApiError.one(
+            400,
+            "invalid_request",
+            field,
+            f"scenario {scenario.name!r} has no trainer {trainer!r}"
+            f" (it has: {', '.join(scenario.admission.trainers) or 'none'})",
+        )
 
 
 def service_of(request: Request) -> Service:

@@ -1,0 +1,95 @@
+// The service's HTTP API as the console calls it: same origin, JSON, and the bearer token the
+// person typed in, which this tab keeps in sessionStorage (gone when the tab closes).
+
+const TOKEN_KEY = "reef.console.token";
+
+/** A refused or failed call: the status and the service's own message. */
+export class ApiFailure extends Error {
+  constructor(status, message, body) {
+    super(message);
+    this.status = status;
+    this.body = body;
+  }
+}
+
+export function token() {
+  return sessionStorage.getItem(TOKEN_KEY);
+}
+
+export function setToken(value) {
+  if (value) sessionStorage.setItem(TOKEN_KEY, value);
+  else sessionStorage.removeItem(TOKEN_KEY);
+}
+
+/** Call the API; resolves to the parsed JSON answer, rejects with an ApiFailure. */
+export async function call(method, path, body) {
+  const headers = { accept: "application/json" };
+  const bearer = token();
+  if (bearer) headers.authorization = `Bearer ${bearer}`;
+  if (body !== undefined) headers["content-type"] = "application/json";
+  let response;
+  try {
+    response = await fetch(path, {
+      method,
+      headers,
+      body: body === undefined ? undefined : JSON.stringify(body),
+      cache: "no-store",
+      credentials: "omit",
+    });
+  } catch (error) {
+    throw new ApiFailure(0, `the service cannot be reached (${error.message})`, null);
+  }
+  let answer = null;
+  try {
+    answer = await response.json();
+  } catch {
+    answer = null;
+  }
+  if (!response.ok) {
+    const problems = answer && Array.isArray(answer.problems) ? answer.problems : [];
+    const detail = problems.map((p) => `${p.field}: ${p.reason}`).join("; ");
+    const message = (answer && answer.message) || detail || `HTTP ${response.status}`;
+    throw new ApiFailure(response.status, message, answer);
+  }
+  return answer;
+}
+
+const scenarioPath = (scenario) => `/reef/scenarios/${encodeURIComponent(scenario)}`;
+
+function query(parameters) {
+  const search = new URLSearchParams();
+  for (const [name, value] of Object.entries(parameters)) {
+    if (value !== undefined && value !== null && value !== "") search.set(name, String(value));
+  }
+  const text = search.toString();
+  return text ? `?${text}` : "";
+}
+
+export const api = {
+  status: () => call("GET", "/reef/status"),
+  jobs: (scenario, parameters = {}) =>
+    call("GET", `${scenarioPath(scenario)}/jobs${query(parameters)}`),
+  samples: (scenario, parameters) =>
+    call("GET", `${scenarioPath(scenario)}/samples${query(parameters)}`),
+  sample: (scenario, id) =>
+    call("GET", `${scenarioPath(scenario)}/samples/${encodeURIComponent(id)}`),
+  buffer: (scenario) => call("GET", `${scenarioPath(scenario)}/buffer`),
+  setMode: (scenario, mode) =>
+    call("POST", `${scenarioPath(scenario)}/update`, { training_mode: mode }),
+  train: (scenario, requestId, text) =>
+    call("POST", `${scenarioPath(scenario)}/instructions`, {
+      request_id: requestId,
+      action: "TRAIN",
+      ...(text ? { text } : {}),
+    }),
+  insert: (scenario, ids, trainer) =>
+    call("POST", `${scenarioPath(scenario)}/insert_into_buffer`, {
+      sample_ids: ids,
+      ...(trainer ? { trainer } : {}),
+    }),
+  remove: (scenario, ids, trainer) =>
+    call("POST", `${scenarioPath(scenario)}/remove_from_buffer`, {
+      sample_ids: ids,
+      ...(trainer ? { trainer } : {}),
+    }),
+};

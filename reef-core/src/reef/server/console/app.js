@@ -1,0 +1,314 @@
+// The Reef console: signs in, follows the service live (it polls), and draws the chosen
+// scenario's overview, jobs, samples and the opened sample. Every change goes through the
+// service's HTTP API (docs/console.md); the page holds no data of its own.
+
+import { ApiFailure, api, setToken, token } from "./api.js";
+import { h, replace } from "./dom.js";
+import { ago } from "./format.js";
+import { jobsTable, overview } from "./overview.js";
+import { sampleView } from "./sample.js";
+import { Browsing, sampleBrowser } from "./samples.js";
+
+/** How often the page asks the service for news, while the tab is visible. */
+const POLL_MS = 2000;
+
+const $ = (id) => document.getElementById(id);
+
+const state = {
+  status: null,
+  scenario: null,
+  jobs: [],
+  page: null,
+  buffers: null,
+  openId: null,
+  detail: null,
+  browsing: new Browsing(),
+  drawn: {}, // what each section shows now, to redraw only what changed
+  timer: null,
+  busy: false,
+};
+
+// -- where the person is: #/<scenario>[/sample/<id>] -----------------------------------------
+
+function readLocation() {
+  const parts = location.hash.replace(/^#\/?/, "").split("/");
+  const scenario = parts[0] ? decodeURIComponent(parts[0]) : null;
+  const openId = parts[1] === "sample" && parts.length > 2 ? decodeURIComponent(parts.slice(2).join("/")) : null;
+  if (scenario !== state.scenario) {
+    state.browsing = new Browsing();
+    state.drawn = {};
+  }
+  state.scenario = scenario;
+  state.openId = openId;
+  if (!openId) state.detail = null;
+}
+
+function go(scenario, openId) {
+  const hash = `#/${encodeURIComponent(scenario)}${openId ? `/sample/${encodeURIComponent(openId)}` : ""}`;
+  if (location.hash !== hash) history.pushState(null, "", hash);
+  readLocation();
+}
+
+// -- messages ---------------------------------------------------------------------------------
+
+function notice(message, kind = "info") {
+  const element = $("notice");
+  element.hidden = false;
+  element.className = `notice ${kind}`;
+  element.textContent = message;
+}
+
+function live(message, kind) {
+  const element = $("live");
+  element.className = `live ${kind}`;
+  element.textContent = message;
+}
+
+function showSignIn(reason) {
+  $("console").hidden = true;
+  $("sign-in").hidden = false;
+  $("sign-out").hidden = !token();
+  $("sign-in-reason").textContent = reason;
+  replace($("scenario-tabs"));
+  live("Signed out", "off");
+  $("token").focus();
+}
+
+function failed(error) {
+  if (error instanceof ApiFailure && error.status === 401) {
+    const had = token();
+    setToken(null);
+    showSignIn(had ? `The service refused that token: ${error.message}.` : "This service needs a bearer token with the admin scope.");
+    return;
+  }
+  if (error instanceof ApiFailure && error.status === 403 && !state.status) {
+    showSignIn(`This token may not read the scenarios: ${error.message}.`);
+    return;
+  }
+  live(`Not updated: ${error.message}`, "error");
+}
+
+// -- reading the service ----------------------------------------------------------------------
+
+async function refresh() {
+  if (state.busy) return;
+  state.busy = true;
+  try {
+    state.status = await api.status();
+    $("sign-in").hidden = true;
+    $("console").hidden = false;
+    $("sign-out").hidden = !token();
+    const names = state.status.scenarios.map((s) => s.scenario);
+    if (!names.includes(state.scenario)) {
+      if (names.length === 0) {
+        replace($("overview"), h("h2", { id: "overview-title" }, "No scenario"), h("p", {}, "This token may see no scenario of this service."));
+        return;
+      }
+      go(names[0], null);
+    }
+    drawTabs(names);
+    const name = state.scenario;
+    const [jobs, page, buffers, detail] = await Promise.all([
+      api.jobs(name, { limit: 200 }),
+      api.samples(name, state.browsing.parameters()),
+      api.buffer(name),
+      state.openId ? api.sample(name, state.openId).catch((e) => e) : null,
+    ]);
+    state.jobs = jobs.jobs;
+    state.page = page;
+    state.buffers = buffers;
+    if (detail instanceof ApiFailure) {
+      notice(`Sample ${state.openId}: ${detail.message}`, "error");
+      go(name, null);
+    } else {
+      state.detail = detail;
+    }
+    draw();
+    tick();
+    live(`Live · updated ${new Date().toLocaleTimeString("en-GB")}`, "on");
+  } catch (error) {
+    failed(error);
+  } finally {
+    state.busy = false;
+  }
+}
+
+function schedule() {
+  clearTimeout(state.timer);
+  state.timer = setTimeout(async () => {
+    if (document.hidden) {
+      live("Paused while the tab is hidden", "off");
+    } else if ($("sign-in").hidden) {
+      await refresh();
+    }
+    schedule();
+  }, POLL_MS);
+}
+
+// -- drawing ----------------------------------------------------------------------------------
+
+function current() {
+  return state.status.scenarios.find((s) => s.scenario === state.scenario);
+}
+
+/** Redraw `section` only when what it shows changed (a live refresh keeps focus and scroll). */
+function section(id, shown, build) {
+  const key = JSON.stringify(shown);
+  if (state.drawn[id] === key) return;
+  state.drawn[id] = key;
+  replace($(id), build());
+}
+
+function drawTabs(names) {
+  section("scenario-tabs", [names, state.scenario], () =>
+    names.map((n) =>
+      h("a", { href: `#/${encodeURIComponent(n)}`, class: "tab", "data-key": `tab:${n}`, "aria-current": n === state.scenario ? "page" : null }, n),
+    ),
+  );
+}
+
+/** Bring every "… ago" up to date in place, and mark a trainer not heard from for long. */
+function tick() {
+  for (const trainer of current().trainers) {
+    const card = document.querySelector(`[data-trainer="${CSS.escape(trainer.trainer)}"] [data-heard]`);
+    if (card) card.dataset.ago = trainer.snapshot_at ?? "";
+  }
+  for (const element of document.querySelectorAll("[data-ago]")) {
+    const at = Number(element.dataset.ago) || null;
+    element.textContent = ago(at);
+    const silent = element.dataset.silentAfter;
+    if (silent) element.classList.toggle("warn", at !== null && Date.now() / 1000 - at > Number(silent));
+  }
+}
+
+function draw() {
+  const scenario = current();
+  // A trainer writes its snapshot at every step: the time it wrote it is shown by the ticker
+  // (tick), so that the overview is redrawn only when what it shows changed.
+  const steady = { ...scenario, trainers: scenario.trainers.map((t) => ({ ...t, snapshot_at: null })) };
+  section("overview", [steady, state.jobs], () => overview(scenario, state.jobs, actions));
+  section("jobs", [state.jobs], () => jobsTable(state.jobs));
+  const browsing = state.browsing;
+  section("samples", [state.page, state.buffers, [...browsing.selected], browsing.filters, browsing.cursors], () =>
+    sampleBrowser(scenario, browsing, state.page, state.buffers, actions),
+  );
+  const open = $("sample");
+  open.hidden = !state.detail;
+  $("browse").classList.toggle("with-detail", Boolean(state.detail));
+  if (state.detail) {
+    section("sample", [state.detail, browsing.selected.has(state.detail.sample.id)], () =>
+      sampleView(state.detail, browsing.selected.has(state.detail.sample.id), actions),
+    );
+  } else {
+    state.drawn.sample = undefined;
+  }
+}
+
+// -- what the person does ---------------------------------------------------------------------
+
+async function act(work, done) {
+  try {
+    await work();
+    notice(done, "ok");
+  } catch (error) {
+    if (error instanceof ApiFailure && error.status === 401) return failed(error);
+    notice(error.message, "error");
+  }
+  await refresh();
+}
+
+function requestId() {
+  const random = crypto.getRandomValues(new Uint32Array(1))[0].toString(36);
+  return `console-${Date.now().toString(36)}-${random}`;
+}
+
+const actions = {
+  setMode: (mode) => act(() => api.setMode(state.scenario, mode), `Training mode of ${state.scenario} is now ${mode}.`),
+  train: (note) => {
+    const id = requestId();
+    return act(() => api.train(state.scenario, id, note), `TRAIN instruction ${id} queued: the trainer takes the manual buffer at its next step.`);
+  },
+  insert: (ids) =>
+    act(async () => {
+      await api.insert(state.scenario, ids, state.browsing.filters.trainer || undefined);
+      state.browsing.selected.clear();
+    }, `Added ${ids.length} sample${ids.length === 1 ? "" : "s"} to the manual buffer.`),
+  remove: (ids) =>
+    act(async () => {
+      await api.remove(state.scenario, ids, state.browsing.filters.trainer || undefined);
+      state.browsing.selected.clear();
+    }, `Took ${ids.length} sample${ids.length === 1 ? "" : "s"} out of the manual buffer.`),
+  clear: () => {
+    state.browsing.selected.clear();
+    draw();
+  },
+  toggle: (id, on) => {
+    if (on) state.browsing.selected.add(id);
+    else state.browsing.selected.delete(id);
+    draw();
+  },
+  filter: (name, value) => {
+    state.browsing.filters[name] = value;
+    state.browsing.cursors = [null];
+    refresh();
+  },
+  next: () => {
+    if (state.page && state.page.next) state.browsing.cursors.push(state.page.next);
+    refresh();
+  },
+  previous: () => {
+    if (state.browsing.cursors.length > 1) state.browsing.cursors.pop();
+    refresh();
+  },
+  first: () => {
+    state.browsing.cursors = [null];
+    refresh();
+  },
+  open: async (id) => {
+    go(state.scenario, id);
+    await refresh();
+    const title = $("sample-title");
+    if (title) {
+      title.tabIndex = -1;
+      title.focus();
+    }
+  },
+  close: () => {
+    const id = state.openId;
+    go(state.scenario, null);
+    draw();
+    const opener = document.querySelector(`[data-key="${CSS.escape(`open:${id}`)}"]`);
+    if (opener) opener.focus();
+  },
+};
+
+// -- start ------------------------------------------------------------------------------------
+
+$("sign-in-form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  const value = $("token").value.trim();
+  $("token").value = "";
+  setToken(value);
+  state.status = null;
+  refresh();
+});
+
+$("sign-out").addEventListener("click", () => {
+  setToken(null);
+  state.status = null;
+  state.drawn = {};
+  showSignIn("Signed out. The token was removed from this tab.");
+});
+
+window.addEventListener("hashchange", () => {
+  readLocation();
+  state.drawn = {};
+  refresh();
+});
+
+document.addEventListener("visibilitychange", () => {
+  if (!document.hidden) refresh();
+});
+
+readLocation();
+refresh().then(schedule);

@@ -1,0 +1,156 @@
+// One sample opened: its trajectory turn by turn (messages, tool calls, observations) or its
+// task, its reward, where it came from, and the jobs that consumed it with the reward each
+// trained with (and, for a job sealed by Agent ECC, the verdict and epoch behind it).
+
+import { facts, h } from "./dom.js";
+import { number, short, when } from "./format.js";
+
+function text(content) {
+  if (typeof content === "string") return content;
+  if (Array.isArray(content)) {
+    return content
+      .map((part) => (part && part.type === "text" ? part.text : part && part.source ? `[${part.type}: ${part.source.path}]` : ""))
+      .join("\n");
+  }
+  return content === null || content === undefined ? "" : JSON.stringify(content);
+}
+
+function json(value) {
+  return h("pre", { class: "json" }, JSON.stringify(value, null, 2));
+}
+
+function step(s) {
+  const calls = s.tool_calls || [];
+  const results = (s.observation && s.observation.results) || [];
+  return h(
+    "li",
+    { class: `step ${s.source}` },
+    h("div", { class: "step-head" }, h("span", { class: "who" }, s.source), ` · step ${s.step_id}`, s.model_name ? ` · ${s.model_name}` : ""),
+    text(s.message) ? h("div", { class: "message" }, text(s.message)) : null,
+    s.reasoning_content ? h("details", {}, h("summary", {}, "Reasoning"), h("div", { class: "message" }, s.reasoning_content)) : null,
+    calls.map((c) =>
+      h("div", { class: "call" }, h("span", { class: "label" }, "Tool call "), h("code", {}, c.function_name), h("pre", { class: "json" }, JSON.stringify(c.arguments, null, 2))),
+    ),
+    results.map((r) =>
+      h("div", { class: "observation" }, h("span", { class: "label" }, `Observation${r.source_call_id ? ` of ${r.source_call_id}` : ""}`), h("div", { class: "message" }, text(r.content))),
+    ),
+  );
+}
+
+function trajectory(body) {
+  const t = body.trajectory || {};
+  const steps = t.steps || [];
+  return h(
+    "div",
+    { class: "block" },
+    h("h3", {}, `Trajectory · ${steps.length} step${steps.length === 1 ? "" : "s"}`),
+    t.agent ? h("p", { class: "hint" }, `Agent ${t.agent.name} ${t.agent.version || ""}${t.agent.model_name ? ` · ${t.agent.model_name}` : ""}`) : null,
+    h("ol", { class: "steps" }, steps.map(step)),
+  );
+}
+
+function eccLine(sample, job) {
+  const mine = sample.ecc;
+  const sealed = job.ecc;
+  if (!mine && !sealed) return null;
+  const epoch = sealed && sealed.epoch ? `epoch ${sealed.epoch.index} (grader ${sealed.epoch.version_id})` : "epoch unknown";
+  if (!mine) return `ECC: sealed under ${epoch}`;
+  const parts = [`ECC: ${mine.outcome || "?"}`, epoch];
+  if (mine.verdict) parts.push(`verdict ${mine.verdict}`);
+  if (mine.decision) parts.push(`by ${mine.decision}`);
+  if (mine.reward !== undefined) parts.push(`reward ${number(mine.reward)} (recorded ${number(mine.recorded_reward)})`);
+  if (mine.reason) parts.push(mine.reason);
+  return parts.join(" · ");
+}
+
+function sources(detail) {
+  const rows = [];
+  if (detail.records.length) {
+    rows.push([
+      "Records",
+      h(
+        "ul",
+        { class: "plain" },
+        detail.records.map((r) =>
+          h(
+            "li",
+            {},
+            h("code", { title: r.id }, short(r.id, 30)),
+            ` ${r.kind || "not stored"}`,
+            r.artifact_id ? ` · artifact ${short(r.artifact_id, 24)}` : "",
+            r.at ? ` · ${when(r.at)}` : "",
+            r.stored && !r.held ? ` · body evicted (${r.evicted_reason})` : "",
+          ),
+        ),
+      ),
+    ]);
+  }
+  if (detail.report) {
+    const r = detail.report;
+    rows.push([
+      "Report",
+      h("span", {}, h("code", {}, r.id), r.held ? ` · score ${number(r.score)}${r.feedback ? ` · “${r.feedback}”` : ""}` : " · body evicted"),
+    ]);
+  }
+  if (detail.upload) {
+    rows.push(["Upload", h("span", {}, "data item ", h("code", {}, detail.upload.item_id), detail.upload.stored ? "" : " (deleted since)")]);
+  }
+  if (detail.task) rows.push(["Task", `${detail.task.name} (${detail.task.split || "train"})`]);
+  if (rows.length === 0) rows.push(["Made by", detail.sample.made_by || "–"]);
+  return rows;
+}
+
+/** The opened sample; `actions.close()` closes it, `actions.toggle(id, on)` selects it. */
+export function sampleView(detail, selected, actions) {
+  const s = detail.sample;
+  const body = detail.body;
+  return [
+    h(
+      "div",
+      { class: "panel-head" },
+      h("h2", { id: "sample-title" }, "Sample ", h("span", { class: "name", title: s.id }, short(s.id, 32))),
+      h("button", { type: "button", class: "quiet", "data-key": "close-sample", onclick: actions.close }, "Close"),
+    ),
+    h(
+      "label",
+      { class: "check" },
+      h("input", { type: "checkbox", "data-key": "pick-open", checked: selected, onchange: (event) => actions.toggle(s.id, event.target.checked) }),
+      " Selected for the manual buffer",
+    ),
+    facts([
+      ["Kind", s.kind],
+      ["Group", s.group_id || "–"],
+      ["Reward", number(s.reward)],
+      body.feedback ? ["Feedback", body.feedback] : null,
+      ["Trained", Object.keys(s.trained_by).length ? Object.entries(s.trained_by).map(([t, n]) => `${t} ×${n}`).join(", ") : "not yet"],
+      ["Manual buffer", s.manual_buffer.length ? s.manual_buffer.join(", ") : "no"],
+      ["Stale", s.stale_for.length ? `for ${s.stale_for.join(", ")}` : "no"],
+      ["Stored", `position ${s.position} · ${s.origin}`],
+      ...sources(detail),
+    ]),
+    h(
+      "div",
+      { class: "block" },
+      h("h3", {}, "Jobs that consumed it"),
+      detail.jobs.length === 0
+        ? h("p", { class: "empty" }, "None yet.")
+        : h(
+            "ul",
+            { class: "plain jobs-of-sample" },
+            detail.jobs.map((j) => {
+              const line = eccLine(j.extensions, j.job_extensions);
+              return h(
+                "li",
+                {},
+                h("code", { title: j.job_id }, short(j.job_id, 30)),
+                ` · ${j.trainer} · ${j.event || "running"} · `,
+                j.trained ? `trained with reward ${number(j.reward)}` : "consumed without training",
+                line ? h("div", { class: "ecc" }, line) : null,
+              );
+            }),
+          ),
+    ),
+    s.kind === "task" ? h("div", { class: "block" }, h("h3", {}, "Task"), json(body.task)) : trajectory(body),
+    body.metadata && Object.keys(body.metadata).length ? h("details", { class: "block" }, h("summary", {}, "Metadata"), json(body.metadata)) : null,
+  ];
+}

@@ -1,0 +1,500 @@
+"""The console (``/reef/console``) in headless Chromium against a real ``reef serve`` on loopback
+with tokens, the local TinyGPT component training for real.
+
+- A person's path: open the page, sign in with a token, switch the scenario to manual, watch
+  the agent's samples arrive, filter the untrained ones, choose two groups into the manual
+  buffer, open a sample, queue TRAIN and see the job run and the chosen samples trained (the
+  others untouched), all through the page, which calls the HTTP API only.
+- The keyboard: every control of the page is reached with Tab, each shows a visible focus
+  ring, and a sample opens and is chosen without a mouse.
+- Contrast: every text's colour against its background meets WCAG 2 AA (4.5:1, 3:1 for large
+  text), computed from the colours the browser renders.
+
+Screenshots of each step are kept in ``$REEF_TEST_ARTIFACTS/console`` (default: the test's
+temporary folder); the test prints where. Debian's ``chromium`` and ``chromium-driver`` drive
+it through selenium, pointed at ``/usr/bin/chromedriver`` (nothing is downloaded); without them
+the tests skip, saying so (``scripts/setup`` installs them where apt is available).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.action_chains import ActionChains
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support.select import Select
+from selenium.webdriver.support.wait import WebDriverWait
+from sqlalchemy import create_engine, text
+
+from reef.testing.serve import ServeProcess
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+SCENARIO = "word"
+ADMIN = "console-admin-secret"
+AGENT = "console-agent-secret"
+GROUP = 4
+
+DEPLOYMENT = """
+storage:
+  url: "{url}"
+serving:
+  engine: local
+auth:
+  tokens:
+    admin: {{token: {admin}, scopes: [infer, feedback, admin]}}
+    agent: {{token: {agent}, scopes: [infer, feedback]}}
+scenarios:
+  word:
+    recipe: grouped
+    pipeline:
+      record2sample: {{config: {{group_size: 4, max_staleness: 3}}}}
+      sample2job: {{config: {{job_samples: 8}}}}
+    training:
+      component: local
+      options:
+        state_dir: "{state}"
+        d_model: 32
+        n_layers: 1
+        n_heads: 2
+        max_seq_len: 128
+        batch_size: 4
+        learning_rate: 0.01
+"""
+
+#: The flags Chromium needs here: headless, as root, and no network but loopback.
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--window-size=1366,900",
+    "--force-device-scale-factor=1",
+    "--hide-scrollbars",
+)
+
+
+@pytest.fixture(scope="module")
+def chromium() -> None:
+    """Skip, saying why, where Debian's Chromium and its driver are not installed."""
+    if not (shutil.which(CHROMIUM) and shutil.which(CHROMEDRIVER)):
+        pytest.skip(
+            f"the console's browser tests need Debian's chromium and chromium-driver"
+            f" ({CHROMIUM}, {CHROMEDRIVER}); scripts/setup installs them where apt is available"
+            " (apt-get install chromium chromium-driver)"
+        )
+
+
+@pytest.fixture(scope="module")
+def artifacts(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the screenshots go: ``$REEF_TEST_ARTIFACTS/console``, else a temporary folder."""
+    root = os.environ.get("REEF_TEST_ARTIFACTS")
+    folder = Path(root) / "console" if root else tmp_path_factory.mktemp("console-artifacts")
+    folder.mkdir(parents=True, exist_ok=True)
+    print(f"\nconsole screenshots: {folder}")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def served(
+    chromium: None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[ServeProcess, str]]:
+    """``reef serve`` of the TinyGPT deployment with tokens; its base URL and storage URL."""
+    folder = tmp_path_factory.mktemp("console-serve")
+    (folder / "state").mkdir()
+    url = f"sqlite:///{folder / 'reef.db'}"
+    deployment = folder / "deployment.yaml"
+    deployment.write_text(
+        DEPLOYMENT.format(url=url, state=folder / "state", admin=ADMIN, agent=AGENT),
+        encoding="utf-8",
+    )
+    serve = ServeProcess(deployment, folder / "serve.log", token=ADMIN)
+    try:
+        # The engine answers once the trainer published its first weights.
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            status = httpx.get(f"{serve.base_url}/reef/status", headers=serve.headers).json()
+            if status["scenarios"][0]["trainers"][0]["served_artifact"] is not None:
+                break
+            time.sleep(0.2)
+        else:
+            raise AssertionError(f"no weights published: {status}")
+        yield serve, url
+    finally:
+        serve.stop()
+
+
+@pytest.fixture
+def browser(chromium: None, tmp_path: Path) -> Iterator[WebDriver]:
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in CHROMIUM_FLAGS:
+        options.add_argument(flag)
+    options.add_argument(f"--user-data-dir={tmp_path / 'chromium-profile'}")
+    # Selenium Manager stays offline: the driver is the one given, nothing is fetched.
+    os.environ["SE_OFFLINE"] = "true"
+    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+# -- the agent's traffic, through the HTTP API (not the page) ---------------------------------
+
+
+def agent_round(base_url: str, group: str) -> None:
+    """``GROUP`` calls answered by the local engine, each reported with a score in ``group``."""
+    headers = {"authorization": f"Bearer {AGENT}"}
+    with httpx.Client(base_url=base_url, headers=headers, timeout=60) as client:
+        for member in range(GROUP):
+            answer = client.post(
+                f"/scenarios/{SCENARIO}/v1/chat/completions",
+                json={
+                    "model": "local",
+                    "messages": [{"role": "user", "content": f"Say ok, round {group}."}],
+                    "max_tokens": 3,
+                    "temperature": 1.0,
+                },
+            )
+            assert answer.status_code == 200, answer.text
+            content = answer.json()["choices"][0]["message"]["content"] or ""
+            report = {
+                "id": f"{group}-{member}",
+                "references": [answer.headers["x-reef-record-id"]],
+                "score": sum(c in "ok" for c in content) / 3,
+                "metadata": {"group": group},
+            }
+            reported = client.post(f"/reef/scenarios/{SCENARIO}/reports", json=report)
+            assert reported.status_code in (200, 201), reported.text
+
+
+@pytest.fixture
+def with_samples(served: tuple[ServeProcess, str]) -> ServeProcess:
+    """The service with the agent's samples stored (made here, in manual mode so that they wait,
+    unless an earlier test of the module made them)."""
+    serve, _ = served
+    samples = f"{serve.base_url}/reef/scenarios/{SCENARIO}/samples"
+    if httpx.get(samples, headers=serve.headers).json()["total"] == 0:
+        update = f"{serve.base_url}/reef/scenarios/{SCENARIO}/update"
+        httpx.post(update, json={"training_mode": "manual"}, headers=serve.headers)
+        for group in ("g0", "g1", "g2"):
+            agent_round(serve.base_url, group)
+    return serve
+
+
+def train_counts(url: str) -> dict[str, int]:
+    """Each sample's train count, by sample id, read from the store."""
+    engine = create_engine(url)
+    try:
+        with engine.connect() as connection:
+            rows = connection.execute(
+                text(
+                    "SELECT s.id, COALESCE(SUM(t.count), 0) FROM reef_samples s"
+                    " LEFT JOIN reef_sample_trains t ON t.sample_seq = s.seq"
+                    " WHERE s.scenario = :s GROUP BY s.id"
+                ),
+                {"s": SCENARIO},
+            ).all()
+    finally:
+        engine.dispose()
+    return {str(sample_id): int(count) for sample_id, count in rows}
+
+
+# -- driving the page ---------------------------------------------------------------------------
+
+
+def wait_for(driver: WebDriver, condition: Any, what: str, timeout: float = 60) -> Any:
+    """Wait until ``condition(driver)`` is truthy (the page updates itself)."""
+    return WebDriverWait(
+        driver, timeout, ignored_exceptions=(StaleElementReferenceException,)
+    ).until(condition, what)
+
+
+def text_of(driver: WebDriver, css: str) -> str:
+    found = driver.find_elements(By.CSS_SELECTOR, css)
+    return found[0].text if found else ""
+
+
+def shot(driver: WebDriver, folder: Path, name: str, top: str | None = None) -> None:
+    """Save what the window shows as ``<name>.png``, scrolled to the element ``top`` (CSS)
+    or to the top of the page."""
+    if top is None:
+        driver.execute_script("window.scrollTo(0, 0)")
+    else:
+        driver.execute_script(
+            "window.scrollTo(0, document.querySelector(arguments[0]).offsetTop - 8)", top
+        )
+    driver.save_screenshot(str(folder / f"{name}.png"))
+
+
+def sign_in(driver: WebDriver, base_url: str) -> None:
+    driver.get(f"{base_url}/reef/console")
+    token = wait_for(driver, lambda d: d.find_element(By.ID, "token"), "the sign-in form")
+    token.send_keys(ADMIN, Keys.ENTER)
+    wait_for(driver, lambda d: SCENARIO in text_of(d, "#overview-title"), "the scenario")
+
+
+def click(driver: WebDriver, key: str) -> None:
+    """Click the control ``data-key=key``, found afresh: a live update may have redrawn it
+    between finding and clicking, as it would under a person's mouse."""
+
+    def clicked(d: WebDriver) -> bool:
+        d.find_element(By.CSS_SELECTOR, f'[data-key="{key}"]').click()
+        return True
+
+    wait_for(driver, clicked, f"a click on {key}", 10)
+
+
+def pick(driver: WebDriver, sample_id: str) -> None:
+    """Tick a sample's box."""
+    click(driver, f"pick:{sample_id}")
+
+
+def test_a_person_chooses_samples_and_trains_them(
+    served: tuple[ServeProcess, str], browser: WebDriver, artifacts: Path
+) -> None:
+    serve, url = served
+    browser.get(f"{serve.base_url}/reef/console")
+    wait_for(browser, lambda d: d.find_element(By.ID, "token").is_displayed(), "the sign-in form")
+    shot(browser, artifacts, "01-sign-in")
+    browser.find_element(By.ID, "token").send_keys("not-a-token", Keys.ENTER)
+    wait_for(browser, lambda d: "refused" in text_of(d, "#sign-in-reason"), "a refused token")
+    sign_in(browser, serve.base_url)
+
+    # Manual mode first: from now on, only what the person chooses trains.
+    click(browser, "mode-manual")
+    wait_for(
+        browser,
+        lambda d: (
+            d.find_element(By.CSS_SELECTOR, '[data-key="mode-manual"]').get_attribute(
+                "aria-pressed"
+            )
+            == "true"
+        ),
+        "manual mode",
+    )
+    groups = ["g0", "g1", "g2"]
+    for group in groups:
+        agent_round(serve.base_url, group)
+    # The samples arrive live, without a reload.
+    wait_for(browser, lambda d: text_of(d, "#samples-count") == "12 match", "12 samples", 120)
+
+    Select(browser.find_element(By.ID, "filter-trained")).select_by_value("false")
+    wait_for(browser, lambda d: text_of(d, "#samples-count") == "12 match", "the filter")
+    samples = httpx.get(
+        f"{serve.base_url}/reef/scenarios/{SCENARIO}/samples",
+        params={"limit": 50, "order": "asc"},
+        headers=serve.headers,
+    ).json()["samples"]
+    by_group: dict[str, list[str]] = {}
+    for sample in samples:
+        by_group.setdefault(sample["group_id"], []).append(sample["id"])
+    first, second, left = list(by_group.values())
+    chosen = first + second
+    for sample_id in chosen:
+        pick(browser, sample_id)
+    wait_for(browser, lambda d: text_of(d, "#selection-count") == "8 selected", "8 selected")
+    click(browser, "insert")
+    wait_for(
+        browser,
+        lambda d: "Added 8 samples to the manual buffer" in text_of(d, "#notice"),
+        "the buffer edit",
+    )
+    wait_for(
+        browser,
+        lambda d: len(d.find_elements(By.CSS_SELECTOR, ".samples .badge.chosen")) == 8,
+        "8 samples marked as chosen",
+    )
+    buffers = httpx.get(
+        f"{serve.base_url}/reef/scenarios/{SCENARIO}/buffer", headers=serve.headers
+    ).json()["buffers"]
+    assert sorted(buffers["local"]) == sorted(chosen)
+    shot(browser, artifacts, "02-chosen", "#samples")
+
+    click(browser, f"open:{chosen[0]}")
+    wait_for(browser, lambda d: "Trajectory" in text_of(d, "#sample"), "the sample")
+    detail = text_of(browser, "#sample")
+    assert "Say ok, round" in detail  # the user's turn
+    assert "Report" in detail  # where it came from
+    assert "Records" in detail
+    shot(browser, artifacts, "03-sample", "#samples")
+
+    click(browser, "train")
+    wait_for(browser, lambda d: "queued" in text_of(d, "#notice"), "the instruction")
+    wait_for(
+        browser,
+        lambda d: "finished" in text_of(d, "#jobs tbody"),
+        "the job to train and its end to show",
+        180,
+    )
+    # Trained, the chosen samples left the "untrained" list; all of them show again.
+    wait_for(browser, lambda d: text_of(d, "#samples-count") == "4 match", "4 left untrained")
+    Select(browser.find_element(By.ID, "filter-trained")).select_by_value("")
+    wait_for(
+        browser,
+        lambda d: len(d.find_elements(By.CSS_SELECTOR, ".samples .badge.finished")) == 8,
+        "the chosen samples shown trained",
+    )
+    wait_for(browser, lambda d: d.find_elements(By.CSS_SELECTOR, ".chart svg"), "the charts")
+    wait_for(
+        browser,
+        lambda d: "trained with reward" in text_of(d, "#sample"),
+        "the opened sample's job",
+    )
+    counts = train_counts(url)
+    assert {sample_id: counts[sample_id] for sample_id in chosen} == dict.fromkeys(chosen, 1)
+    assert {sample_id: counts[sample_id] for sample_id in left} == dict.fromkeys(left, 0)
+    jobs = httpx.get(
+        f"{serve.base_url}/reef/scenarios/{SCENARIO}/jobs", headers=serve.headers
+    ).json()["jobs"]
+    assert [(j["event"], j["trained"]) for j in jobs] == [("finished", 8)]
+    assert isinstance(jobs[0]["metrics"]["loss"], float)
+
+    # Then the last group, chosen from the sample list, trains in a second job.
+    for sample_id in left:
+        pick(browser, sample_id)
+    click(browser, "insert")
+    wait_for(browser, lambda d: "Added 4 samples" in text_of(d, "#notice"), "the second choice")
+    click(browser, "train")
+    wait_for(
+        browser,
+        lambda d: len(d.find_elements(By.CSS_SELECTOR, ".samples .badge.finished")) == 12,
+        "every sample trained",
+        180,
+    )
+    wait_for(
+        browser,
+        lambda d: len(d.find_elements(By.CSS_SELECTOR, "#jobs tbody .badge.finished")) == 2,
+        "two jobs finished",
+    )
+    wait_for(
+        browser,
+        lambda d: (
+            [
+                c.get_attribute("aria-label")[:22]
+                for c in d.find_elements(By.CSS_SELECTOR, ".chart svg")
+            ]
+            == ["Loss per job: 2 jobs, ", "Mean reward per job: 2"]
+        ),
+        "the charts of both jobs",
+    )
+    shot(browser, artifacts, "04-trained")
+    shot(browser, artifacts, "05-trained-samples", "#jobs")
+    assert set(train_counts(url).values()) == {1}
+
+
+#: The page-side checks, run in the browser (tests/console/*.js).
+CHECKS = Path(__file__).with_name("console")
+_FOCUS_RING = (CHECKS / "focus_ring.js").read_text(encoding="utf-8")
+_REACHABLE = (CHECKS / "reachable.js").read_text(encoding="utf-8")
+_COLOURS = (CHECKS / "text_colours.js").read_text(encoding="utf-8")
+
+#: Every element a person can reach with Tab, as the page draws it.
+FOCUSABLE = (
+    "a[href], button:not([disabled]), input:not([disabled]), select:not([disabled]),"
+    " textarea:not([disabled]), summary, [tabindex]:not([tabindex='-1'])"
+)
+
+
+def test_every_control_is_reached_by_tab_with_a_visible_focus_ring(
+    with_samples: ServeProcess, browser: WebDriver, artifacts: Path
+) -> None:
+    sign_in(browser, with_samples.base_url)
+    wait_for(browser, lambda d: d.find_elements(By.CSS_SELECTOR, ".samples tbody tr"), "samples")
+    first = browser.find_elements(By.CSS_SELECTOR, ".samples button.link")[0]
+    # Open a sample and choose it with the keyboard alone: its panel's controls count too.
+    first.send_keys(Keys.ENTER)
+    wait_for(browser, lambda d: "Trajectory" in text_of(d, "#sample"), "the sample, by keyboard")
+    browser.find_element(By.CSS_SELECTOR, '[data-key="pick-open"]').send_keys(Keys.SPACE)
+    wait_for(browser, lambda d: text_of(d, "#selection-count") == "1 selected", "chosen by Space")
+
+    expected = set(browser.execute_script(_REACHABLE, FOCUSABLE))
+    browser.execute_script("document.activeElement.blur(); window.scrollTo(0, 0);")
+    order: list[str] = []
+    rings: dict[str, dict[str, Any]] = {}
+    for _ in range(4 * len(expected) + 10):
+        ActionChains(browser).send_keys(Keys.TAB).perform()
+        ring = browser.execute_script(_FOCUS_RING)
+        if ring["tag"] == "BODY":
+            continue  # past the last control: the next Tab starts again at the first
+        if order and ring["key"] == order[0]:
+            break  # around once
+        order.append(ring["key"])
+        rings[ring["key"]] = ring
+        if len(order) == 1:
+            shot(browser, artifacts, "06-focus-skip-link")
+    missing = expected - set(order)
+    assert not missing, f"not reached with Tab: {sorted(missing)}"
+    unringed = {
+        key: ring
+        for key, ring in rings.items()
+        if not (ring["outline"] != "none" and ring["width"] >= 2) and ring["shadow"] == "none"
+    }
+    assert not unringed, f"no visible focus ring: {unringed}"
+
+
+def _luminance(colour: list[float]) -> float:
+    def channel(value: float) -> float:
+        c = value / 255
+        return c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4
+
+    r, g, b = (channel(v) for v in colour[:3])
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+def contrast(first: list[float], second: list[float]) -> float:
+    """The WCAG 2 contrast ratio of two colours."""
+    light, dark = sorted((_luminance(first), _luminance(second)), reverse=True)
+    return (light + 0.05) / (dark + 0.05)
+
+
+def test_contrast_ratio_of_every_text_meets_wcag_aa(
+    with_samples: ServeProcess, browser: WebDriver, artifacts: Path
+) -> None:
+    sign_in(browser, with_samples.base_url)
+    wait_for(browser, lambda d: d.find_elements(By.CSS_SELECTOR, ".samples tbody tr"), "samples")
+    browser.find_elements(By.CSS_SELECTOR, ".samples button.link")[0].click()
+    wait_for(browser, lambda d: "Trajectory" in text_of(d, "#sample"), "the sample")
+    texts = browser.execute_script(_COLOURS)
+    assert len(texts) > 50  # the overview, jobs, samples and the opened sample
+    failing = []
+    for found in texts:
+        large = found["size"] >= 24 or (found["size"] >= 18.66 and found["weight"] >= 700)
+        ratio = contrast(found["colour"], found["background"])
+        if ratio < (3.0 if large else 4.5):
+            failing.append((found["text"], round(ratio, 2), found["colour"], found["background"]))
+    (artifacts / "contrast.json").write_text(
+        json.dumps(
+            sorted(
+                {f"{contrast(t['colour'], t['background']):.2f}": t["text"] for t in texts}.items()
+            ),
+            indent=1,
+        ),
+        encoding="utf-8",
+    )
+    assert not failing, failing
+
+
+def test_contrast_is_computed_as_wcag_defines_it() -> None:
+    assert round(contrast([0, 0, 0, 1], [255, 255, 255, 1]), 1) == 21.0
+    assert round(contrast([119, 119, 119, 1], [255, 255, 255, 1]), 2) == 4.48
+    assert contrast([10, 20, 30, 1], [10, 20, 30, 1]) == 1.0
