@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tomllib
 import venv
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -91,3 +92,14 @@ def test_reef_ecc_installs_alone_and_passes_its_tests(wheels: Path, tmp_path: Pa
         tmp_path / "venv", wheels, with_test_extra("reef-ecc"), "pytest", "hypothesis"
     )
     run_tests(python, ROOT / "reef-ecc" / "tests", tmp_path, marks="not slow")
+
+
+def test_the_core_wheel_ships_the_console_page(wheels: Path) -> None:
+    """The console's files are package data of reef-core's wheel: `reef serve` from an installed
+    wheel serves the page with nothing built or fetched."""
+    [wheel] = wheels.glob("reef_core-*.whl")
+    shipped = set(zipfile.ZipFile(wheel).namelist())
+    folder = ROOT / "reef-core" / "src" / "reef" / "server" / "console"
+    files = {f"reef/server/console/{path.name}" for path in folder.iterdir()}
+    assert "reef/server/console/index.html" in files
+    assert files <= shipped, files - shipped

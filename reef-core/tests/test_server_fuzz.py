@@ -4,6 +4,7 @@ answer is a 5xx, and a refused request (4xx) leaves every table of the store as 
 
 from __future__ import annotations
 
+import json
 import string
 from collections.abc import Iterator
 from typing import Any
@@ -51,7 +52,7 @@ JSON_VALUES = st.recursive(
     ),
     max_leaves=8,
 )
-NAMES = st.sampled_from(["support", "billing", "nope", "x", "t1"]) | st.text(
+NAMES = st.sampled_from(["support", "billing", "nope", "x", "t1", "a/b"]) | st.text(
     string.ascii_letters + string.digits + "-_", min_size=1, max_size=8
 )
 
@@ -120,7 +121,10 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TestClie
     database.dispose()
 
 
-def operations(client: TestClient) -> list[tuple[str, str, dict[str, Any] | None, dict[str, Any]]]:
+Operation = tuple[str, str, dict[str, Any] | None, dict[str, Any], list[dict[str, Any]]]
+
+
+def operations(client: TestClient) -> list[Operation]:
     document = client.get("/openapi.json").json()
     components = document["components"]["schemas"]
     found = []
@@ -128,8 +132,28 @@ def operations(client: TestClient) -> list[tuple[str, str, dict[str, Any] | None
         for method, op in ops.items():
             body = op.get("requestBody")
             schema = body["content"]["application/json"]["schema"] if body else None
-            found.append((method.upper(), path, schema, components))
+            query = [p for p in op.get("parameters", []) if p["in"] == "query"]
+            found.append((method.upper(), path, schema, components, query))
     return found
+
+
+def query_value(value: Any) -> str:
+    """A drawn value as a query string writes it (JSON's true/false for booleans)."""
+    return json.dumps(value) if isinstance(value, bool) else str(value)
+
+
+def queries(parameters: list[dict[str, Any]], components: dict[str, Any]) -> Any:
+    """Query strings of the documented parameters (values drawn from their schemas or any
+    text), now and then with a parameter the route does not have."""
+    known = st.fixed_dictionaries(
+        {},
+        optional={
+            p["name"]: from_schema(p["schema"], components).map(query_value) | st.text(max_size=6)
+            for p in parameters
+        },
+    )
+    unknown = st.dictionaries(st.sampled_from(["x", "limit ", "Kind"]), st.text(max_size=4))
+    return st.one_of(known, st.tuples(known, unknown).map(lambda both: {**both[1], **both[0]}))
 
 
 @settings(
@@ -142,18 +166,19 @@ def test_no_route_answers_5xx_and_refusals_store_nothing(
     service: tuple[TestClient, Database], data: st.DataObject
 ) -> None:
     client, database = service
-    method, path, schema, components = data.draw(st.sampled_from(operations(client)))
+    method, path, schema, components, parameters = data.draw(st.sampled_from(operations(client)))
     url = path
-    for name in ("scenario", "item_id"):
+    for name in ("scenario", "item_id", "sample_id"):
         url = url.replace("{" + name + "}", data.draw(NAMES, label=name))
     body = None
     if schema is not None:
         body = data.draw(from_schema(schema, components) | JSON_VALUES, label="body")
+    query = data.draw(queries(parameters, components), label="query") if parameters else None
     before = row_counts(database)
-    answer = client.request(method, url, json=body, headers=HEADERS)
-    assert answer.status_code < 500, (method, url, body, answer.text)
+    answer = client.request(method, url, json=body, params=query, headers=HEADERS)
+    assert answer.status_code < 500, (method, url, query, body, answer.text)
     if 400 <= answer.status_code < 500:
         problems = answer.json()["problems"]
         assert problems
         assert all(p["field"] and p["reason"] for p in problems)
-        assert row_counts(database) == before, (method, url, body, answer.text)
+        assert row_counts(database) == before, (method, url, query, body, answer.text)

@@ -90,7 +90,8 @@ def test_pages_filters_and_what_each_trainer_did(storage_database: Database) -> 
     assert _ids(browser, SampleFilter(), newest_first=True) == ALL[::-1]
 
     one = browser.one("g0-0")
-    assert one is not None and one.train_counts == {"a": 1, "b": 1}
+    assert one is not None
+    assert one.train_counts == {"a": 1, "b": 1}
     assert browser.one("up-2") is None  # removed
     assert browser.one("nope") is None
     assert SampleBrowser(storage_database, "other").page(SampleFilter()) == ([], 0)

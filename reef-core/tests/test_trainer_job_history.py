@@ -10,7 +10,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
-import pytest
 
 from reef.components.interface import JobHandle
 from reef.core.job_data import JobData, JobOutcome, Sample, TrajectorySample, sample_body
@@ -159,7 +158,8 @@ def test_the_history_keeps_each_job_its_samples_rewards_and_what_extensions_said
     history = JobHistory(storage_database, "s")
     [job] = history.read()
     assert (job.trainer, job.event, job.error) == ("c", "finished", None)
-    assert job.submitted_at is not None and job.ended_at is not None
+    assert job.submitted_at is not None
+    assert job.ended_at is not None
     assert job.submitted_at <= job.ended_at
     # lists are left out
     assert job.metrics == {"loss": 0.25, "objective": "sft"}
@@ -184,7 +184,8 @@ def test_a_job_the_component_refuses_ends_released_and_its_samples_wait(
     _store_groups(samples)
     _run(storage_database, RefusingComponent(expected_jobs=2))
     jobs = JobHistory(storage_database, "s").read()
-    assert jobs and {j.event for j in jobs} == {"released"}
+    assert jobs
+    assert {j.event for j in jobs} == {"released"}
     assert "no room on the accelerator" in str(jobs[0].error)
     assert samples.train_counts("c", ["g1-0", "g2-0"]) == {"g1-0": 0, "g2-0": 0}
 

@@ -1,0 +1,344 @@
+"""The routes the console reads (the sample list and detail, the job history) and the console's
+page itself, through Starlette's TestClient against real stores (SQLite, and PostgreSQL when
+configured) and a scripted engine on loopback: filters and paging, provenance (records, report,
+upload, task, the jobs that consumed a sample and what an extension said of it), refused
+queries, and auth: no data without a token, the page without one."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+# The server extra (reef-core[server]); without it reef-core's own tests skip this module.
+pytest.importorskip("starlette")
+pytest.importorskip("uvicorn")
+pytest.importorskip("httpx")
+
+from starlette.testclient import TestClient
+
+from reef.core.atif import trajectory_from_records, trajectory_to_json
+from reef.core.deployment import load_deployment
+from reef.core.job_data import TaskSample, TrajectorySample, sample_body
+from reef.core.records import InferenceRecord
+from reef.server import RECORD_ID_HEADER, ServerOptions, create_app
+from reef.storage import Database, JobHistory, NewSample, SampleOfJob, StaleSamples, TrainerSamples
+from reef.testing.engines import scripted_engine
+from reef.testing.service import serve_on_loopback, service_test_plugins
+
+pytest_plugins = ("reef.testing.storage",)
+
+ADMIN = {"authorization": "Bearer admin-secret"}
+BILLING_ADMIN = {"authorization": "Bearer billing-secret"}
+GRADER = {"authorization": "Bearer grader-secret"}
+
+DEPLOYMENT = """
+storage: {url: "%(url)s"}
+serving: {engine: "%(engine)s/v1"}
+auth:
+  tokens:
+    admin: {token: admin-secret, scopes: [infer, feedback, admin]}
+    billing: {token: billing-secret, scopes: [admin], scenarios: [billing]}
+    grader: {token: grader-secret, scopes: [infer, feedback]}
+scenarios:
+  support:
+    recipe: servicetest
+    training: {component: noop}
+  billing:
+    recipe: servicetest
+    training: {component: noop}
+"""
+
+
+@pytest.fixture(scope="module")
+def engine_url() -> Iterator[str]:
+    with serve_on_loopback(scripted_engine()) as url:
+        yield url
+
+
+@pytest.fixture
+def client(storage_url: str, storage_database: Database, engine_url: str) -> Iterator[TestClient]:
+    deployment = load_deployment(
+        DEPLOYMENT % {"url": storage_url, "engine": engine_url}, plugins=service_test_plugins()
+    )
+    app = create_app(
+        deployment, databases={storage_url: storage_database}, plugins=service_test_plugins()
+    )
+    with TestClient(app) as test_client:
+        yield test_client
+
+
+def _scored_sample(client: TestClient, storage_database: Database) -> tuple[str, str]:
+    """A call through the service, a report on it, and the sample a stage would make of them
+    (group ``g``, with a mate); the call's and the report's ids."""
+    messages = [{"role": "user", "content": "What is   six times seven?\n" + "x" * 300}]
+    answer = client.post(
+        "/scenarios/support/v1/chat/completions", json={"messages": messages}, headers=GRADER
+    )
+    record_id = answer.headers[RECORD_ID_HEADER]
+    report = {"id": "r1", "references": [record_id], "score": 0.5, "feedback": "close"}
+    assert client.post("/reef/scenarios/support/reports", json=report, headers=GRADER).is_success
+    record = InferenceRecord(record_id, "support", {"messages": messages}, answer.json())
+    trajectory = trajectory_to_json(trajectory_from_records([record], trajectory_id="t"))
+    scored = TrajectorySample(
+        trajectory, reward=0.5, feedback="close", source_record_ids=(record_id,), report_id="r1"
+    )
+    mate = TrajectorySample(trajectory, reward=0.0)
+    samples = TrainerSamples(storage_database, "support")
+    samples.register_trainer("noop", reads_uploads=True)
+    samples.add_record_samples(
+        "noop",
+        [NewSample("s:0", "trajectory", sample_body(scored)),
+         NewSample("s:1", "trajectory", sample_body(mate))],
+        [record_id, "r1"],
+    )  # fmt: skip
+    return record_id, "r1"
+
+
+def _ids(client: TestClient, **query: Any) -> list[str]:
+    answer = client.get("/reef/scenarios/support/samples", params=query, headers=ADMIN)
+    assert answer.status_code == 200, answer.text
+    return [s["id"] for s in answer.json()["samples"]]
+
+
+def test_the_sample_list_pages_and_filters_the_store(
+    client: TestClient, storage_database: Database
+) -> None:
+    _scored_sample(client, storage_database)
+    samples = TrainerSamples(storage_database, "support")
+    samples.add_samples(
+        "noop", [NewSample("tasks/swe/1", "task", sample_body(TaskSample("tasks/swe/1", {})))]
+    )
+    samples.commit_submission("noop", "job-1", ["s:1"])
+    StaleSamples(storage_database, "support").replace("noop", ["s:0"])
+
+    page = client.get("/reef/scenarios/support/samples", headers=ADMIN).json()
+    assert page["scenario"] == "support"
+    assert (page["total"], page["next"]) == (3, None)
+    first, mate, task = page["samples"]
+    assert first["id"] == "s:0"
+    assert (first["kind"], first["group_id"], first["origin"]) == ("trajectory", "s:0", "record")
+    assert (first["reward"], first["report_id"], first["made_by"]) == (0.5, "r1", "noop")
+    assert first["steps"] == 2
+    # the first user message, its spaces folded, cut at 160 characters
+    assert first["preview"].startswith("What is six times seven? xxx")
+    assert len(first["preview"]) == 160
+    assert first["preview"].endswith("…")
+    assert (first["stale_for"], first["trained_by"]) == (["noop"], {})
+    assert mate["trained_by"] == {"noop": 1}
+    assert (task["kind"], task["preview"], task["steps"], task["reward"]) == (
+        "task", "tasks/swe/1", None, None,
+    )  # fmt: skip
+
+    assert _ids(client, order="desc") == ["tasks/swe/1", "s:1", "s:0"]
+    assert _ids(client, kind="task") == ["tasks/swe/1"]
+    assert _ids(client, trained="true") == ["s:1"]
+    assert _ids(client, trained="false", kind="trajectory") == ["s:0"]
+    assert _ids(client, stale="true") == ["s:0"]
+    assert _ids(client, stale="false", trainer="noop") == ["s:1", "tasks/swe/1"]
+    assert _ids(client, group="s:0") == ["s:0", "s:1"]
+    one = client.get("/reef/scenarios/support/samples", params={"limit": 2}, headers=ADMIN).json()
+    assert [s["id"] for s in one["samples"]] == ["s:0", "s:1"]
+    assert one["next"] is not None
+    assert _ids(client, limit=2, after=one["next"]) == ["tasks/swe/1"]
+    assert client.get("/reef/scenarios/billing/samples", headers=ADMIN).json()["total"] == 0
+
+
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [
+        ({"colour": "red"}, "query.colour"),
+        ({"trained": "yes"}, "query.trained"),
+        ({"limit": "0"}, "query.limit"),
+        ({"limit": "201"}, "query.limit"),
+        ({"limit": "ten"}, "query.limit"),
+        ({"kind": "image"}, "query.kind"),
+        ({"order": "sideways"}, "query.order"),
+        ({"after": "seven"}, "query.after"),
+        ({"trainer": "nobody"}, "query.trainer"),
+    ],
+)
+def test_a_refused_query_names_its_parameter(
+    client: TestClient, query: dict[str, str], field: str
+) -> None:
+    answer = client.get("/reef/scenarios/support/samples", params=query, headers=ADMIN)
+    assert answer.status_code == 400, answer.text
+    assert [p["field"] for p in answer.json()["problems"]] == [field]
+
+
+def test_a_parameter_given_twice_is_refused(client: TestClient) -> None:
+    answer = client.get("/reef/scenarios/support/samples?kind=task&kind=task", headers=ADMIN)
+    assert answer.status_code == 400
+    assert answer.json()["problems"][0] == {"field": "query.kind", "reason": "given more than once"}
+
+
+def test_a_sample_shows_where_it_came_from_and_the_jobs_that_consumed_it(
+    client: TestClient, storage_database: Database
+) -> None:
+    """The records and report behind a sample, and each job that consumed it with the reward
+    it trained with and what an extension (here, as Agent ECC writes it) said of it."""
+    record_id, report_id = _scored_sample(client, storage_database)
+    history = JobHistory(storage_database, "support")
+    seal = {"epoch": {"index": 3, "version_id": "g3"}, "batch_id": "job-1"}
+    verdict = {"outcome": "batch", "verdict": "pass", "decision": "reexec", "reward": 1.0,
+               "recorded_reward": 0.5}  # fmt: skip
+    history.submitted(
+        "noop",
+        "job-1",
+        [SampleOfJob("s:0", True, 1.0, {"ecc": verdict}), SampleOfJob("s:1", False)],
+        extensions={"ecc": seal},
+    )
+    history.ended("noop", "job-1", "finished", {"loss": 0.25, "consumed": [1]})
+
+    detail = client.get("/reef/scenarios/support/samples/s:0", headers=ADMIN).json()
+    assert detail["sample"]["id"] == "s:0"
+    assert detail["body"]["feedback"] == "close"
+    assert detail["body"]["trajectory"]["steps"][0]["source"] == "user"
+    [record] = detail["records"]
+    assert (record["id"], record["kind"], record["stored"], record["held"]) == (
+        record_id, "inference", True, True,
+    )  # fmt: skip
+    assert record["at"] > 0
+    report = detail["report"]
+    assert (report["id"], report["score"], report["feedback"]) == (report_id, 0.5, "close")
+    assert report["references"] == [record_id]
+    assert (detail["upload"], detail["task"]) == (None, None)
+    [job] = detail["jobs"]
+    assert (job["job_id"], job["trainer"], job["event"]) == ("job-1", "noop", "finished")
+    assert (job["trained"], job["reward"]) == (True, 1.0)
+    assert job["extensions"] == {"ecc": verdict}
+    assert job["job_extensions"] == {"ecc": seal}
+    retired = client.get("/reef/scenarios/support/samples/s:1", headers=ADMIN).json()
+    assert [(j["trained"], j["reward"]) for j in retired["jobs"]] == [(False, None)]
+
+    jobs = client.get("/reef/scenarios/support/jobs", headers=ADMIN).json()["jobs"]
+    assert [(j["job_id"], j["trained"], j["consumed"], j["reward_mean"]) for j in jobs] == [
+        ("job-1", 1, 2, 1.0)
+    ]
+    assert jobs[0]["metrics"] == {"loss": 0.25}
+    missing = client.get("/reef/scenarios/support/samples/nope", headers=ADMIN)
+    assert missing.status_code == 404
+    assert missing.json()["problems"][0]["field"] == "sample_id"
+
+
+def test_an_upload_and_a_task_show_their_source(
+    client: TestClient, storage_database: Database
+) -> None:
+    record = InferenceRecord(
+        "c1",
+        "support",
+        {"messages": [{"role": "user", "content": "hello"}]},
+        {"choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}}]},
+    )
+    trajectory = trajectory_to_json(trajectory_from_records([record], trajectory_id="up/1"))
+    assert client.post("/reef/items", json={"trajectory": trajectory}, headers=GRADER).is_success
+    assert client.post("/reef/scenarios/support/items/up/1", headers=GRADER).status_code == 404
+    # an id with a "/" cannot be attached by path; one without can, and shows as an upload
+    trajectory["trajectory_id"] = "up-1"
+    client.post("/reef/items", json={"trajectory": trajectory}, headers=GRADER)
+    assert client.post("/reef/scenarios/support/items/up-1", headers=GRADER).is_success
+    upload = client.get("/reef/scenarios/support/samples/up-1", headers=ADMIN).json()
+    assert upload["upload"] == {"item_id": "up-1", "stored": True}
+    assert upload["records"] == []
+    samples = TrainerSamples(storage_database, "support")
+    samples.register_trainer("noop", reads_uploads=True)
+    samples.add_samples(
+        "noop", [NewSample("tasks/swe/1", "task", sample_body(TaskSample("tasks/swe/1", {})))]
+    )
+    # a sample id may hold "/": the route takes the rest of the path
+    task = client.get("/reef/scenarios/support/samples/tasks/swe/1", headers=ADMIN).json()
+    assert task["task"] == {"name": "tasks/swe/1", "split": "train"}
+
+
+def test_the_job_history_pages_back_in_time(client: TestClient, storage_database: Database) -> None:
+    history = JobHistory(storage_database, "support")
+    for number in range(5):
+        history.submitted("noop", f"job-{number}", [])
+        history.ended("noop", f"job-{number}", "finished", {"loss": 1.0 / (number + 1)})
+    history.submitted("noop", "job-5", [])  # running
+
+    def page(**query: Any) -> dict[str, Any]:
+        answer = client.get("/reef/scenarios/support/jobs", params=query, headers=ADMIN)
+        assert answer.status_code == 200, answer.text
+        found: dict[str, Any] = answer.json()
+        return found
+
+    latest = page(limit=2)
+    assert [j["job_id"] for j in latest["jobs"]] == ["job-4", "job-5"]
+    assert latest["jobs"][1]["event"] is None  # still running
+    older = page(limit=2, before=latest["next"])
+    assert [j["job_id"] for j in older["jobs"]] == ["job-2", "job-3"]
+    oldest = page(limit=2, before=older["next"])
+    assert ([j["job_id"] for j in oldest["jobs"]], oldest["next"]) == (["job-0", "job-1"], None)
+    assert page(trainer="noop")["jobs"][0]["job_id"] == "job-0"
+    refused = client.get("/reef/scenarios/support/jobs?before=x", headers=ADMIN)
+    assert refused.json()["problems"][0]["field"] == "query.before"
+
+
+def test_no_data_route_answers_without_a_token(client: TestClient) -> None:
+    """Every route the document marks with a scope refuses a call without a token (401) and one
+    whose token lacks the scope (403): the console's routes are no exception."""
+    document = client.get("/openapi.json").json()
+    checked = 0
+    for path, operations in document["paths"].items():
+        for method, operation in operations.items():
+            if "x-reef-scope" not in operation:
+                continue
+            url = path.replace("{scenario}", "support").replace("{item_id}", "i")
+            url = url.replace("{sample_id}", "s")
+            assert client.request(method.upper(), url).status_code == 401, (method, path)
+            checked += 1
+            if operation["x-reef-scope"] == "admin":
+                lacking = client.request(method.upper(), url, headers=GRADER)
+                assert lacking.status_code == 403, (method, path)
+    assert checked >= 17
+    for url in ("/reef/scenarios/support/samples", "/reef/scenarios/support/jobs"):
+        limited = client.get(url, headers=BILLING_ADMIN)
+        assert limited.status_code == 403
+        assert "support" in limited.json()["message"]
+        assert client.get(url.replace("support", "billing"), headers=BILLING_ADMIN).is_success
+
+
+def test_the_console_page_is_served_without_a_token_and_holds_no_data(
+    client: TestClient,
+) -> None:
+    page = client.get("/reef/console", follow_redirects=False)
+    assert page.status_code in (307, 308)
+    assert page.headers["location"].endswith("/reef/console/")
+    index = client.get("/reef/console/")
+    assert index.status_code == 200
+    assert index.headers["content-type"].startswith("text/html")
+    policy = index.headers["content-security-policy"]
+    assert "script-src 'self'" in policy
+    assert "frame-ancestors 'none'" in policy
+    assert "support" not in index.text  # no scenario, no data: only the page
+    script = client.get("/reef/console/app.js")
+    assert script.headers["content-type"].startswith("text/javascript")
+    assert "Bearer" not in script.text  # the token is sent by api.js, never written in
+    assert client.get("/reef/console/api.js").text.count("sessionStorage") >= 1
+    assert client.get("/reef/console/nope.js").status_code == 404
+    assert client.get("/reef/console/..%2Fopenapi.json").status_code == 404
+    documented = client.get("/openapi.json").json()["paths"]
+    assert not [path for path in documented if path.startswith("/reef/console")]
+
+
+def test_without_auth_the_console_page_answers_loopback_clients_only(
+    storage_url: str, storage_database: Database, engine_url: str
+) -> None:
+    text = DEPLOYMENT.split("auth:\n")[0] + "scenarios:\n" + DEPLOYMENT.split("\nscenarios:\n")[1]
+    app = create_app(
+        load_deployment(
+            text % {"url": storage_url, "engine": engine_url}, plugins=service_test_plugins()
+        ),
+        databases={storage_url: storage_database},
+        plugins=service_test_plugins(),
+        options=ServerOptions(allow_unauthenticated=True),
+    )
+    with TestClient(app) as remote:  # its peer is "testclient", not loopback
+        refused = remote.get("/reef/console/")
+        assert refused.status_code == 403
+        assert refused.json()["problems"][0]["field"] == "client"
+    with TestClient(app, client=("127.0.0.1", 50000)) as local:
+        assert local.get("/reef/console/").status_code == 200
+        assert local.get("/reef/scenarios/support/samples").status_code == 200
