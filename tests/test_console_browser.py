@@ -39,7 +39,7 @@ from selenium.webdriver.support.select import Select
 from selenium.webdriver.support.wait import WebDriverWait
 from sqlalchemy import create_engine, text
 
-from reef.testing.serve import ServeProcess
+from reef.testing.serve import ServeProcess, tiny_local_deployment
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -47,33 +47,6 @@ SCENARIO = "word"
 ADMIN = "console-admin-secret"
 AGENT = "console-agent-secret"
 GROUP = 4
-
-DEPLOYMENT = """
-storage:
-  url: "{url}"
-serving:
-  engine: local
-auth:
-  tokens:
-    admin: {{token: {admin}, scopes: [infer, feedback, admin]}}
-    agent: {{token: {agent}, scopes: [infer, feedback]}}
-scenarios:
-  word:
-    recipe: grouped
-    pipeline:
-      record2sample: {{config: {{group_size: 4, max_staleness: 3}}}}
-      sample2job: {{config: {{job_samples: 8}}}}
-    training:
-      component: local
-      options:
-        state_dir: "{state}"
-        d_model: 32
-        n_layers: 1
-        n_heads: 2
-        max_seq_len: 128
-        batch_size: 4
-        learning_rate: 0.01
-"""
 
 #: The flags Chromium needs here: headless, as root, and no network but loopback.
 CHROMIUM_FLAGS = (
@@ -119,13 +92,12 @@ def served(
 ) -> Iterator[tuple[ServeProcess, str]]:
     """``reef serve`` of the TinyGPT deployment with tokens; its base URL and storage URL."""
     folder = tmp_path_factory.mktemp("console-serve")
-    (folder / "state").mkdir()
     url = f"sqlite:///{folder / 'reef.db'}"
-    deployment = folder / "deployment.yaml"
-    deployment.write_text(
-        DEPLOYMENT.format(url=url, state=folder / "state", admin=ADMIN, agent=AGENT),
-        encoding="utf-8",
-    )
+    tokens = {
+        "admin": (ADMIN, ["infer", "feedback", "admin"]),
+        "agent": (AGENT, ["infer", "feedback"]),
+    }
+    deployment = tiny_local_deployment(folder, url, tokens=tokens)
     serve = ServeProcess(deployment, folder / "serve.log", token=ADMIN)
     try:
         # The engine answers once the trainer published its first weights.

@@ -24,36 +24,13 @@ import openai
 import pytest
 from sqlalchemy import create_engine, text
 
+from reef.testing.serve import TINY_GPT_OPTIONS, tiny_local_deployment
 from reef.testing.serve import ServeProcess as Serve
 from reef.testing.storage import DATABASE_URL_VARIABLE, postgres_schema_url
 
 SCENARIO = "word"
 GROUP = 4
 
-DEPLOYMENT = """
-storage:
-  url: "{url}"
-serving:
-  engine: local
-scenarios:
-  word:
-    recipe: grouped
-    pipeline:
-      record2sample: {{config: {{group_size: 4, max_staleness: 3}}}}
-      sample2job: {{config: {{job_samples: 8}}}}
-    training:
-      component: local
-      options:
-        state_dir: "{state}"
-        batch_size: 4
-        learning_rate: 0.01
-{model}
-"""
-TINY_GPT = """\
-        d_model: 32
-        n_layers: 1
-        n_heads: 2
-        max_seq_len: 128"""
 HF_LORA = """\
         model_path: "{folder}"
         lora: {{r: 4, alpha: 8}}
@@ -157,13 +134,6 @@ def workdir(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def _deployment(workdir: Path, url: str, model: str = TINY_GPT) -> Path:
-    path = workdir / "deployment.yaml"
-    body = DEPLOYMENT.format(url=url, state=workdir / "state", model=model)
-    path.write_text(body, encoding="utf-8")
-    return path
-
-
 def _stale(base_url: str) -> int:
     return int(_trainer_status(base_url)["pipeline"]["stale_samples"])
 
@@ -192,14 +162,14 @@ def test_the_quickstart_loop_in_small_trains_and_serves_new_weights(
 ) -> None:
     """The loop closes: calls answered, reported, trained in three jobs, new weights served.
     With ``hf-lora`` each served artifact is a PEFT adapter folder on the Llama's folder."""
-    options = TINY_GPT
+    options = TINY_GPT_OPTIONS
     if model == "hf-lora":
         pytest.importorskip("peft")
         from reef.testing.hf_model import make_hf_model_folder
 
         options = HF_LORA.format(folder=make_hf_model_folder(workdir / "llama"))
     url = f"sqlite:///{workdir / 'reef.db'}"
-    serve = Serve(_deployment(workdir, url, options), workdir / "serve.log")
+    serve = Serve(tiny_local_deployment(workdir, url, model=options), workdir / "serve.log")
     agent = Agent()
     try:
         first = _first_weights(serve)
@@ -233,7 +203,7 @@ def test_the_quickstart_loop_in_small_trains_and_serves_new_weights(
 
 def test_a_sigkill_in_the_middle_loses_nothing_and_trains_nothing_twice(workdir: Path) -> None:
     url = f"sqlite:///{workdir / 'reef.db'}"
-    deployment = _deployment(workdir, url)
+    deployment = tiny_local_deployment(workdir, url)
     agent = Agent()
     serve = Serve(deployment, workdir / "serve.log")
     try:
@@ -279,7 +249,7 @@ def test_two_processes_on_postgresql_the_leader_dies_and_the_other_takes_over(
     if not base:
         pytest.skip(f"{DATABASE_URL_VARIABLE} does not name a PostgreSQL database")
     with postgres_schema_url(base) as url:
-        deployment = _deployment(workdir, url)
+        deployment = tiny_local_deployment(workdir, url)
         agent = Agent()
         first = Serve(deployment, workdir / "a.log", lease_ttl=2.0)
         second = Serve(deployment, workdir / "b.log", lease_ttl=2.0)

@@ -6,29 +6,23 @@ REEF_TEST_DATABASE_URL)."""
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Callable
 from typing import Any
 
 import attrs
 import pytest
 
-from reef.core.job_data import JobData, TrajectorySample, sample_body
+from reef.core.job_data import JobData
 from reef.core.plugins import Plugins
 from reef.hookspecs import hookimpl
-from reef.pipeline_context import PipelineContext
-from reef.record2sample.no_samples import NoSamples
-from reef.sample2job import GroupedJobData
 from reef.storage import (
     Database,
-    NewSample,
     RecordStore,
     ScenarioSettings,
     TrainerSamples,
     TrainerState,
 )
-from reef.testing.components import RecordingComponent
-from reef.train.pipeline import TrainingPipeline
-from reef.train.trainer import Trainer, TrainerParts, TrainerSettings, snapshot_key
+from reef.testing.components import RecordingComponent, grouped_parts, store_groups
+from reef.train.trainer import Trainer, TrainerSettings, snapshot_key
 
 pytest_plugins = ("reef.testing.storage",)
 
@@ -63,36 +57,6 @@ class Quiet:
         return None
 
 
-def _store_groups(samples: TrainerSamples) -> None:
-    samples.register_trainer("c", reads_uploads=False)
-    for group in ("g1", "g2"):
-        unit = [
-            NewSample(
-                f"{group}-{i}",
-                "trajectory",
-                sample_body(TrajectorySample({"steps": []}, reward=float(i))),
-            )
-            for i in range(2)
-        ]
-        samples.add_record_samples("c", unit, [f"record-{group}"])
-
-
-def _parts(component: RecordingComponent) -> Callable[[Database], TrainerParts]:
-    """How the trainer builds its parts: a grouped pipeline of two-sample jobs, ``component``."""
-
-    def build(database: Database) -> TrainerParts:
-        context = PipelineContext("s", "c")
-        pipeline = TrainingPipeline(
-            NoSamples(context),
-            GroupedJobData(context, job_samples=2, buffer_size=10),
-            samples=TrainerSamples(database, "s"),
-            context=context,
-        )
-        return TrainerParts(pipeline, component)  # type: ignore[arg-type]
-
-    return build
-
-
 def test_given_back_samples_train_in_the_next_job_and_extensions_show_in_status(
     storage_database: Database,
 ) -> None:
@@ -100,7 +64,7 @@ def test_given_back_samples_train_in_the_next_job_and_extensions_show_in_status(
     does not give back; the given-back group trains in the next job, under a new id; the
     extensions' reports reach the durable snapshot and the status route."""
     samples = TrainerSamples(storage_database, "s")
-    _store_groups(samples)
+    store_groups(samples)
     component = RecordingComponent(expected_jobs=2)
     plugins = Plugins(blocked=())
     plugins.register(GiveBackOnce(), "giveback")
@@ -110,7 +74,7 @@ def test_given_back_samples_train_in_the_next_job_and_extensions_show_in_status(
         "s",
         "c",
         database=storage_database,
-        build=_parts(component),
+        build=grouped_parts(component),
         plugins=plugins,
         settings=TrainerSettings(poll_interval=0.05),
     )
@@ -161,7 +125,7 @@ def test_recovery_commits_what_the_crashed_submission_consumed(
     gave a group back: the component finished it, so the new tenure commits the samples the job
     consumed (the recorded ``sample_ids``) and nothing else; the given-back group trains next."""
     samples = TrainerSamples(storage_database, "s")
-    _store_groups(samples)
+    store_groups(samples)
     first_id = "s:data:1"
     TrainerState(storage_database, "s").set_running_job(
         "c",
@@ -175,7 +139,11 @@ def test_recovery_commits_what_the_crashed_submission_consumed(
     component = RecordingComponent(expected_jobs=1)
 
     trainer = Trainer(
-        "s", "c", database=storage_database, build=_parts(component), settings=TrainerSettings(0.05)
+        "s",
+        "c",
+        database=storage_database,
+        build=grouped_parts(component),
+        settings=TrainerSettings(0.05),
     )
     trainer.start()
     try:

@@ -6,31 +6,27 @@ PostgreSQL with REEF_TEST_DATABASE_URL)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
 
 from reef.components.interface import JobHandle
-from reef.core.job_data import JobData, JobOutcome, Sample, TrajectorySample, sample_body
+from reef.core.job_data import JobData, JobOutcome, Sample, TrajectorySample
 from reef.core.plugins import Plugins
 from reef.hookspecs import hookimpl
-from reef.pipeline_context import PipelineContext
 from reef.record2sample.no_samples import NoSamples
-from reef.sample2job import GroupedJobData
 from reef.storage import (
     Database,
     JobHistory,
-    NewSample,
     SampleBrowser,
     SampleFilter,
     StaleSamples,
     TrainerSamples,
     TrainerState,
 )
-from reef.testing.components import RecordingComponent
-from reef.train.pipeline import TrainingPipeline
-from reef.train.trainer import Trainer, TrainerParts, TrainerSettings
+from reef.testing.components import RecordingComponent, grouped_parts, store_groups
+from reef.train.trainer import Trainer, TrainerSettings
 
 pytest_plugins = ("reef.testing.storage",)
 
@@ -93,36 +89,6 @@ class MarkedStale(NoSamples):
         return str(sample.sample_id) in self.stale
 
 
-def _store_groups(samples: TrainerSamples) -> None:
-    samples.register_trainer("c", reads_uploads=False)
-    for group in ("g1", "g2"):
-        unit = [
-            NewSample(
-                f"{group}-{i}",
-                "trajectory",
-                sample_body(TrajectorySample({"steps": []}, reward=float(i))),
-            )
-            for i in range(2)
-        ]
-        samples.add_record_samples("c", unit, [f"record-{group}"])
-
-
-def _parts(
-    component: RecordingComponent, *, job_samples: int = 4
-) -> Callable[[Database], TrainerParts]:
-    def build(database: Database) -> TrainerParts:
-        context = PipelineContext("s", "c")
-        pipeline = TrainingPipeline(
-            MarkedStale(context),
-            GroupedJobData(context, job_samples=job_samples, buffer_size=10),
-            samples=TrainerSamples(database, "s"),
-            context=context,
-        )
-        return TrainerParts(pipeline, component)  # type: ignore[arg-type]
-
-    return build
-
-
 def _run(
     database: Database,
     component: RecordingComponent,
@@ -136,7 +102,7 @@ def _run(
         "s",
         "c",
         database=database,
-        build=_parts(component, job_samples=job_samples),
+        build=grouped_parts(component, job_samples=job_samples, record2sample=MarkedStale),
         plugins=plugins,
         settings=TrainerSettings(poll_interval=0.05),
     )
@@ -150,7 +116,7 @@ def _run(
 def test_the_history_keeps_each_job_its_samples_rewards_and_what_extensions_said(
     storage_database: Database,
 ) -> None:
-    _store_groups(TrainerSamples(storage_database, "s"))
+    store_groups(TrainerSamples(storage_database, "s"))
     plugins = Plugins(blocked=())
     plugins.register(RetireFirstGroup(), "audit")
     _run(storage_database, ReportingComponent(), plugins)
@@ -181,7 +147,7 @@ def test_a_job_the_component_refuses_ends_released_and_its_samples_wait(
     storage_database: Database,
 ) -> None:
     samples = TrainerSamples(storage_database, "s")
-    _store_groups(samples)
+    store_groups(samples)
     _run(storage_database, RefusingComponent(expected_jobs=2))
     jobs = JobHistory(storage_database, "s").read()
     assert jobs
@@ -197,7 +163,7 @@ def test_a_submission_a_crash_stopped_before_the_component_ends_released_at_the_
     before the component had it: the next tenure releases the data and the history says so;
     the data then trains in a job of its own."""
     samples = TrainerSamples(storage_database, "s")
-    _store_groups(samples)
+    store_groups(samples)
     history = JobHistory(storage_database, "s")
     history.submitted("c", "lost-job", [])
     history.submitted("c", "crashed-job", [])
@@ -222,7 +188,7 @@ def test_the_trainer_writes_the_samples_it_leaves_out_as_stale(
     stale for the trainer, its fresh group mate is not; a later tenure that holds nothing
     stale clears the marks, and the group trains."""
     samples = TrainerSamples(storage_database, "s")
-    _store_groups(samples)
+    store_groups(samples)
     marks = StaleSamples(storage_database, "s")
     browser = SampleBrowser(storage_database, "s")
     MarkedStale.stale = frozenset({"g1-0"})

@@ -23,8 +23,7 @@ async def list_jobs(request: Request) -> Response:
     service = service_of(request)
     _, scenario = service.authorised(request, "admin")
     query = read_query(request, JobQuery)
-    if query.trainer is not None:
-        check_trainer(scenario, query.trainer, f"{QUERY_ROOT}.trainer")
+    check_trainer(scenario, query.trainer, f"{QUERY_ROOT}.trainer")
     before = None
     if query.before is not None:
         if not query.before.isdigit() or len(query.before) > 18:

@@ -121,8 +121,7 @@ async def list_samples(request: Request) -> Response:
     service = service_of(request)
     _, scenario = service.authorised(request, "admin")
     query = read_query(request, SampleQuery)
-    if query.trainer is not None:
-        check_trainer(scenario, query.trainer, f"{QUERY_ROOT}.trainer")
+    check_trainer(scenario, query.trainer, f"{QUERY_ROOT}.trainer")
     after = _position(query.after)
     where = SampleFilter(query.kind, query.group, query.trained, query.stale, query.trainer)
 

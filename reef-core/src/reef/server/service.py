@@ -211,9 +211,10 @@ class Service:
         return scenario.ledger
 
 
-def check_trainer(scenario: ServedScenario, trainer: str, field: str) -> None:
-    """:raises ApiError: 400 naming ``field`` when ``scenario`` has no trainer ``trainer``."""
-    if trainer not in scenario.admission.trainers:
+def check_trainer(scenario: ServedScenario, trainer: str | None, field: str) -> None:
+    """:raises ApiError: 400 naming ``field`` when ``scenario`` has no trainer ``trainer`` (none
+    named is every trainer: nothing to check)."""
+    if trainer is not None and trainer not in scenario.admission.trainers:
         raise ApiError.one(
             400,
             "invalid_request",

@@ -1,15 +1,24 @@
-"""A training component for tests of the trainer loop: it trains nothing and finishes each job
-at once, keeping every job's data so that a test can read what was submitted."""
+"""For tests of the trainer loop: a training component that trains nothing and finishes each
+job at once, keeping every job's data so that a test can read what was submitted;
+:func:`store_groups`, the samples such a test trains; and :func:`grouped_parts`, how its
+trainer builds a grouped pipeline around the component."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from reef.components.interface import Artifact, JobHandle
-from reef.core.job_data import JobData, JobOutcome
+from reef.core.job_data import JobData, JobOutcome, TrajectorySample, sample_body
+from reef.pipeline_context import PipelineContext
+from reef.record2sample.no_samples import NoSamples
+from reef.record2sample.stage import Record2Sample
+from reef.sample2job import GroupedJobData
+from reef.storage import Database, NewSample, TrainerSamples
+from reef.train.pipeline import TrainingPipeline
+from reef.train.trainer import TrainerParts
 
 
 class RecordingComponent:
@@ -43,3 +52,42 @@ class RecordingComponent:
 
     def close(self) -> None:
         pass
+
+
+def store_groups(samples: TrainerSamples, trainer: str = "c") -> None:
+    """Register ``trainer`` and store two units of two trajectory samples made by it: groups
+    ``g1`` (samples ``g1-0``, ``g1-1``) then ``g2``, rewards 0.0 and 1.0 in each."""
+    samples.register_trainer(trainer, reads_uploads=False)
+    for group in ("g1", "g2"):
+        unit = [
+            NewSample(
+                f"{group}-{i}",
+                "trajectory",
+                sample_body(TrajectorySample({"steps": []}, reward=float(i))),
+            )
+            for i in range(2)
+        ]
+        samples.add_record_samples(trainer, unit, [f"record-{group}"])
+
+
+def grouped_parts(
+    component: RecordingComponent,
+    *,
+    job_samples: int = 2,
+    record2sample: type[Record2Sample] = NoSamples,
+) -> Callable[[Database], TrainerParts]:
+    """How a test's trainer (scenario ``s``, trainer ``c``) builds its parts on the fenced
+    database of a tenure: a ``record2sample`` stage, grouped jobs of ``job_samples`` samples
+    (buffer 10), and ``component``."""
+
+    def build(database: Database) -> TrainerParts:
+        context = PipelineContext("s", "c")
+        pipeline = TrainingPipeline(
+            record2sample(context),
+            GroupedJobData(context, job_samples=job_samples, buffer_size=10),
+            samples=TrainerSamples(database, "s"),
+            context=context,
+        )
+        return TrainerParts(pipeline, component)
+
+    return build

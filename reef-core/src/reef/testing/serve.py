@@ -3,6 +3,9 @@
 :class:`ServeProcess` starts the ``reef`` command of the running interpreter's environment on a
 free port, waits until the service answers ``GET /reef/status`` and stops it with SIGTERM (a
 clean stop) or SIGKILL (a crash). Its output goes to a log file, which a failure message shows.
+:func:`tiny_local_deployment` writes a deployment whose scenario ``word`` trains the local
+component (a TinyGPT small enough to train in seconds on a CPU, unless told another model) and
+serves it with the local engine.
 """
 
 from __future__ import annotations
@@ -11,16 +14,73 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Final
 
 import httpx
 
 from reef.testing.service import free_port
 
-__all__ = ["REEF", "ServeProcess"]
+__all__ = ["REEF", "TINY_GPT_OPTIONS", "ServeProcess", "tiny_local_deployment"]
 
 #: The ``reef`` command of this environment.
 REEF = str(Path(sys.executable).with_name("reef"))
+
+
+_TINY_LOCAL: Final = """
+storage:
+  url: "{url}"
+serving:
+  engine: local
+{auth}scenarios:
+  word:
+    recipe: grouped
+    pipeline:
+      record2sample: {{config: {{group_size: 4, max_staleness: 3}}}}
+      sample2job: {{config: {{job_samples: 8}}}}
+    training:
+      component: local
+      options:
+        state_dir: "{state}"
+        batch_size: 4
+        learning_rate: 0.01
+{model}
+"""
+
+#: The local component's model options of :func:`tiny_local_deployment` by default: a TinyGPT
+#: small enough to train in seconds on a CPU.
+TINY_GPT_OPTIONS: Final = """\
+        d_model: 32
+        n_layers: 1
+        n_heads: 2
+        max_seq_len: 128"""
+
+
+def tiny_local_deployment(
+    folder: Path,
+    url: str,
+    *,
+    tokens: Mapping[str, tuple[str, Sequence[str]]] | None = None,
+    model: str = TINY_GPT_OPTIONS,
+) -> Path:
+    """Write ``folder/deployment.yaml``: scenario ``word`` (the ``grouped`` recipe, groups of 4,
+    jobs of 8 samples) trained by a ``local`` component whose state is ``folder/state`` and
+    whose model is ``model`` (its option lines, indented as options), stored at ``url``, with
+    ``tokens`` (name → (secret, scopes)) or without auth."""
+    auth = ""
+    if tokens:
+        auth = "auth:\n  tokens:\n" + "".join(
+            f"    {name}: {{token: {secret}, scopes: [{', '.join(scopes)}]}}\n"
+            for name, (secret, scopes) in tokens.items()
+        )
+    (folder / "state").mkdir(exist_ok=True)
+    path = folder / "deployment.yaml"
+    path.write_text(
+        _TINY_LOCAL.format(url=url, state=folder / "state", auth=auth, model=model),
+        encoding="utf-8",
+    )
+    return path
 
 
 class ServeProcess:
