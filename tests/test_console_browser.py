@@ -374,6 +374,24 @@ def test_a_person_chooses_samples_and_trains_them(
     assert set(train_counts(url).values()) == {1}
 
 
+def test_the_page_fits_a_small_laptop_screen(
+    with_samples: ServeProcess, browser: WebDriver, artifacts: Path
+) -> None:
+    """At 1024 pixels wide nothing makes the page scroll sideways (wide tables scroll inside
+    their own box), and the opened sample goes under the list."""
+    browser.set_window_size(1024, 768)
+    sign_in(browser, with_samples.base_url)
+    wait_for(browser, lambda d: d.find_elements(By.CSS_SELECTOR, ".samples tbody tr"), "samples")
+    browser.find_elements(By.CSS_SELECTOR, ".samples button.link")[0].click()
+    wait_for(browser, lambda d: "Trajectory" in text_of(d, "#sample"), "the sample")
+    widths = browser.execute_script(
+        "return [document.documentElement.scrollWidth, document.documentElement.clientWidth]"
+    )
+    assert widths[0] <= widths[1], widths
+    shot(browser, artifacts, "07-small-screen")
+    shot(browser, artifacts, "08-small-screen-sample", "#sample")
+
+
 #: The page-side checks, run in the browser (tests/console/*.js).
 CHECKS = Path(__file__).with_name("console")
 _FOCUS_RING = (CHECKS / "focus_ring.js").read_text(encoding="utf-8")
