@@ -18,7 +18,6 @@ Nothing here needs PyTorch.
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
@@ -29,7 +28,7 @@ from reef.components.interface import Scheduling
 from reef.components.scheduling import StepPlan
 from reef.core.chat_rendering import ChatRenderer, RenderedSample, render_samples
 from reef.core.config import config_option
-from reef.core.job_data import JobData, TrajectorySample
+from reef.core.job_data import JobData, TrajectorySample, sample_reward
 from reef.core.plugins import PluginSettings
 from reef.core.records import JSON
 
@@ -48,19 +47,6 @@ def group_advantages(rewards: Sequence[float], groups: Sequence[str | None]) -> 
         members[group].append(reward)
     means = {group: sum(values) / len(values) for group, values in members.items()}
     return [reward - means[group] for reward, group in zip(rewards, groups, strict=True)]
-
-
-def sample_reward(sample: TrajectorySample) -> float | None:
-    """The reward a sample trains with: its ``reward``, else its trajectory's finite
-    ``extra.reef.reward`` (an upload's); ``None`` when it has neither."""
-    if sample.reward is not None:
-        return sample.reward
-    extra = sample.trajectory.get("extra")
-    reef = extra.get("reef") if isinstance(extra, Mapping) else None
-    value = reef.get("reward") if isinstance(reef, Mapping) else None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return None
-    return float(value)
 
 
 @attrs.frozen

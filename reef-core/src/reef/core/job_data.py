@@ -116,6 +116,21 @@ class TaskSample:
 
 Sample: TypeAlias = TrajectorySample | TaskSample
 
+
+def sample_reward(sample: Sample) -> float | None:
+    """The reward ``sample`` trains with: a trajectory's ``reward``, else its trajectory's
+    finite ``extra.reef.reward`` (an upload's); ``None`` for a trajectory with neither, and for
+    a task (its rollouts are scored by its verifier)."""
+    if not isinstance(sample, TrajectorySample):
+        return None
+    if sample.reward is not None:
+        return sample.reward
+    value = _reef_extra(sample.trajectory).get("reward")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
 # Fields that the sample store keeps in its own columns, never in a sample's body.
 _STORE_FIELDS: Final = frozenset({"sample_id", "group_id", "kind"})
 

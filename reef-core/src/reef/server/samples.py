@@ -13,8 +13,7 @@ import anyio.to_thread
 from starlette.requests import Request
 from starlette.responses import Response
 
-from reef.components.job_samples import sample_reward
-from reef.core.job_data import SampleFormatError, TrajectorySample, sample_from_body
+from reef.core.job_data import SampleFormatError, sample_from_body, sample_reward
 from reef.core.records import InferenceRecord, Report
 from reef.server.bodies import (
     QUERY_ROOT,
@@ -93,8 +92,7 @@ def _preview(kind: str, body: Mapping[str, Any]) -> tuple[int | None, str | None
 def _summary(browsed: BrowsedSample) -> SampleSummary:
     stored = browsed.stored
     try:
-        sample = sample_from_body(stored.kind, stored.body)
-        reward = sample_reward(sample) if isinstance(sample, TrajectorySample) else None
+        reward = sample_reward(sample_from_body(stored.kind, stored.body))
     except SampleFormatError:
         reward = None  # a body the pipeline refuses too; shown as it is
     steps, preview = _preview(stored.kind, stored.body)

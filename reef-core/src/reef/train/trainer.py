@@ -50,8 +50,7 @@ from typing import Any, Final
 import attrs
 
 from reef.components.interface import JobHandle, TrainingComponent
-from reef.components.job_samples import sample_reward
-from reef.core.job_data import JobData, JobOutcome, TrainingInstruction, TrajectorySample
+from reef.core.job_data import JobData, JobOutcome, TrainingInstruction, sample_reward
 from reef.core.plugins import Plugins
 from reef.core.records import JSON
 from reef.pipeline_context import TrainingMode, check_training_mode
@@ -486,7 +485,7 @@ class Trainer:
                 SampleOfJob(
                     sample_id,
                     sample_id in submitted,
-                    _reward(submitted.get(sample_id)),
+                    sample_reward(submitted[sample_id]) if sample_id in submitted else None,
                     said(sample_id),
                 )
                 for sample_id in dict.fromkeys([*submitted, *running.sample_ids])
@@ -590,8 +589,3 @@ class Trainer:
             "extensions": extensions,
             "updated_at": time.time(),
         }
-
-
-def _reward(sample: object) -> float | None:
-    """The reward a submitted sample trains with (``None``: not submitted, or a task)."""
-    return sample_reward(sample) if isinstance(sample, TrajectorySample) else None

@@ -70,6 +70,7 @@ function showSignIn(reason) {
   $("sign-out").hidden = !token();
   $("sign-in-reason").textContent = reason;
   replace($("scenario-tabs"));
+  state.drawn = {}; // whatever was drawn is drawn again after the next sign-in
   live("Signed out", "off");
   $("token").focus();
 }
@@ -296,7 +297,6 @@ $("sign-in-form").addEventListener("submit", (event) => {
 $("sign-out").addEventListener("click", () => {
   setToken(null);
   state.status = null;
-  state.drawn = {};
   showSignIn("Signed out. The token was removed from this tab.");
 });
 

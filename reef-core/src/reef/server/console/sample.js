@@ -115,7 +115,7 @@ export function sampleView(detail, selected, actions) {
       "label",
       { class: "check" },
       h("input", { type: "checkbox", "data-key": "pick-open", checked: selected, onchange: (event) => actions.toggle(s.id, event.target.checked) }),
-      " Selected for the manual buffer",
+      " Select this sample (for the buttons above the list)",
     ),
     facts([
       ["Kind", s.kind],
