@@ -60,8 +60,8 @@ def serve(kind: str, port: int, engine: str, storage: str) -> None:
     from starlette.responses import JSONResponse
     from starlette.routing import Route
 
-    from reef.core.deployment import load_deployment
-    from reef.core.plugins import Plugins
+    from reef.plugins import Plugins
+    from reef.plugins.scenarios import load_deployment
     from reef.server import create_app, open_databases
     from reef.testing.engines import scripted_engine
 

@@ -25,7 +25,7 @@ from agent_ecc.store import ContentStore
 from agent_ecc.synthetic import SyntheticWorld
 from reef.components.local import LocalComponent
 from reef.core.job_data import JobData, TrajectorySample
-from reef.core.plugins import Plugins
+from reef.plugins import Plugins
 
 GROUPS = {"g0": ("correct", "skip", "wrong"), "g1": ("crash", "correct")}
 

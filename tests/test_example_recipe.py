@@ -23,10 +23,11 @@ from typing import Any
 import pytest
 import yaml
 
-from reef.core.deployment import DeploymentError, load_deployment, scenario_classes
+from reef.core.deployment import DeploymentError
 from reef.core.job_data import JobData, TrajectorySample
-from reef.core.plugins import PluginKind, Plugins
 from reef.core.records import InferenceRecord, Record, Report
+from reef.plugins import PluginKind, Plugins
+from reef.plugins.scenarios import load_deployment, scenario_classes
 from reef.sample2job import validate_job_data
 from reef.storage import Database, ScenarioSettings, TrainerSamples
 from reef.train.pipeline import TrainingPipeline

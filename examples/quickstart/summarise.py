@@ -17,9 +17,9 @@ from collections import defaultdict
 from pathlib import Path
 
 from reef.core.atif import trajectory_from_records, trajectory_to_json
-from reef.core.deployment import load_deployment
-from reef.core.plugins import Plugins
 from reef.core.records import InferenceRecord, Record, Report, loads
+from reef.plugins import Plugins
+from reef.plugins.scenarios import load_deployment
 from reef.storage import RecordStore, open_database
 
 HERE = Path(__file__).parent

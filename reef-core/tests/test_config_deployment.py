@@ -9,8 +9,10 @@ import attrs
 import pytest
 
 from reef.core.config import config_option
-from reef.core.deployment import DeploymentError, load_deployment
-from reef.core.plugins import Plugins, PluginSettings, Record2SampleSettings
+from reef.core.deployment import DeploymentError
+from reef.core.plugins import PluginSettings, Record2SampleSettings
+from reef.plugins import Plugins
+from reef.plugins.scenarios import load_deployment
 from reef.recipe import PipelineSpec, Recipe
 from reef.testing import inline_plugin
 

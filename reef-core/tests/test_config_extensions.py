@@ -9,9 +9,11 @@ import attrs
 import pytest
 
 from reef.core.config import config_option
-from reef.core.deployment import DeploymentError, load_deployment, scenario_classes
-from reef.core.plugins import PluginKind, Plugins, PluginSettings
+from reef.core.deployment import DeploymentError
+from reef.core.plugins import PluginSettings
 from reef.hookspecs import hookimpl
+from reef.plugins import PluginKind, Plugins
+from reef.plugins.scenarios import load_deployment, scenario_classes
 from reef.recipe import PipelineSpec, Recipe
 from reef.record2sample.no_samples import NoSamples
 from reef.testing import inline_plugin

@@ -19,9 +19,9 @@ import pytest
 
 from reef.core.deployment import PipelineSection, RecipeSection, ScenarioSection, StageSection
 from reef.core.job_data import JobData, Sample, TrainingInstruction
-from reef.core.plugins import PluginKind, Plugins, UnknownPluginError
 from reef.core.trajectory_index import TrajectoryIndex
 from reef.pipeline_context import PipelineContext
+from reef.plugins import PluginKind, Plugins, UnknownPluginError
 from reef.recipe import PipelineSpec, Recipe
 from reef.record2sample import ReportSamples, TrajectorySamples
 from reef.record2sample.stage import Record2Sample

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from reef.core.plugins import (
+from reef.plugins import (
     BLOCK_ENV_VAR,
     DuplicatePluginNameError,
     PluginKind,

@@ -21,9 +21,10 @@ from starlette.routing import Route
 from starlette.testclient import TestClient
 
 from reef.core.atif import trajectory_from_records, trajectory_to_json
-from reef.core.deployment import Deployment, load_deployment
+from reef.core.deployment import Deployment
 from reef.core.records import InferenceRecord, Report
 from reef.core.trajectory_index import TrajectoryIndex
+from reef.plugins.scenarios import load_deployment
 from reef.server import (
     RECORD_ID_HEADER,
     ServerOptions,

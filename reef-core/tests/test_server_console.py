@@ -19,9 +19,9 @@ pytest.importorskip("httpx")
 from starlette.testclient import TestClient
 
 from reef.core.atif import trajectory_from_records, trajectory_to_json
-from reef.core.deployment import load_deployment
 from reef.core.job_data import TaskSample, TrajectorySample, sample_body
 from reef.core.records import InferenceRecord
+from reef.plugins.scenarios import load_deployment
 from reef.server import RECORD_ID_HEADER, ServerOptions, create_app
 from reef.storage import Database, JobHistory, NewSample, SampleOfJob, StaleSamples, TrainerSamples
 from reef.testing.engines import scripted_engine

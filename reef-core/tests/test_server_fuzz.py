@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from sqlalchemy import func, select
 from starlette.testclient import TestClient
 
-from reef.core.deployment import load_deployment
+from reef.plugins.scenarios import load_deployment
 from reef.server import create_app
 from reef.storage import Database, open_database
 from reef.storage.tables import metadata

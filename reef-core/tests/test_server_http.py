@@ -25,8 +25,8 @@ pytest.importorskip("openai")
 import httpx
 import openai
 
-from reef.core.deployment import load_deployment
 from reef.core.records import InferenceRecord
+from reef.plugins.scenarios import load_deployment
 from reef.server import (
     RECORD_ID_HEADER,
     ServerOptions,

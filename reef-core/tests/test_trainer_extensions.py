@@ -12,8 +12,8 @@ import attrs
 import pytest
 
 from reef.core.job_data import JobData
-from reef.core.plugins import Plugins
 from reef.hookspecs import hookimpl
+from reef.plugins import Plugins
 from reef.storage import (
     Database,
     RecordStore,

@@ -13,8 +13,8 @@ import attrs
 
 from reef.components.interface import JobHandle
 from reef.core.job_data import JobData, JobOutcome, Sample, TrajectorySample
-from reef.core.plugins import Plugins
 from reef.hookspecs import hookimpl
+from reef.plugins import Plugins
 from reef.record2sample.no_samples import NoSamples
 from reef.storage import (
     Database,

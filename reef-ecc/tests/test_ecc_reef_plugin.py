@@ -27,7 +27,8 @@ from agent_ecc.records import dump_jsonl
 from agent_ecc.store import get_text
 from agent_ecc.synthetic import SyntheticExecutor, SyntheticWorld, synthetic_patch
 from reef.core.job_data import JobData, JobOutcome, TrajectorySample, sample_body
-from reef.core.plugins import PluginConfigError, Plugins
+from reef.core.plugins import PluginConfigError
+from reef.plugins import Plugins
 
 GROUPS = {
     "g0": ("correct", "skip", "wrong"),
@@ -217,7 +218,8 @@ def test_a_deployment_turns_the_seal_on_for_its_scenario(
 ) -> None:
     """The deployment's ``scenarios.<name>.extensions.ecc`` is checked when the file is read and
     opens the scenario's seal when the scenario starts; a scenario without it is not sealed."""
-    from reef.core.deployment import DeploymentError, load_deployment, scenario_classes
+    from reef.core.deployment import DeploymentError
+    from reef.plugins.scenarios import load_deployment, scenario_classes
 
     ecc = _settings(registry, world, tmp_path)
     text = json.dumps(

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from reef.core.deployment import DeploymentError, load_deployment
-from reef.core.plugins import PluginConfigError, PluginKind, Plugins
+from reef.core.deployment import DeploymentError
+from reef.core.plugins import PluginConfigError
 from reef.pipeline_context import PipelineContext
+from reef.plugins import PluginKind, Plugins
+from reef.plugins.scenarios import load_deployment
 from reef_sft.processor import SFTJobData, SFTSamples
 from reef_sft.recipe import SFTRecipe
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from reef.core.plugins import PluginKind, Plugins
+from reef.plugins import PluginKind, Plugins
 from reef_spade.recipe import SpadeRecipe
 
 

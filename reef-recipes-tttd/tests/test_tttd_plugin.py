@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib.metadata
 
-from reef.core.plugins import ENTRY_POINT_GROUP, Plugins
+from reef.plugins import ENTRY_POINT_GROUP, Plugins
 
 
 def test_entry_point_is_declared_by_this_distribution() -> None:

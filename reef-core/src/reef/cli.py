@@ -15,9 +15,10 @@ from pathlib import Path
 
 import attrs
 
-from reef.core.deployment import DeploymentError, load_deployment
-from reef.core.plugins import PluginError, Plugins
-from reef.plugin import built_in_components
+from reef.core.deployment import DeploymentError
+from reef.plugins import PluginError, Plugins
+from reef.plugins.builtin import built_in_components
+from reef.plugins.scenarios import load_deployment
 from reef.version import __version__
 
 

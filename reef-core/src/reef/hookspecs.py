@@ -9,8 +9,8 @@ group ``reef.plugins``, under a short, user-facing name (``sft``, ``distill``, `
 
 Two families of hooks:
 
-- **Discovery hooks** run once per plugin, when :meth:`reef.core.plugins.Plugins.load`
-  registers it. Each receives a :class:`reef.core.plugins.PluginRegistrar` bound to one kind of
+- **Discovery hooks** run once per plugin, when :meth:`reef.plugins.Plugins.load`
+  registers it. Each receives a :class:`reef.plugins.PluginRegistrar` bound to one kind of
   contribution; the plugin calls ``registry.register("short-name", TheClass)`` for each class
   it contributes. A deployment then names the class by that short name.
 - **Event hooks** run at fixed points of a training job's life, for every scenario and
@@ -31,7 +31,8 @@ import pluggy
 
 if TYPE_CHECKING:
     from reef.core.job_data import JobData, JobOutcome
-    from reef.core.plugins import PluginRegistrar, PluginSettings
+    from reef.core.plugins import PluginSettings
+    from reef.plugins.registrar import PluginRegistrar
 
 #: The pluggy project name: every Reef hook and implementation marker carries it.
 PROJECT_NAME = "reef"

@@ -24,9 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from reef.components.interface import TrainingComponent
-from reef.core.deployment import Deployment, ScenarioSection, scenario_classes
-from reef.core.plugins import Plugins
+from reef.core.deployment import Deployment, ScenarioSection
 from reef.pipeline_context import TrainingMode
+from reef.plugins import Plugins
+from reef.plugins.scenarios import scenario_classes
 from reef.server.engines import CompletionFunction
 from reef.server.service import LOCAL_ENGINE
 from reef.server.service_runtime import ServiceRuntime

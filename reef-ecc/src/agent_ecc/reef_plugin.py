@@ -68,7 +68,8 @@ from agent_ecc.store import ContentStore
 from reef import hookimpl
 from reef.core.config import config_option
 from reef.core.job_data import JobData, JobOutcome, Sample, TrajectorySample
-from reef.core.plugins import PluginRegistrar, PluginSettings
+from reef.core.plugins import PluginSettings
+from reef.plugins import PluginRegistrar
 
 
 def _one_of(values: tuple[str, ...]) -> Any:

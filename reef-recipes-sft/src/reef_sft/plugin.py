@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from reef import hookimpl
-from reef.core.plugins import PluginRegistrar
+from reef.plugins import PluginRegistrar
 from reef_sft.processor import SFTJobData, SFTSamples
 from reef_sft.recipe import SFTRecipe
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from reef import hookimpl
-from reef.core.plugins import PluginRegistrar
+from reef.plugins import PluginRegistrar
 from reef_spade.recipe import SpadeRecipe
 
 

@@ -11,9 +11,10 @@ from reef_thumbs.recipe import ThumbsRecipe
 from reef_thumbs.samples import UNREADABLE_THUMB, ThumbsSamples
 
 from reef.core.job_data import TrajectorySample
-from reef.core.plugins import PluginConfigError, PluginKind, Plugins, RecipeConfigError
+from reef.core.plugins import PluginConfigError, RecipeConfigError
 from reef.core.records import InferenceRecord, Report
 from reef.pipeline_context import PipelineContext
+from reef.plugins import PluginKind, Plugins
 from reef.sample2job import validate_job_data
 from reef.storage import Database, TrainerSamples
 from reef.train.pipeline import TrainingPipeline

@@ -20,9 +20,9 @@ from collections.abc import Mapping
 import attrs
 
 from reef.core.deployment import ScenarioSection
-from reef.core.plugins import Plugins
 from reef.core.records import JSON
 from reef.pipeline_context import PipelineContext, TrainingMode
+from reef.plugins import Plugins
 from reef.record2sample.stage import Record2Sample
 from reef.server.errors import ApiError, UploadRejected
 from reef.train.stages import build_stages, scenario_trainers

@@ -29,7 +29,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from reef.core.deployment import Deployment
-from reef.core.plugins import Plugins
+from reef.plugins import Plugins
 from reef.server import inference, items, jobs, reports, samples, scenarios, status
 from reef.server.bodies import error_answer
 from reef.server.console import console_mount

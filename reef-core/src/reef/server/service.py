@@ -19,7 +19,7 @@ import attrs
 from starlette.requests import Request
 
 from reef.core.deployment import Deployment, ServingSection
-from reef.core.plugins import Plugins
+from reef.plugins import Plugins
 from reef.server.admission import ScenarioAdmission
 from reef.server.auth import Authenticator, Caller, Scope
 from reef.server.engines import ChatEngine, FunctionEngine

@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from reef.core.plugins import ENTRY_POINT_GROUP, PluginRegistrar
 from reef.hookspecs import hookimpl
+from reef.plugins import ENTRY_POINT_GROUP, PluginRegistrar
 
 _Classes = Mapping[str, type[Any]]
 
@@ -81,7 +81,7 @@ def inline_plugin(
     extensions: _Classes | None = None,
 ) -> InlinePlugin:
     """A plugin object contributing the given classes (name -> class) of each kind, for
-    :meth:`reef.core.plugins.Plugins.register`."""
+    :meth:`reef.plugins.Plugins.register`."""
     return InlinePlugin(
         recipes=recipes or {},
         record2sample=record2sample or {},

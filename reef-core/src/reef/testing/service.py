@@ -21,9 +21,9 @@ from typing import Any, ClassVar
 import uvicorn
 
 from reef.core.job_data import JobData, Sample, TrajectorySample
-from reef.core.plugins import Plugins
 from reef.core.records import JSON
 from reef.pipeline_context import TrainingMode
+from reef.plugins import Plugins
 from reef.recipe import PipelineSpec, Recipe
 from reef.record2sample.stage import Record2Sample
 from reef.sample2job.stage import Sample2Job

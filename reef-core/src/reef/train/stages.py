@@ -15,9 +15,10 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from reef.core.deployment import DeploymentError, ScenarioSection, scenario_classes
-from reef.core.plugins import Plugins
+from reef.core.deployment import DeploymentError, ScenarioSection
 from reef.pipeline_context import PipelineContext
+from reef.plugins import Plugins
+from reef.plugins.scenarios import scenario_classes
 from reef.record2sample.stage import Record2Sample
 from reef.sample2job.stage import Sample2Job
 from reef.storage import Database, ScenarioSettings, TrainerSamples

@@ -51,9 +51,9 @@ import attrs
 
 from reef.components.interface import JobHandle, TrainingComponent
 from reef.core.job_data import JobData, JobOutcome, TrainingInstruction, sample_reward
-from reef.core.plugins import Plugins
 from reef.core.records import JSON
 from reef.pipeline_context import TrainingMode, check_training_mode
+from reef.plugins import Plugins
 from reef.sample2job.validation import validate_job_data
 from reef.storage import (
     Database,

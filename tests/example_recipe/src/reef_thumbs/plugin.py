@@ -7,7 +7,7 @@ classes under the short names a deployment writes.
 from __future__ import annotations
 
 from reef import hookimpl
-from reef.core.plugins import PluginRegistrar
+from reef.plugins import PluginRegistrar
 from reef_thumbs.job_data import ThumbsJobData
 from reef_thumbs.recipe import ThumbsRecipe
 from reef_thumbs.samples import ThumbsSamples

@@ -10,8 +10,8 @@ from typing import Any
 
 import attrs
 
-from reef.core.plugins import PluginRegistrar
 from reef.hookspecs import hookimpl
+from reef.plugins.registrar import PluginRegistrar
 
 
 @hookimpl

@@ -1,0 +1,200 @@
+"""What a deployment's scenarios name, resolved through the plugins; and loading the file.
+
+:func:`scenario_classes` resolves the recipe, stages, component and extensions of one scenario
+and checks each config against its class's settings; :func:`load_deployment` reads a
+deployment file (:mod:`reef.core.deployment` structures it) and checks every scenario, so that
+all problems of the file are reported at once, each with its path.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from reef.core.deployment import (
+    Deployment,
+    DeploymentError,
+    ScenarioSection,
+    StageSection,
+    deployment_document,
+)
+from reef.core.plugins import NoSettings, PluginConfigError, PluginSettings
+from reef.plugins.manager import Plugins
+from reef.plugins.registrar import PluginKind, UnknownPluginError
+
+
+@attrs.frozen
+class ScenarioClasses:
+    """The classes a scenario names, resolved: its recipe, its stages and its component."""
+
+    recipe: type[Any]
+    record2sample: type[Any]
+    sample2job: type[Any]
+    component: type[Any] | None
+    #: the parsed settings of each extension the scenario configures, by extension name
+    extensions: Mapping[str, PluginSettings] = attrs.field(factory=dict)
+
+
+def settings_class_of(plugin_class: type[Any]) -> type[PluginSettings]:
+    """The settings class a plugin class declares as ``Settings``; a class that declares none
+    takes no config (:class:`NoSettings`)."""
+    settings = getattr(plugin_class, "Settings", NoSettings)
+    if not (isinstance(settings, type) and issubclass(settings, PluginSettings)):
+        raise TypeError(f"{plugin_class.__name__}.Settings must extend PluginSettings")
+    return settings
+
+
+def _resolve(
+    plugins: Plugins, kind: PluginKind, name: str, path: str, problems: list[str]
+) -> type[Any] | None:
+    try:
+        return plugins.resolve(kind, name)
+    except UnknownPluginError as exc:
+        problems.append(f"{exc} @ {path}")
+        return None
+
+
+def _check_config(
+    plugin_class: type[Any],
+    config: Mapping[str, Any] | None,
+    path: str,
+    problems: list[str],
+    *,
+    settings_class: type[PluginSettings] | None = None,
+) -> PluginSettings | None:
+    try:
+        settings = settings_class or settings_class_of(plugin_class)
+        return settings.parse(config, plugin_class=plugin_class, path=path)
+    except PluginConfigError as exc:
+        problems.extend(f"{e.plugin}: {e.reason} @ {e.key}" for e in exc.errors)
+    except TypeError as exc:
+        problems.append(f"{exc} @ {path}")
+    return None
+
+
+def scenario_classes(
+    name: str, scenario: ScenarioSection, plugins: Plugins, problems: list[str] | None = None
+) -> ScenarioClasses | None:
+    """Resolve the classes of scenario ``name`` and check each config against its class's
+    settings, appending every problem to ``problems`` (``None``: raise them all).
+
+    :raises DeploymentError: when ``problems`` is ``None`` and anything is wrong.
+    """
+    found: list[str] = [] if problems is None else problems
+    before = len(found)
+    path = f"$.scenarios.{name}"
+    recipe = _resolve(plugins, PluginKind.RECIPE, scenario.recipe.class_, f"{path}.recipe", found)
+    classes: dict[str, type[Any] | None] = {}
+    if recipe is not None:
+        _check_config(recipe, scenario.recipe.config, f"{path}.recipe.config", found)
+    for stage, kind in (
+        ("record2sample", PluginKind.RECORD2SAMPLE),
+        ("sample2job", PluginKind.SAMPLE2JOB),
+    ):
+        section: StageSection = getattr(scenario.pipeline, stage)
+        stage_path = f"{path}.pipeline.{stage}"
+        class_name = section.class_
+        if class_name is None:
+            if recipe is None:
+                classes[stage] = None
+                continue
+            # The recipe's default; a recipe that is not a reef.recipe.Recipe has none.
+            class_name = getattr(recipe.pipeline_spec(), stage)
+        stage_class = _resolve(plugins, kind, class_name, f"{stage_path}.class", found)
+        classes[stage] = stage_class
+        if stage_class is not None:
+            _check_config(stage_class, section.config, f"{stage_path}.config", found)
+    if recipe is not None:
+        try:
+            recipe.check_pipeline(
+                scenario.pipeline.sample2job.config, path=f"{path}.pipeline.sample2job.config"
+            )
+        except PluginConfigError as exc:
+            found.extend(f"{e.plugin}: {e.reason} @ {e.key}" for e in exc.errors)
+    component: type[Any] | None = None
+    if scenario.training is not None:
+        training_path = f"{path}.training"
+        component = _resolve(
+            plugins,
+            PluginKind.COMPONENT,
+            scenario.training.component,
+            f"{training_path}.component",
+            found,
+        )
+        if component is not None:
+            _check_config(component, scenario.training.options, f"{training_path}.options", found)
+    extensions: dict[str, PluginSettings] = {}
+    for extension, config in scenario.extensions.items():
+        extension_path = f"{path}.extensions.{extension}"
+        settings_class = _resolve(plugins, PluginKind.EXTENSION, extension, extension_path, found)
+        if settings_class is None:
+            continue
+        # An extension registers its settings class itself: it is what the scenario configures.
+        parsed = _check_config(
+            settings_class, config, extension_path, found, settings_class=settings_class
+        )
+        if parsed is not None:
+            extensions[extension] = parsed
+    if len(found) > before:
+        if problems is None:
+            raise DeploymentError(f"scenario {name}", tuple(found))
+        return None
+    assert recipe is not None
+    return ScenarioClasses(
+        recipe=recipe,
+        record2sample=_known(classes["record2sample"]),
+        sample2job=_known(classes["sample2job"]),
+        component=component,
+        extensions=extensions,
+    )
+
+
+def _known(cls: type[Any] | None) -> type[Any]:
+    assert cls is not None  # no problem was found, so every class resolved
+    return cls
+
+
+def load_deployment(
+    source: str | Path,
+    *,
+    plugins: Plugins,
+    environ: Mapping[str, str] | None = None,
+) -> Deployment:
+    """Read, substitute, structure and check a deployment file.
+
+    :param source: a path to the YAML file, or its text.
+    :param plugins: the loaded plugins, which resolve every class name.
+    :param environ: where ``${NAME}`` references are read; by default the process environment.
+    :raises DeploymentError: listing every problem of the file, each with its path.
+    """
+    if isinstance(source, Path):
+        origin, text = str(source), source.read_text(encoding="utf-8")
+    else:
+        origin, text = "<deployment>", source
+    problems: list[str] = []
+    document = deployment_document(
+        text, origin=origin, environ=os.environ if environ is None else environ, problems=problems
+    )
+    located: list[tuple[str, str]] = []
+    deployment = Deployment.structure_at(document, "$", located)
+    problems.extend(f"{reason} @ {path}" for path, reason in located)
+    if deployment is not None:
+        if not deployment.scenarios:
+            problems.append("a deployment needs at least one scenario @ $.scenarios")
+        for name, scenario in deployment.scenarios.items():
+            scenario_classes(name, scenario, plugins, problems)
+    elif isinstance(document, Mapping) and isinstance(document.get("scenarios"), Mapping):
+        # Another section is wrong: still check the stages of every scenario that reads, so
+        # the file's problems are all reported at once (the section's own are listed above).
+        for name, raw in document["scenarios"].items():
+            readable = ScenarioSection.structure_at(raw, f"$.scenarios.{name}", [])
+            if readable is not None:
+                scenario_classes(str(name), readable, plugins, problems)
+    if problems:
+        raise DeploymentError(origin, tuple(problems))
+    assert deployment is not None
+    return deployment
