@@ -16,6 +16,7 @@ from reef.pipeline_context import PipelineContext
 from reef.record2sample import (
     BackgroundJobWorker,
     GroupDecision,
+    GroupedReportSamples,
     JudgedSamples,
     NoSamples,
     RecordJudging,
@@ -30,7 +31,7 @@ from reef.record2sample import (
     SkippedReport,
     TrajectorySamples,
 )
-from reef.sample2job import GroupedJobData, GroupedReportSamples, Sample2Job
+from reef.sample2job import GroupedJobData, Sample2Job
 from reef.testing.records import call, report
 
 CTX = PipelineContext("s", "c", has_runtime_loader=True)

@@ -19,10 +19,10 @@ def reef_register_record2sample(registry: PluginRegistrar) -> None:
     """The core's record-to-sample stages."""
     # Imported when the hook runs, not when the entry point loads: the stages pull in the
     # pipeline's modules, which listing plugins does not need until it registers them.
+    from reef.record2sample.grouped import GroupedReportSamples
     from reef.record2sample.no_samples import NoSamples
     from reef.record2sample.reports import ReportSamples
     from reef.record2sample.trajectories import TrajectorySamples
-    from reef.sample2job.grouped import GroupedReportSamples
 
     registry.register("NoSamples", NoSamples)
     registry.register("TrajectorySamples", TrajectorySamples)

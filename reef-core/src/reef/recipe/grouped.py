@@ -2,7 +2,7 @@
 trained GRPO-style.
 
 Clients post reports naming their comparison group in ``metadata.group``; a group trains once it
-holds ``group_size`` reports (:class:`reef.sample2job.grouped.GroupedReportSamples`), and each
+holds ``group_size`` reports (:class:`reef.record2sample.grouped.GroupedReportSamples`), and each
 job's data keeps every sample's group (:class:`reef.sample2job.grouped.GroupedJobData`), so the
 component centres each reward on its group's mean. A weight recipe: the deployment sets
 ``pipeline.sample2job.config.job_samples``.

@@ -1,11 +1,12 @@
 """Record-to-sample stages: :class:`Record2Sample`, record sets and units, and the built-ins.
 
 A recipe's record-to-sample stage extends one of :class:`NoSamples`, :class:`TrajectorySamples`,
-:class:`ReportSamples` or :class:`JudgedSamples` (or :class:`Record2Sample` itself). See
-``docs/pipeline.md`` for a recipe author's walk through them.
+:class:`ReportSamples` (grouped: :class:`GroupedReportSamples`) or :class:`JudgedSamples` (or
+:class:`Record2Sample` itself). See ``docs/pipeline.md`` for a recipe author's walk through them.
 """
 
 from reef.record2sample.assembly import SampleAssembly
+from reef.record2sample.grouped import GroupedReportSamples, ReportGroups
 from reef.record2sample.judged import JudgedSamples, RecordJudging
 from reef.record2sample.no_samples import NoSamples
 from reef.record2sample.record_sets import (
@@ -33,6 +34,7 @@ __all__ = [
     "BackgroundJobWorker",
     "FinishedJob",
     "GroupDecision",
+    "GroupedReportSamples",
     "JudgedSamples",
     "MissingScore",
     "NoSamples",
@@ -45,6 +47,7 @@ __all__ = [
     "ReportContext",
     "ReportError",
     "ReportGrouping",
+    "ReportGroups",
     "ReportSamples",
     "SampleAssembly",
     "SampleResult",

@@ -5,15 +5,13 @@ the core's default weight recipe uses :class:`GroupedJobData`. :func:`validate_j
 trainer's check of a stage's job data against its ``output_schema``, for a recipe's tests too.
 """
 
-from reef.sample2job.grouped import GroupedJobData, GroupedReportSamples, ReportGroups
+from reef.sample2job.grouped import GroupedJobData
 from reef.sample2job.stage import Sample2Job, Sample2JobSettings
 from reef.sample2job.validation import JobDataError, validate_job_data
 
 __all__ = [
     "GroupedJobData",
-    "GroupedReportSamples",
     "JobDataError",
-    "ReportGroups",
     "Sample2Job",
     "Sample2JobSettings",
     "validate_job_data",

@@ -1,83 +1,18 @@
-"""The core's default weight recipe: grouped reported feedback, GRPO-style.
+"""The default weight recipe's job data: :class:`GroupedJobData`, GRPO-style.
 
-Reports name their comparison group in ``metadata.group`` (and may name a slot in
-``metadata.slot``); a group trains when it holds ``group_size`` reports. The job data is the
-buffer's samples, each member carrying its group id, so the step objective can compare rewards
-within a group. Nothing numeric happens here: advantages and the loss belong to the objective
-(P-STG-15).
+Its record-to-sample stage (:class:`reef.record2sample.grouped.GroupedReportSamples`) puts
+reports in comparison groups. The job data is the buffer's samples, each member carrying its
+group id, so the step objective can compare rewards within a group. Nothing numeric happens
+here: advantages and the loss belong to the objective (P-STG-15).
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
-from typing import Any, ClassVar, Self
+from collections.abc import Sequence
+from typing import ClassVar
 
-import attrs
-
-from reef.core.config import config_option
 from reef.core.job_data import JobData, Sample
-from reef.core.plugins import PluginSettings, Record2SampleSettings
-from reef.pipeline_context import PipelineContext
-from reef.record2sample.reports import GroupDecision, ReportContext, ReportGrouping, ReportSamples
 from reef.sample2job.stage import Sample2Job
-
-#: The report metadata keys the grouping reads.
-GROUP_KEY = "group"
-SLOT_KEY = "slot"
-
-
-@attrs.frozen
-class GroupedReportSamplesSettings(Record2SampleSettings):
-    """``GroupedReportSamples``' keys: the group size beside ``max_staleness``."""
-
-    group_size: int = config_option(
-        default=4,
-        help="how many reports of one comparison group (metadata.group) train together",
-        validator=attrs.validators.gt(0),
-    )
-
-
-class ReportGroups(ReportGrouping):
-    """Groups reports by ``metadata.group``; a group is ready at ``group_size`` members.
-
-    A report without a group trains by itself.
-    """
-
-    def __init__(self, group_size: int) -> None:
-        self.group_size = group_size
-
-    def placement(self, context: ReportContext) -> tuple[Hashable | None, str | None]:
-        """``(metadata.group, metadata.slot)``."""
-        metadata = context.report.metadata
-        group, slot = metadata.get(GROUP_KEY), metadata.get(SLOT_KEY)
-        return (
-            None if group is None else str(group),
-            None if slot is None else str(slot),
-        )
-
-    def decide(self, key: Hashable, members: tuple[ReportContext, ...]) -> GroupDecision:
-        """READY at ``group_size`` members, INCOMPLETE before."""
-        del key
-        return GroupDecision.READY if len(members) >= self.group_size else GroupDecision.INCOMPLETE
-
-
-class GroupedReportSamples(ReportSamples):
-    """The default weight recipe's record-to-sample stage: reports in comparison groups."""
-
-    Settings: ClassVar[type[PluginSettings]] = GroupedReportSamplesSettings
-
-    @classmethod
-    def from_config(
-        cls,
-        config: Mapping[str, Any] | None,
-        *,
-        context: PipelineContext,
-        environ: Mapping[str, str],
-    ) -> Self:
-        """Parse :class:`GroupedReportSamplesSettings`."""
-        del environ
-        settings = GroupedReportSamplesSettings.parse(config, plugin_class=cls)
-        return cls(context, ReportGroups(settings.group_size), max_staleness=settings.max_staleness)
 
 
 class GroupedJobData(Sample2Job):
