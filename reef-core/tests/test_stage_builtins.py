@@ -485,7 +485,7 @@ def test_a_stored_report_with_an_eligibility_flag_fails_explicitly_on_replay(
     """rule: P-LAYOUT-5 P-REP-3 a legacy report carrying metadata.training.eligible (either
     value) fails explicitly when replayed; it is neither trained nor dropped, and its records
     stay held until it is corrected."""
-    from reef.record2sample.reports import ReportError
+    from reef.record2sample.record_sets import ReportError
 
     stage = ReportSamples(CTX)
     stage.push(call("c1", 1))

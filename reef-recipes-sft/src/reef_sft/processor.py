@@ -22,7 +22,8 @@ from reef.core.job_data import JobData, Sample, TrajectorySample
 from reef.core.plugins import PluginSettings
 from reef.core.records import JSON
 from reef.pipeline_context import PipelineContext
-from reef.record2sample.reports import ReportContext, ReportSamples, SkippedReport
+from reef.record2sample.record_sets import ReportContext
+from reef.record2sample.reports import ReportSamples, SkippedReport
 from reef.sample2job.stage import Sample2Job
 
 

@@ -10,22 +10,17 @@ from reef.record2sample.grouped import GroupedReportSamples, ReportGroups
 from reef.record2sample.judged import JudgedSamples, RecordJudging
 from reef.record2sample.no_samples import NoSamples
 from reef.record2sample.record_sets import (
+    MissingScore,
     RecordSet,
     RecordSetError,
     RecordSetOverlap,
     RecordSetUnit,
+    ReportContext,
+    ReportError,
     SampleResult,
     SampleStatus,
 )
-from reef.record2sample.reports import (
-    GroupDecision,
-    MissingScore,
-    ReportContext,
-    ReportError,
-    ReportGrouping,
-    ReportSamples,
-    SkippedReport,
-)
+from reef.record2sample.reports import GroupDecision, ReportGrouping, ReportSamples, SkippedReport
 from reef.record2sample.stage import Record2Sample
 from reef.record2sample.trajectories import TrajectorySamples, TrajectorySamplesSettings
 from reef.record2sample.worker import BackgroundJobWorker, FinishedJob

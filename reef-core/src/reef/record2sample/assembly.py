@@ -14,14 +14,11 @@ how a sample knows the artifact that produced it (P-STALE-4).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from reef.core.atif import trajectory_from_records, trajectory_to_json
 from reef.core.job_data import TrajectorySample
 from reef.core.records import JSON, InferenceRecord
-
-if TYPE_CHECKING:
-    from reef.record2sample.reports import ReportContext
+from reef.record2sample.record_sets import ReportContext
 
 
 class SampleAssembly:

@@ -16,7 +16,8 @@ import attrs
 from reef.core.config import config_option
 from reef.core.plugins import PluginSettings, Record2SampleSettings
 from reef.pipeline_context import PipelineContext
-from reef.record2sample.reports import GroupDecision, ReportContext, ReportGrouping, ReportSamples
+from reef.record2sample.record_sets import ReportContext
+from reef.record2sample.reports import GroupDecision, ReportGrouping, ReportSamples
 
 #: The report metadata keys the grouping reads.
 GROUP_KEY = "group"

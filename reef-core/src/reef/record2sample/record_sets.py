@@ -2,7 +2,9 @@
 
 A :class:`RecordSet` is what a stage makes samples from; a :class:`RecordSetUnit` is the record
 sets that must train in the same job; a :class:`SampleResult` is what making the samples of one
-set gave, and settles every record of the set together (P-SET-7).
+set gave, and settles every record of the set together (P-SET-7). A :class:`ReportContext` is a
+report with the calls it scores, as a reported-feedback recipe reads it; its record set is the
+report's.
 """
 
 from __future__ import annotations
@@ -156,3 +158,41 @@ class SampleResult:
     def skipped(cls, reason: str) -> SampleResult:
         """No sample, for ``reason``."""
         return cls(SampleStatus.SKIPPED, (), reason)
+
+
+class ReportError(ValueError):
+    """A report the stage cannot take: names the report and why (training data errors
+    propagate, P-REP-14)."""
+
+
+class MissingScore(ReportError):
+    """``ReportContext.require_score`` found a report without a score."""
+
+
+@attrs.frozen
+class ReportContext:
+    """One report with the records it scores, as a recipe reads it.
+
+    :ivar report: the report.
+    :ivar inferences: every call of the report's trajectories, oldest first.
+    :ivar ends: the referenced last calls, in the report's reference order; a method that
+        trains one call reads an end, whose request holds the earlier turns.
+    """
+
+    report: Report
+    inferences: tuple[InferenceRecord, ...]
+    ends: tuple[InferenceRecord, ...]
+
+    def require_score(self) -> float:
+        """The report's score, for a method that needs a reward.
+
+        :raises MissingScore: when the report has none.
+        """
+        if self.report.score is None:
+            raise MissingScore(f"report {self.report.id!r} has no score, and this method needs one")
+        return self.report.score
+
+    @property
+    def record_set(self) -> RecordSet:
+        """The report's record set: its calls, oldest first, then the report."""
+        return RecordSet(self.report.id, (*self.inferences, self.report))

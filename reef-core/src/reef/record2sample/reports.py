@@ -29,7 +29,14 @@ from reef.core.records import InferenceRecord, Record, Report, has_eligibility_f
 from reef.core.trajectory_index import TrajectoryIndex
 from reef.pipeline_context import PipelineContext
 from reef.record2sample.assembly import SampleAssembly
-from reef.record2sample.record_sets import RecordSet, RecordSetUnit, SampleResult, SampleStatus
+from reef.record2sample.record_sets import (
+    RecordSet,
+    RecordSetUnit,
+    ReportContext,
+    ReportError,
+    SampleResult,
+    SampleStatus,
+)
 from reef.record2sample.stage import Record2Sample
 
 logger = logging.getLogger(__name__)
@@ -46,15 +53,6 @@ NOT_A_REPORT = "not_a_report"
 REPORT_TYPE_KEY = "report_type"
 
 
-class ReportError(ValueError):
-    """A report the stage cannot take: names the report and why (training data errors
-    propagate, P-REP-14)."""
-
-
-class MissingScore(ReportError):
-    """``ReportContext.require_score`` found a report without a score."""
-
-
 @attrs.frozen
 class SkippedReport:
     """``make_sample``'s answer for a valid report that cannot train (P-REP-11)."""
@@ -68,35 +66,6 @@ class GroupDecision(enum.Enum):
     INCOMPLETE = "incomplete"
     READY = "ready"
     DISCARD = "discard"
-
-
-@attrs.frozen
-class ReportContext:
-    """One report with the records it scores, as a recipe reads it.
-
-    :ivar report: the report.
-    :ivar inferences: every call of the report's trajectories, oldest first.
-    :ivar ends: the referenced last calls, in the report's reference order; a method that
-        trains one call reads an end, whose request holds the earlier turns.
-    """
-
-    report: Report
-    inferences: tuple[InferenceRecord, ...]
-    ends: tuple[InferenceRecord, ...]
-
-    def require_score(self) -> float:
-        """The report's score, for a method that needs a reward.
-
-        :raises MissingScore: when the report has none.
-        """
-        if self.report.score is None:
-            raise MissingScore(f"report {self.report.id!r} has no score, and this method needs one")
-        return self.report.score
-
-    @property
-    def record_set(self) -> RecordSet:
-        """The report's record set: its calls, oldest first, then the report."""
-        return RecordSet(self.report.id, (*self.inferences, self.report))
 
 
 class ReportGrouping:
