@@ -16,7 +16,8 @@ import tempfile
 from collections import defaultdict
 from pathlib import Path
 
-from reef.core.atif import trajectory_from_records, trajectory_to_json
+from reef.core.atif import trajectory_to_json
+from reef.core.atif_build import trajectory_from_records
 from reef.core.records import InferenceRecord, Record, Report, loads
 from reef.plugins import Plugins
 from reef.plugins.scenarios import load_deployment

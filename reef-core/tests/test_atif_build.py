@@ -14,12 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from reef.core.atif import (
-    AtifBuildError,
-    trajectory_from_json,
-    trajectory_from_records,
-    trajectory_to_json,
-)
+from reef.core.atif import trajectory_from_json, trajectory_to_json
+from reef.core.atif_build import AtifBuildError, trajectory_from_records
 from reef.core.records import InferenceRecord
 from reef.core.trajectory_index import TrajectoryIndex
 

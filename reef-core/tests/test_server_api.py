@@ -20,7 +20,8 @@ pytest.importorskip("httpx")
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
-from reef.core.atif import trajectory_from_records, trajectory_to_json
+from reef.core.atif import trajectory_to_json
+from reef.core.atif_build import trajectory_from_records
 from reef.core.deployment import Deployment
 from reef.core.records import InferenceRecord, Report
 from reef.core.trajectory_index import TrajectoryIndex

@@ -1,4 +1,4 @@
-"""ATIF v1.8 trajectories as frozen attrs values: read, written, and built from records.
+"""ATIF v1.8 trajectories as frozen attrs values, read from and written to JSON.
 
 ATIF (the Agent Trajectory Interchange Format, ``schema_version: "ATIF-v1.8"``) is how Reef
 writes a sample's trajectory and how clients upload theirs. The classes mirror the public
@@ -10,17 +10,14 @@ Two differences of shape, none of content: sequences are tuples (values are immu
 ATIF's two media sources (image, audio) are one :class:`MediaSource` whose ``media_type`` says
 which it is. Absent optional fields are ``None`` and are left out of the JSON form.
 
-:func:`trajectory_from_records` builds the trajectory of linked OpenAI chat-completions calls;
-it keeps, under ``extra["reef"]``, which record produced each step and with which artifact.
+Building a trajectory from inference records is :mod:`reef.core.atif_build`'s.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import re
-from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
+from collections.abc import Mapping
+from datetime import datetime
 from typing import Any, Final, Literal, TypeAlias, get_args
 
 import attrs
@@ -28,9 +25,7 @@ import cattrs
 from cattrs.gen import make_dict_unstructure_fn
 
 from reef.core.converters import describe, make_converter
-from reef.core.records import CHAT_COMPLETIONS, JSON, InferenceRecord
-from reef.core.trajectory_index import normalise_message
-from reef.version import __version__
+from reef.core.records import JSON
 
 #: The ``schema_version`` Reef writes.
 SCHEMA_VERSION: Final = "ATIF-v1.8"
@@ -85,10 +80,6 @@ class AtifFormatError(ValueError):
     def __init__(self, message: str, *, path: str | None = None) -> None:
         super().__init__(message if path is None else f"{message} @ {path}")
         self.path = path
-
-
-class AtifBuildError(ValueError):
-    """Inference records that do not make one trajectory (not chained, unsupported content)."""
 
 
 def _canonical_media_type(value: str) -> str:
@@ -405,247 +396,3 @@ def trajectory_to_json(trajectory: Trajectory) -> JSON:
     """
     body: JSON = _converter.unstructure(trajectory)
     return body
-
-
-# -- built from inference records -------------------------------------------------------------
-
-_DATA_URL = re.compile(r"^data:(?P<type>[\w.+-]+/[\w.+-]+)[;,]")
-_IMAGE_SUFFIXES: Final = {
-    ".png": "image/png",
-    ".jpg": "image/jpeg",
-    ".jpeg": "image/jpeg",
-    ".gif": "image/gif",
-    ".webp": "image/webp",
-}
-
-
-def trajectory_from_records(
-    records: Sequence[InferenceRecord],
-    *,
-    trajectory_id: str,
-    agent_name: str = "reef",
-    agent_version: str = __version__,
-    session_id: str | None = None,
-    keep_tokens: bool = False,
-) -> Trajectory:
-    """The ATIF trajectory of the calls of one trajectory, root first, last call last.
-
-    The conversation is the last call's request followed by its reply (the first choice):
-    system and user messages become system and user steps, each assistant message an agent
-    step with its tool calls, and each tool message an observation result of the agent step
-    whose call it answers. An agent step made by one of ``records`` keeps that call's model,
-    end time and token counts (when the response has them), and under
-    ``extra["reef"]`` the record id, artifact id and finish reason; an assistant message no
-    record made (context the client wrote) is ``is_copied_context``. The trajectory's
-    ``extra["reef"]["records"]`` lists every call, in order, with its artifact.
-
-    A sample holds no tokens and no log probabilities (P-REND-1): token ids and log
-    probabilities that an engine returned are kept only with ``keep_tokens=True``, for a
-    caller that reads them (diagnostics, an exported trace), never for a training sample.
-
-    :raises AtifBuildError: when the records are not OpenAI chat-completions calls whose
-        requests extend one another, or a message cannot be expressed in ATIF.
-    """
-    if not records:
-        raise AtifBuildError("a trajectory needs at least one inference record")
-    _check_chained(records)
-    last = records[-1]
-    conversation = list(last.messages)
-    replies = last.reply_messages
-    if replies:
-        conversation.append(replies[0])
-    # The assistant message a call produced sits right after that call's request.
-    made_by = {len(record.messages): record for record in records}
-    steps: list[Step] = []
-    for position, message in enumerate(conversation):
-        where = f"record {last.id!r}, message {position}"
-        if not isinstance(message, Mapping):
-            raise AtifBuildError(f"{where}: a message must be an object")
-        role = message.get("role")
-        if role == "tool":
-            steps[-1:] = [_observe(steps, message, where)]
-            continue
-        if role == "assistant":
-            record = made_by.get(position)
-            step = _agent_step(len(steps) + 1, message, record, where)
-            if not keep_tokens and step.metrics is not None:
-                step = attrs.evolve(step, metrics=_without_tokens(step.metrics))
-            steps.append(step)
-        elif role in ("system", "developer", "user"):
-            source: StepSource = "user" if role == "user" else "system"
-            steps.append(Step(len(steps) + 1, source, _content(message.get("content"), where)))
-        else:
-            raise AtifBuildError(f"{where}: unsupported role {role!r}")
-    metrics = [step.metrics for step in steps if step.metrics is not None]
-    return Trajectory(
-        schema_version=SCHEMA_VERSION,
-        session_id=session_id,
-        trajectory_id=trajectory_id,
-        agent=Agent(
-            name=agent_name,
-            version=agent_version,
-            model_name=_model_name(last),
-            tool_definitions=tuple(last.tools) or None,
-        ),
-        steps=tuple(steps),
-        final_metrics=FinalMetrics(
-            total_prompt_tokens=_total(m.prompt_tokens for m in metrics),
-            total_completion_tokens=_total(m.completion_tokens for m in metrics),
-            total_cached_tokens=_total(m.cached_tokens for m in metrics),
-            total_steps=len(steps),
-        ),
-        extra={
-            "reef": {
-                "scenario": last.scenario,
-                "artifact_id": last.artifact_id,
-                "records": [{"id": r.id, "artifact_id": r.artifact_id} for r in records],
-            }
-        },
-    )
-
-
-def _check_chained(records: Sequence[InferenceRecord]) -> None:
-    previous: InferenceRecord | None = None
-    for record in records:
-        if record.api_format != CHAT_COMPLETIONS:
-            raise AtifBuildError(
-                f"record {record.id!r} has API format {record.api_format!r};"
-                f" only {CHAT_COMPLETIONS!r} builds an ATIF trajectory"
-            )
-        if previous is not None:
-            before = [normalise_message(m) for m in previous.messages]
-            after = [normalise_message(m) for m in record.messages]
-            if len(before) >= len(after) or after[: len(before)] != before:
-                raise AtifBuildError(
-                    f"record {record.id!r} does not extend the request of {previous.id!r}:"
-                    " the records are not one trajectory, root first"
-                )
-        previous = record
-
-
-def _total(values: Any) -> int | None:
-    known = [v for v in values if v is not None]
-    return sum(known) if known else None
-
-
-def _model_name(record: InferenceRecord) -> str | None:
-    model = (record.response or {}).get("model") or record.request.get("model")
-    return model if isinstance(model, str) else None
-
-
-def _content(content: Any, where: str) -> Content:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        raise AtifBuildError(f"{where}: content must be text or a list of parts")
-    return tuple(_content_part(part, where) for part in content)
-
-
-def _content_part(part: Any, where: str) -> ContentPart:
-    kind = part.get("type") if isinstance(part, Mapping) else None
-    if kind == "text" and isinstance(part.get("text"), str):
-        return ContentPart("text", text=part["text"])
-    if kind == "image_url":
-        image = part.get("image_url")
-        url = image.get("url") if isinstance(image, Mapping) else image
-        if isinstance(url, str):
-            data = _DATA_URL.match(url)
-            suffix = next((s for s in _IMAGE_SUFFIXES if url.lower().endswith(s)), None)
-            media_type = data["type"] if data else _IMAGE_SUFFIXES.get(suffix or "")
-            if media_type is not None and media_type in IMAGE_MEDIA_TYPES:
-                return ContentPart("image", source=MediaSource(media_type, url))
-    raise AtifBuildError(f"{where}: content part {kind!r} has no ATIF form")
-
-
-def _tool_call(call: Any, where: str) -> ToolCall:
-    if not isinstance(call, Mapping) or not isinstance(call.get("function"), Mapping):
-        raise AtifBuildError(f"{where}: a tool call needs a function")
-    if not isinstance(call.get("id"), str):
-        raise AtifBuildError(f"{where}: a tool call needs an id")
-    function = call["function"]
-    text = function.get("arguments")
-    try:
-        arguments = json.loads(text) if isinstance(text, str) and text.strip() else text or {}
-    except json.JSONDecodeError:
-        arguments = None
-    extra = None
-    if not isinstance(arguments, dict):
-        # ATIF wants an object; keep what the model wrote so nothing is lost.
-        arguments, extra = {}, {"reef": {"arguments_text": text}}
-    return ToolCall(call["id"], str(function.get("name")), arguments, extra)
-
-
-def _agent_step(
-    step_id: int, message: Mapping[str, Any], record: InferenceRecord | None, where: str
-) -> Step:
-    calls = message.get("tool_calls") or []
-    reasoning = message.get("reasoning_content") or message.get("reasoning")
-    step = Step(
-        step_id,
-        "agent",
-        _content(message.get("content"), where),
-        reasoning_content=reasoning if isinstance(reasoning, str) else None,
-        tool_calls=tuple(_tool_call(c, where) for c in calls) or None,
-    )
-    if record is None:
-        return attrs.evolve(step, is_copied_context=True)
-    choice = ((record.response or {}).get("choices") or [{}])[0]
-    effort = record.request.get("reasoning_effort")
-    return attrs.evolve(
-        step,
-        timestamp=(
-            datetime.fromtimestamp(record.ended_at, UTC).isoformat() if record.ended_at else None
-        ),
-        model_name=_model_name(record),
-        reasoning_effort=effort if isinstance(effort, str | float) else None,
-        metrics=_metrics(record.response or {}, choice),
-        extra={
-            "reef": {
-                "record_id": record.id,
-                "artifact_id": record.artifact_id,
-                "finish_reason": choice.get("finish_reason") if isinstance(choice, dict) else None,
-            }
-        },
-    )
-
-
-def _metrics(response: Mapping[str, Any], choice: Any) -> Metrics | None:
-    usage = response.get("usage")
-    usage = dict(usage) if isinstance(usage, Mapping) else {}
-    details = usage.pop("prompt_tokens_details", None)
-    cached = details.get("cached_tokens") if isinstance(details, Mapping) else None
-    logprobs = choice.get("logprobs") if isinstance(choice, Mapping) else None
-    tokens = logprobs.get("content") if isinstance(logprobs, Mapping) else None
-    token_ids = choice.get("token_ids") if isinstance(choice, Mapping) else None
-    prompt_ids = response.get("prompt_token_ids")
-    metrics = Metrics(
-        prompt_tokens=usage.pop("prompt_tokens", None),
-        completion_tokens=usage.pop("completion_tokens", None),
-        cached_tokens=cached,
-        prompt_token_ids=tuple(prompt_ids) if isinstance(prompt_ids, list) else None,
-        completion_token_ids=tuple(token_ids) if isinstance(token_ids, list) else None,
-        logprobs=tuple(t["logprob"] for t in tokens) if isinstance(tokens, list) else None,
-        extra={k: v for k, v in usage.items() if k != "total_tokens" and v is not None} or None,
-    )
-    return None if metrics == Metrics() else metrics
-
-
-def _without_tokens(metrics: Metrics) -> Metrics | None:
-    counts = attrs.evolve(metrics, prompt_token_ids=None, completion_token_ids=None, logprobs=None)
-    return None if counts == Metrics() else counts
-
-
-def _observe(steps: list[Step], message: Mapping[str, Any], where: str) -> Step:
-    """The last step, with the tool message ``message`` added to its observation."""
-    call_id = message.get("tool_call_id")
-    agent = steps[-1] if steps and steps[-1].source == "agent" else None
-    calls = {c.tool_call_id for c in (agent.tool_calls or ())} if agent else set()
-    if agent is None or call_id not in calls:
-        raise AtifBuildError(f"{where}: tool result {call_id!r} answers no call of the agent step")
-    result = ObservationResult(
-        source_call_id=call_id, content=_content(message.get("content"), where)
-    )
-    earlier = agent.observation.results if agent.observation else ()
-    return attrs.evolve(agent, observation=Observation((*earlier, result)))

@@ -81,7 +81,7 @@ class TrajectorySample:
         """The artifact that answered the trajectory's last recorded call (P-STALE-4).
 
         Read from the last entry of the trajectory's ``extra.reef.records`` (each call's id and
-        artifact, in order, as :func:`reef.core.atif.trajectory_from_records` writes them);
+        artifact, in order, as :func:`reef.core.atif_build.trajectory_from_records` writes them);
         ``None`` when it names none, which makes a sample made from records stale wherever a
         staleness check runs (P-STALE-8).
         """

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from reef.core.atif import trajectory_from_records, trajectory_to_json
+from reef.core.atif import trajectory_to_json
+from reef.core.atif_build import trajectory_from_records
 from reef.core.job_data import TrajectorySample
 from reef.core.records import JSON, InferenceRecord
 from reef.record2sample.record_sets import ReportContext
