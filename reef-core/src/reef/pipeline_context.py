@@ -8,22 +8,16 @@ updated context (``context_changed``).
 
 from __future__ import annotations
 
-from typing import Final, Literal, Protocol, TypeAlias
+from typing import Final, Literal, TypeAlias
 
 import attrs
+
+from reef.core.task_stores import TaskStores
 
 TrainingMode: TypeAlias = Literal["auto", "manual"]
 
 #: Every training mode a pipeline knows; ``auto``, the default, first (P-MODE-1).
 TRAINING_MODES: Final[tuple[TrainingMode, ...]] = ("auto", "manual")
-
-
-class TaskStorage(Protocol):
-    """The scenario session's task stores, by name (see the storage package)."""
-
-    def open(self, name: str) -> object:
-        """The task store ``name`` of this scenario session, created when missing."""
-        ...
 
 
 def check_training_mode(mode: str) -> TrainingMode:
@@ -59,7 +53,7 @@ class PipelineContext:
     component: str
     trainers: tuple[str, ...] = ()
     training_mode: TrainingMode = attrs.field(default="auto", converter=check_training_mode)
-    task_storage: TaskStorage | None = None
+    task_storage: TaskStores | None = None
     admitted_report_types: frozenset[str] = frozenset()
     has_runtime_loader: bool = False
 

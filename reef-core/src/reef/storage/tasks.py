@@ -7,48 +7,23 @@ under its component name. Each write is one transaction.
 
 :class:`TaskStorage` and :class:`TaskStore` are the SQL implementations of the
 :class:`TaskStores` and :class:`KeyValueStore` protocols; a test of a stage may give it an
-in-memory fake of the protocols instead.
+in-memory fake of the protocols instead (the protocols are :mod:`reef.core.task_stores`').
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, Protocol
+from typing import Any
 
 from sqlalchemy import delete, select
 
+from reef.core.task_stores import KeyValueStore, TaskStores
 from reef.storage import json_values
 from reef.storage.database import Database
 from reef.storage.tables import task_entries
 from reef.storage.upserts import insert_or_ignore, insert_or_replace
 
 __all__ = ["KeyValueStore", "TaskStorage", "TaskStore", "TaskStores"]
-
-
-class KeyValueStore(Protocol):
-    """A durable map from string keys to JSON values, in insertion order."""
-
-    def get(self, key: str) -> Any | None:
-        """The value under ``key``, or ``None``."""
-
-    def put(self, key: str, value: Any) -> None:
-        """Store ``value`` under ``key``, replacing what was there (durable on return)."""
-
-    def put_new(self, key: str, value: Any) -> bool:
-        """Store ``value`` under ``key`` unless the key is taken; True when stored now."""
-
-    def delete(self, key: str) -> bool:
-        """Remove ``key``; True when it was there."""
-
-    def items(self) -> Iterator[tuple[str, Any]]:
-        """Every key and value, in the order the keys were first stored."""
-
-
-class TaskStores(Protocol):
-    """Opens a scenario's key/value stores by name."""
-
-    def open(self, name: str) -> KeyValueStore:
-        """The store called ``name`` (created empty when first opened)."""
 
 
 class TaskStore:
