@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from reef.core.records import CHAT_COMPLETIONS, InferenceRecord
-from reef.core.trajectory_index import LinkEntry, TrajectoryIndex, normalise_message
+from reef.core.trajectory_index import LinkEntry, TrajectoryIndex, comparable_message
 
 # -- the reference ----------------------------------------------------------------------------
 
@@ -28,7 +28,7 @@ def _canon(value: Any) -> str:
 
 
 def _request(record: InferenceRecord) -> list[str]:
-    return [_canon(normalise_message(m)) for m in record.messages]
+    return [_canon(comparable_message(m)) for m in record.messages]
 
 
 def reference_parents(records: Sequence[InferenceRecord]) -> dict[str, str | None]:
@@ -57,7 +57,7 @@ def reference_parents(records: Sequence[InferenceRecord]) -> dict[str, str | Non
         matching = [
             c
             for c in candidates
-            if any(_canon(normalise_message(reply)) == following for reply in c.reply_messages)
+            if any(_canon(comparable_message(reply)) == following for reply in c.reply_messages)
         ]
         parents[record.id] = (matching[-1] if matching else candidates[-1]).id
     return parents
@@ -309,7 +309,7 @@ def test_sampling_parameters_and_null_fields_do_not_count() -> None:
     child.request["max_tokens"] = 12
     index, _ = linked([root, child])
     assert index.parent("r1") == "r0"
-    assert normalise_message({"role": "user", "content": "", "name": None}) == {"role": "user"}
+    assert comparable_message({"role": "user", "content": "", "name": None}) == {"role": "user"}
 
 
 def test_unknown_and_duplicate_ids_are_refused() -> None:

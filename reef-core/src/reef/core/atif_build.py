@@ -32,7 +32,7 @@ from reef.core.atif import (
     Trajectory,
 )
 from reef.core.records import CHAT_COMPLETIONS, InferenceRecord
-from reef.core.trajectory_index import normalise_message
+from reef.core.trajectory_index import comparable_message
 from reef.version import __version__
 
 
@@ -144,8 +144,8 @@ def _check_chained(records: Sequence[InferenceRecord]) -> None:
                 f" only {CHAT_COMPLETIONS!r} builds an ATIF trajectory"
             )
         if previous is not None:
-            before = [normalise_message(m) for m in previous.messages]
-            after = [normalise_message(m) for m in record.messages]
+            before = [comparable_message(m) for m in previous.messages]
+            after = [comparable_message(m) for m in record.messages]
             if len(before) >= len(after) or after[: len(before)] != before:
                 raise AtifBuildError(
                     f"record {record.id!r} does not extend the request of {previous.id!r}:"

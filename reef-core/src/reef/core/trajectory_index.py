@@ -5,7 +5,7 @@ whose request its own request extends. Precisely (``docs/trajectories.md``):
 
 - two calls can link only when their API format and their tools (normalised JSON, order kept)
   are equal;
-- a request is its list of input messages, each reduced by :func:`normalise_message`;
+- a request is its list of input messages, each reduced by :func:`comparable_message`;
   sampling parameters do not count;
 - the parent is the earlier call whose request is the longest *proper* prefix of the call's
   request (a retry with an identical request is a sibling, never a child);
@@ -55,7 +55,7 @@ class LinkEntry:
     reply_keys: tuple[str, ...]
 
 
-def normalise_message(message: Any) -> Any:
+def comparable_message(message: Any) -> Any:
     """The part of a chat message that counts when requests are compared.
 
     Only ``role``, ``content``, ``tool_calls``, ``tool_call_id`` and ``name`` count; a missing
@@ -111,7 +111,7 @@ def root_key(api_format: str, tools: Sequence[Any]) -> str:
 
 def extend_key(key: str, message: Any) -> str:
     """The key of the request ``key`` names, extended by ``message`` (normalised here)."""
-    return _hash(key.encode(), _canonical(normalise_message(message)))
+    return _hash(key.encode(), _canonical(comparable_message(message)))
 
 
 def prefix_keys(record: InferenceRecord) -> list[str]:
