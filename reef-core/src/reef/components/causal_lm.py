@@ -20,9 +20,10 @@ import torch
 from torch import nn
 
 from reef.core.chat_rendering import Tokenizer
+from reef.errors import ReefError
 
 
-class ModelFolderError(ValueError):
+class ModelFolderError(ReefError, ValueError):
     """A folder does not hold a model Reef can load; the message names the folder and why."""
 
 

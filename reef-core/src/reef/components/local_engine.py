@@ -39,12 +39,13 @@ from reef.components.artifacts import ArtifactStore, load_model_folder
 from reef.components.causal_lm import CausalLM, Generation, SamplingRequest
 from reef.core.chat_rendering import ChatRenderer, RenderError, Tokenizer
 from reef.core.records import JSON
+from reef.errors import ReefError
 
 _TOOL_CALL: Final = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 _THINK: Final = re.compile(r"^<think>(.*?)</think>", re.DOTALL)
 
 
-class EngineRequestError(ValueError):
+class EngineRequestError(ReefError, ValueError):
     """A request the engine cannot serve; the message names the field and why."""
 
 

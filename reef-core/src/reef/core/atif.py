@@ -26,6 +26,7 @@ from cattrs.gen import make_dict_unstructure_fn
 
 from reef.core.converters import describe, make_converter
 from reef.core.records import JSON
+from reef.errors import ReefError
 
 #: The ``schema_version`` Reef writes.
 SCHEMA_VERSION: Final = "ATIF-v1.8"
@@ -71,7 +72,7 @@ _AGENT_ONLY: Final = (
 )
 
 
-class AtifFormatError(ValueError):
+class AtifFormatError(ReefError, ValueError):
     """A value is not an ATIF v1.8 trajectory.
 
     ``path`` locates the first problem (``$.steps[2].message``) when known.

@@ -33,10 +33,11 @@ from reef.core.atif import (
 )
 from reef.core.records import CHAT_COMPLETIONS, InferenceRecord
 from reef.core.trajectory_index import comparable_message
+from reef.errors import ReefError
 from reef.version import __version__
 
 
-class AtifBuildError(ValueError):
+class AtifBuildError(ReefError, ValueError):
     """Inference records that do not make one trajectory (not chained, unsupported content)."""
 
 

@@ -43,9 +43,10 @@ import jinja2.parser
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from reef.core.records import JSON
+from reef.errors import ReefError
 
 
-class RenderError(ValueError):
+class RenderError(ReefError, ValueError):
     """A sample or request cannot be rendered; the message says what and where."""
 
 

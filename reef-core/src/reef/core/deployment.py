@@ -20,6 +20,7 @@ import yaml
 
 from reef.core.config import config_option
 from reef.core.plugins import PluginSettings
+from reef.errors import ReefError
 
 _ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -27,7 +28,7 @@ _ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 DEFAULT_STORAGE_URL = "sqlite:///reef.db"
 
 
-class DeploymentError(ValueError):
+class DeploymentError(ReefError, ValueError):
     """A deployment file cannot be used. ``problems`` holds every problem of the file, each as
     ``<reason> @ <path>`` (a stage's problem starts with the stage's class name)."""
 

@@ -24,6 +24,7 @@ from typing import Any, Final, Literal, TypeAlias
 import attrs
 
 from reef.core.records import JSON
+from reef.errors import ReefError
 
 SampleKind: TypeAlias = Literal["trajectory", "task"]
 
@@ -31,7 +32,7 @@ SampleKind: TypeAlias = Literal["trajectory", "task"]
 SAMPLE_KINDS: Final[tuple[SampleKind, ...]] = ("trajectory", "task")
 
 
-class SampleFormatError(ValueError):
+class SampleFormatError(ReefError, ValueError):
     """A stored or submitted sample body does not have the shape of its kind."""
 
 

@@ -22,13 +22,14 @@ from cattrs.errors import CattrsError
 
 from reef.core.config import config_option, option_help, option_key
 from reef.core.converters import describe, describe_exception, make_converter
+from reef.errors import ReefError
 
 # --------------------------------------------------------------------------------------------
 # errors
 # --------------------------------------------------------------------------------------------
 
 
-class PluginConfigError(ValueError):
+class PluginConfigError(ReefError, ValueError):
     """A plugin's config is wrong: ``plugin`` names the plugin class, ``key`` the path of the key
     (``$.pipeline.sample2job.config.job_samples``) and ``reason`` what is wrong with it.
 

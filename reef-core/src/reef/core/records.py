@@ -20,6 +20,7 @@ import attrs
 import cattrs
 
 from reef.core.converters import describe, make_converter
+from reef.errors import ReefError
 
 JSON: TypeAlias = dict[str, Any]
 
@@ -32,7 +33,7 @@ TAG_HEADER_PREFIX: Final = "x-reef-tag-"
 RecordKind: TypeAlias = Literal["inference", "report", "judged"]
 
 
-class RecordFormatError(ValueError):
+class RecordFormatError(ReefError, ValueError):
     """A stored or submitted record body does not have the shape of a record.
 
     ``path`` is the JSON path of the offending value (``$.references[1]``) when known.

@@ -14,6 +14,8 @@ from typing import Any
 
 import attrs
 
+from reef.errors import ReefError
+
 
 class PluginKind(enum.StrEnum):
     """What a registered class is: the kinds a deployment names a class of."""
@@ -26,7 +28,7 @@ class PluginKind(enum.StrEnum):
     EXTENSION = "extension"
 
 
-class PluginError(Exception):
+class PluginError(ReefError):
     """Discovery went wrong: a plugin, a name or a reference cannot be used."""
 
 

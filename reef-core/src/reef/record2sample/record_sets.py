@@ -17,9 +17,10 @@ import attrs
 
 from reef.core.job_data import Sample
 from reef.core.records import InferenceRecord, JudgedRecord, Record, Report
+from reef.errors import ReefError
 
 
-class RecordSetError(ValueError):
+class RecordSetError(ReefError, ValueError):
     """A value that is no record set, or a set a stage cannot form; names the set."""
 
 
@@ -160,7 +161,7 @@ class SampleResult:
         return cls(SampleStatus.SKIPPED, (), reason)
 
 
-class ReportError(ValueError):
+class ReportError(ReefError, ValueError):
     """A report the stage cannot take: names the report and why (training data errors
     propagate, P-REP-14)."""
 

@@ -13,12 +13,13 @@ from typing import Any
 import jsonschema  # type: ignore[import-untyped]  # no stubs in the dev tools yet
 
 from reef.core.job_data import JobData, job_data_to_json
+from reef.errors import ReefError
 from reef.sample2job.stage import Sample2Job
 
 __all__ = ["JobDataError", "validate_job_data"]
 
 
-class JobDataError(ValueError):
+class JobDataError(ReefError, ValueError):
     """Job data that does not match its stage's ``output_schema``.
 
     :ivar data_id: the job data's id.

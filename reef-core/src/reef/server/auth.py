@@ -18,6 +18,7 @@ from typing import Literal, TypeAlias
 import attrs
 
 from reef.core.deployment import AuthSection
+from reef.errors import ReefError
 from reef.server.errors import ApiError
 
 __all__ = ["Authenticator", "Caller", "Scope", "UnauthenticatedServiceError", "check_bind_address"]
@@ -25,7 +26,7 @@ __all__ = ["Authenticator", "Caller", "Scope", "UnauthenticatedServiceError", "c
 Scope: TypeAlias = Literal["infer", "feedback", "admin"]
 
 
-class UnauthenticatedServiceError(ValueError):
+class UnauthenticatedServiceError(ReefError, ValueError):
     """A service without tokens that was not explicitly allowed, or that would listen beyond
     loopback."""
 

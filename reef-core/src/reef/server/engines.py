@@ -23,6 +23,7 @@ import anyio.to_thread
 import attrs
 
 from reef.core.records import JSON
+from reef.errors import ReefError
 
 __all__ = [
     "ARTIFACT_HEADER",
@@ -39,7 +40,7 @@ __all__ = [
 ARTIFACT_HEADER = "x-reef-artifact-id"
 
 
-class EngineError(Exception):
+class EngineError(ReefError):
     """The engine refused or failed a call before answering.
 
     :ivar status: the HTTP status to give the client (the engine's own for a 4xx, 502 when it

@@ -12,6 +12,8 @@ from typing import Literal, TypeAlias
 
 import attrs
 
+from reef.errors import ReefError
+
 #: Why a report is refused, as the rules name it (P-REP-1, P-REP-2, P-REP-3).
 RejectionReason: TypeAlias = Literal[
     "schema", "missing", "wrong-kind", "duplicate", "foreign", "inner", "eligibility"
@@ -45,7 +47,7 @@ class ErrorBody:
     problems: tuple[ErrorDetail, ...] = ()
 
 
-class ApiError(Exception):
+class ApiError(ReefError):
     """A request the service refuses.
 
     :ivar status: the HTTP status (4xx).
@@ -94,6 +96,6 @@ class UploadRejected(ApiError):
         self.item_id = item_id
 
 
-class ServiceConfigError(ValueError):
+class ServiceConfigError(ReefError, ValueError):
     """The service cannot start as configured (an engine URL it cannot use, a proxy setting it
     cannot speak to, a local engine the runtime lacks); the message names the scenario."""

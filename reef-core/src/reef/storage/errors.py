@@ -3,8 +3,10 @@ behind (the transaction that raised it is rolled back)."""
 
 from __future__ import annotations
 
+from reef.errors import ReefError
 
-class StorageError(Exception):
+
+class StorageError(ReefError):
     """Base of every error raised by :mod:`reef.storage`."""
 
 

@@ -52,6 +52,7 @@ from reef.core.job_data import (
     sample_from_body,
 )
 from reef.core.records import JSON, Record
+from reef.errors import ReefError
 from reef.pipeline_context import PipelineContext, TrainingMode, check_training_mode
 from reef.record2sample.stage import Record2Sample
 from reef.sample2job.stage import Sample2Job
@@ -66,7 +67,7 @@ logger = logging.getLogger(__name__)
 _ID_PROBE = 16
 
 
-class GivenBackError(ValueError):
+class GivenBackError(ReefError, ValueError):
     """A submission gives back samples it may not: ones its job data did not reserve, or part
     of a group whose other members it consumes (a group trains in one job, P-BUF-5)."""
 

@@ -1,0 +1,59 @@
+"""Every error reef-core defines derives from ``reef.errors.ReefError`` and keeps its
+built-in base, so ``except ReefError`` catches Reef's own errors and old handlers still work."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+
+import reef
+from reef.errors import ReefError
+
+# The built-in bases (beside ReefError) that callers already catch: these stay.
+BUILTIN_BASES = {
+    "reef.components.causal_lm.ModelFolderError": ValueError,
+    "reef.components.local_engine.EngineRequestError": ValueError,
+    "reef.core.atif.AtifFormatError": ValueError,
+    "reef.core.atif_build.AtifBuildError": ValueError,
+    "reef.core.chat_rendering.RenderError": ValueError,
+    "reef.core.deployment.DeploymentError": ValueError,
+    "reef.core.job_data.SampleFormatError": ValueError,
+    "reef.core.plugins.PluginConfigError": ValueError,
+    "reef.core.records.RecordFormatError": ValueError,
+    "reef.plugins.registrar.UnknownPluginError": LookupError,
+    "reef.record2sample.record_sets.RecordSetError": ValueError,
+    "reef.record2sample.record_sets.ReportError": ValueError,
+    "reef.sample2job.validation.JobDataError": ValueError,
+    "reef.server.auth.UnauthenticatedServiceError": ValueError,
+    "reef.server.errors.ServiceConfigError": ValueError,
+    "reef.storage.errors.MissingLinkError": ValueError,
+    "reef.storage.errors.UnknownSampleError": LookupError,
+    "reef.storage.errors.UnknownTrainerError": LookupError,
+    "reef.train.pipeline.GivenBackError": ValueError,
+}
+
+
+def _reef_exceptions() -> dict[str, type[BaseException]]:
+    found: dict[str, type[BaseException]] = {}
+    for module_info in pkgutil.walk_packages(reef.__path__, "reef."):
+        if ".migrations" in module_info.name:
+            continue  # alembic's scripts run a migration when imported
+        module = importlib.import_module(module_info.name)
+        for _, value in inspect.getmembers(module, inspect.isclass):
+            if issubclass(value, BaseException) and value.__module__ == module.__name__:
+                found[f"{value.__module__}.{value.__qualname__}"] = value
+    return found
+
+
+def test_every_reef_error_derives_from_reef_error() -> None:
+    errors = _reef_exceptions()
+    assert len(errors) >= len(BUILTIN_BASES)  # the walk found the modules
+    outside = sorted(name for name, cls in errors.items() if not issubclass(cls, ReefError))
+    assert outside == [], f"errors not derived from reef.errors.ReefError: {outside}"
+
+
+def test_each_error_keeps_the_builtin_base_callers_catch() -> None:
+    errors = _reef_exceptions()
+    for name, base in BUILTIN_BASES.items():
+        assert issubclass(errors[name], base), f"{name} lost its base {base.__name__}"
