@@ -15,7 +15,6 @@ Building a trajectory from inference records is :mod:`reef.core.atif_build`'s.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Final, Literal, TypeAlias, get_args
@@ -24,7 +23,7 @@ import attrs
 import cattrs
 from cattrs.gen import make_dict_unstructure_fn
 
-from reef.core.converters import describe, make_converter
+from reef.core.converters import describe, strict_converter
 from reef.core.records import JSON
 from reef.errors import ReefError
 
@@ -335,26 +334,9 @@ def _structure_literal(value: Any, kind: Any) -> Any:
     return value
 
 
-def _structure_strict(kind: type[Any]) -> Any:
-    # JSON's types as ATIF reads them: no bool for a number, no number for text.
-    def structure(value: Any, _: Any) -> Any:
-        if isinstance(value, bool) and kind is not bool:
-            raise TypeError(f"expected {kind.__name__}, got a boolean")
-        if kind is float and isinstance(value, int | float):
-            if not math.isfinite(value):
-                raise ValueError(f"expected a finite number, got {value!r}")
-            return float(value)
-        if not isinstance(value, kind):
-            raise TypeError(f"expected {kind.__name__}, got {type(value).__name__}")
-        return value
-
-    return structure
-
-
 def _make_atif_converter() -> cattrs.Converter:
-    converter = make_converter()
-    for kind in (str, int, float, bool):
-        converter.register_structure_hook(kind, _structure_strict(kind))
+    # JSON's types as ATIF reads them; NaN could not be written back as JSON.
+    converter = strict_converter(finite_floats=True)
     # Unions and literals by predicate: annotations resolve to typing.Union, not `|` objects.
     contents = {frozenset(get_args(Content)), frozenset(get_args(Content | None))}
     converter.register_structure_hook_func(

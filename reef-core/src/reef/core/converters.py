@@ -1,11 +1,19 @@
 """The cattrs conversion that every Reef value uses, and how its errors read.
 
-One place decides how attrs values become JSON and back (records, ATIF, settings), so that an
-error reads the same wherever it comes from: ``<reason> @ $.path.to.key``.
+One place decides how attrs values become JSON and back (records, ATIF, settings, request
+bodies), so that an error reads the same wherever it comes from: ``<reason> @ $.path.to.key``
+(:func:`describe` writes such lines, :func:`split_described` reads one back).
+
+What a user wrote (a deployment, an upload, a request body) is read with
+:func:`strict_converter`: a scalar structures only from a value of its own type. cattrs alone
+would coerce (``"3"`` to 3, ``2.7`` to 2, ``true`` to 1), and a value of the wrong type is a
+mistake the user must see.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from typing import Any
 
 import cattrs
@@ -18,6 +26,62 @@ def make_converter(*, forbid_extra_keys: bool = True) -> cattrs.Converter:
     converter = make_json_converter(forbid_extra_keys=forbid_extra_keys)
     configure_converter(converter)
     return converter
+
+
+def strict_converter(
+    *,
+    forbid_extra_keys: bool = True,
+    show_values: bool = False,
+    finite_floats: bool = False,
+    ints_stay_ints: bool = False,
+) -> cattrs.Converter:
+    """A converter like :func:`make_converter` whose ``str``, ``int``, ``float`` and ``bool``
+    structure only from a value of that type: no boolean where a number belongs, nothing
+    coerced; an int is a float (JSON and YAML have one kind of number).
+
+    :param show_values: errors quote the value (``expected int, got str '3'``): for a
+        deployment, whose values are short and the user's own. Bodies are not echoed: they may
+        be large or private.
+    :param finite_floats: refuse NaN and the infinities (a value that cannot be written back
+        as JSON).
+    :param ints_stay_ints: keep an int given for a float as the int it is, so that what is
+        stored and hashed is what the client sent.
+    """
+    converter = make_converter(forbid_extra_keys=forbid_extra_keys)
+    for kind in (str, int, float, bool):
+        converter.register_structure_hook(
+            kind,
+            _strict_scalar(
+                kind,
+                show_value=show_values,
+                finite=finite_floats,
+                as_float=not ints_stay_ints,
+            ),
+        )
+    return converter
+
+
+def _strict_scalar(
+    kind: type[Any], *, show_value: bool, finite: bool, as_float: bool
+) -> Callable[[Any, Any], Any]:
+    def wrong(value: Any) -> TypeError:
+        if show_value:
+            return TypeError(f"expected {kind.__name__}, got {type(value).__name__} {value!r}")
+        got = "a boolean" if isinstance(value, bool) else type(value).__name__
+        return TypeError(f"expected {kind.__name__}, got {got}")
+
+    def structure(value: Any, _: Any) -> Any:
+        if isinstance(value, bool) and kind is not bool:
+            raise wrong(value)
+        if kind is float and isinstance(value, int | float):
+            if finite and not math.isfinite(value):
+                raise ValueError(f"expected a finite number, got {value!r}")
+            return float(value) if as_float else value
+        if not isinstance(value, kind):
+            raise wrong(value)
+        return value
+
+    return structure
 
 
 def configure_converter(converter: cattrs.Converter) -> None:
@@ -52,3 +116,10 @@ def describe_exception(exc: BaseException, type_: Any) -> str:
 def describe(exc: cattrs.BaseValidationError, *, root: str = "$") -> list[str]:
     """Every problem of a failed structuring, as ``<reason> @ <path>`` lines."""
     return cattrs.transform_error(exc, path=root, format_exception=describe_exception)
+
+
+def split_described(line: str, *, root: str = "$") -> tuple[str, str]:
+    """A line of :func:`describe` (``<reason> @ <path>``) as a (path, reason) pair; a line
+    without a path (an error raised outside cattrs) is about ``root``."""
+    reason, _, path = line.rpartition(" @ ")
+    return (path, reason) if reason else (root, line)

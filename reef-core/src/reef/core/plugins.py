@@ -21,7 +21,7 @@ import cattrs
 from cattrs.errors import CattrsError
 
 from reef.core.config import config_option, option_help, option_key
-from reef.core.converters import describe, describe_exception, make_converter
+from reef.core.converters import describe, describe_exception, split_described, strict_converter
 from reef.errors import ReefError
 
 # --------------------------------------------------------------------------------------------
@@ -73,29 +73,8 @@ class RecipeConfigError(PluginConfigError):
 # --------------------------------------------------------------------------------------------
 
 
-def _strict(kind: type[Any], accepted: tuple[type[Any], ...]) -> Any:
-    # cattrs coerces ("3" -> 3, 2.7 -> 2); a configuration key of the wrong type is a mistake
-    # the user must see, so scalars structure only from values of their own type.
-    def structure(value: Any, _: Any) -> Any:
-        if isinstance(value, bool) and kind is not bool:
-            raise TypeError(f"expected {kind.__name__}, got bool {value!r}")
-        if not isinstance(value, accepted):
-            raise TypeError(f"expected {kind.__name__}, got {type(value).__name__} {value!r}")
-        return kind(value)
-
-    return structure
-
-
-def _settings_converter() -> cattrs.Converter:
-    converter = make_converter()
-    converter.register_structure_hook(int, _strict(int, (int,)))
-    converter.register_structure_hook(float, _strict(float, (int, float)))
-    converter.register_structure_hook(str, _strict(str, (str,)))
-    converter.register_structure_hook(bool, _strict(bool, (bool,)))
-    return converter
-
-
-_CONVERTER = _settings_converter()
+# A deployment's values are short and the user's own: its errors quote them.
+_CONVERTER = strict_converter(show_values=True)
 
 
 def _unknown_key_reason(key: str, valid: Sequence[str]) -> str:
@@ -105,12 +84,6 @@ def _unknown_key_reason(key: str, valid: Sequence[str]) -> str:
     if close:
         return f"unknown key {key!r}, did you mean {close[0]!r}?"
     return f"unknown key {key!r}; valid keys: {', '.join(sorted(valid))}"
-
-
-def _split_described(line: str) -> tuple[str, str]:
-    """A line of :func:`describe` (``<reason> @ <path>``) as a (path, reason) pair."""
-    reason, _, key = line.rpartition(" @ ")
-    return key, reason
 
 
 @attrs.frozen
@@ -226,7 +199,7 @@ def _structure_value(value: object, type_: Any, path: str, problems: list[tuple[
     try:
         return _CONVERTER.structure(value, type_)
     except cattrs.BaseValidationError as exc:
-        problems.extend(_split_described(line) for line in describe(exc, root=path))
+        problems.extend(split_described(line, root=path) for line in describe(exc, root=path))
     except (ValueError, TypeError, CattrsError) as exc:
         problems.append((path, describe_exception(exc, type_)))
     return None

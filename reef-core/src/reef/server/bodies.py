@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import re
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Final, Literal, TypeVar
 
 import attrs
@@ -21,7 +21,7 @@ import cattrs
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from reef.core.converters import describe, make_converter
+from reef.core.converters import describe, split_described, strict_converter
 from reef.pipeline_context import TrainingMode
 from reef.server.errors import ApiError, ErrorBody, ErrorDetail
 
@@ -453,27 +453,10 @@ class JobPage:
 # -- reading and answering ---------------------------------------------------------------------
 
 
-def _strict(kind: type[Any]) -> Callable[[Any, Any], Any]:
-    def structure(value: Any, _: Any) -> Any:
-        # JSON already has the right types: a number where a string belongs is a mistake,
-        # not something to convert.
-        if type(value) is kind or (kind is float and type(value) is int):
-            return value
-        raise TypeError(f"expected {kind.__name__}, got {type(value).__name__}")
-
-    return structure
-
-
-def _body_converter(*, forbid_extra_keys: bool) -> cattrs.Converter:
-    converter = make_converter(forbid_extra_keys=forbid_extra_keys)
-    for kind in (str, int, float, bool):
-        converter.register_structure_hook(kind, _strict(kind))
-    return converter
-
-
-_CONVERTER: Final = _body_converter(forbid_extra_keys=True)
+# A number stays as the client sent it: a report's receipt hashes what was sent.
+_CONVERTER: Final = strict_converter(ints_stay_ints=True)
 # The OpenAI request has many keys Reef forwards without reading them.
-_OPEN_CONVERTER: Final = _body_converter(forbid_extra_keys=False)
+_OPEN_CONVERTER: Final = strict_converter(forbid_extra_keys=False, ints_stay_ints=True)
 
 
 _QUOTED_NAME: Final = re.compile(r"'([A-Za-z_][A-Za-z0-9_]*)'")
@@ -484,8 +467,7 @@ def _problems(exc: BaseException, cls: type[Any], root: str = "$") -> list[Error
     names = {field.name for field in attrs.fields(cls)}
     found = []
     for line in lines:
-        reason, _, field = line.rpartition(" @ ")
-        reason, field = (reason, field) if reason else (line, "$")
+        field, reason = split_described(line)
         if field == "$":
             # An attrs validator's error names its attribute in quotes but has no path.
             named = [n for n in _QUOTED_NAME.findall(reason) if n in names]
