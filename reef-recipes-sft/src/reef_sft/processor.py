@@ -13,7 +13,7 @@ false (P-STALE-12). No reward is needed (P-UP-9).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar, Self
+from typing import ClassVar
 
 import attrs
 
@@ -63,19 +63,6 @@ class SFTSamples(ReportSamples):
     def __init__(self, context: PipelineContext, *, max_tokens: int = 8192) -> None:
         super().__init__(context)
         self.max_tokens = max_tokens
-
-    @classmethod
-    def from_config(
-        cls,
-        config: Mapping[str, Any] | None,
-        *,
-        context: PipelineContext,
-        environ: Mapping[str, str],
-    ) -> Self:
-        """Parse :class:`SFTSamplesSettings` (``max_staleness`` is refused, P-STALE-12)."""
-        del environ
-        settings = SFTSamplesSettings.parse(config, plugin_class=cls)
-        return cls(context, max_tokens=settings.max_tokens)
 
     def is_stale(self, sample: Sample) -> bool:
         """Never: an SFT target is fixed text, whichever artifact was served (P-STALE-12)."""

@@ -113,6 +113,14 @@ class PluginSettings:
             raise PluginConfigError.of([PluginConfigError(plugin, k, r) for k, r in problems])
         return settings
 
+    def as_keywords(self) -> dict[str, Any]:
+        """The settings as keyword arguments: each field's ``__init__`` name and its value.
+
+        A stage base's default ``from_config`` hands them to the stage's constructor, so a
+        stage whose constructor takes its settings' fields needs no ``from_config`` of its own.
+        """
+        return {field.alias: getattr(self, field.name) for field in attrs.fields(type(self))}
+
     @classmethod
     def structure_at(
         cls, config: object, path: str, problems: list[tuple[str, str]]

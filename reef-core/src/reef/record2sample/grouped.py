@@ -9,7 +9,7 @@ Reports name their comparison group in ``metadata.group`` (and may name a slot i
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping
-from typing import Any, ClassVar, Self
+from typing import ClassVar, Self
 
 import attrs
 
@@ -65,14 +65,10 @@ class GroupedReportSamples(ReportSamples):
     Settings: ClassVar[type[PluginSettings]] = GroupedReportSamplesSettings
 
     @classmethod
-    def from_config(
-        cls,
-        config: Mapping[str, Any] | None,
-        *,
-        context: PipelineContext,
-        environ: Mapping[str, str],
+    def from_settings(
+        cls, settings: PluginSettings, *, context: PipelineContext, environ: Mapping[str, str]
     ) -> Self:
-        """Parse :class:`GroupedReportSamplesSettings`."""
+        """The stage with :class:`ReportGroups` of the configured ``group_size``."""
         del environ
-        settings = GroupedReportSamplesSettings.parse(config, plugin_class=cls)
+        assert isinstance(settings, GroupedReportSamplesSettings)
         return cls(context, ReportGroups(settings.group_size), max_staleness=settings.max_staleness)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import abc
 import logging
 from collections.abc import Mapping
-from typing import Any, ClassVar, Self
+from typing import ClassVar, Self
 
 from reef.core.job_data import Sample
 from reef.core.plugins import PluginSettings, Record2SampleSettings
@@ -82,15 +82,10 @@ class JudgedSamples(Record2Sample):
         self._judgments: dict[str, Judgment] = {}
 
     @classmethod
-    def from_config(
-        cls,
-        config: Mapping[str, Any] | None,
-        *,
-        context: PipelineContext,
-        environ: Mapping[str, str],
+    def from_settings(
+        cls, settings: PluginSettings, *, context: PipelineContext, environ: Mapping[str, str]
     ) -> Self:
-        """Parse the settings, then build with :meth:`make_judging` and a new worker."""
-        settings = cls.Settings.parse(config, plugin_class=cls)
+        """The stage with the recipe's judging (:meth:`make_judging`) and a new worker."""
         assert isinstance(settings, Record2SampleSettings)
         return cls(
             cls.make_judging(settings, environ=environ),

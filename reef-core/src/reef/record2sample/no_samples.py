@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, ClassVar, Self
+from typing import ClassVar
 
 from reef.core.plugins import NoSettings, PluginSettings
 from reef.core.records import Record
-from reef.pipeline_context import PipelineContext
 from reef.record2sample.stage import Record2Sample
 
 #: The reason every record pushed to :class:`NoSamples` ends with.
@@ -21,19 +19,6 @@ class NoSamples(Record2Sample):
     """
 
     Settings: ClassVar[type[PluginSettings]] = NoSettings
-
-    @classmethod
-    def from_config(
-        cls,
-        config: Mapping[str, Any] | None,
-        *,
-        context: PipelineContext,
-        environ: Mapping[str, str],
-    ) -> Self:
-        """Refuse any key (:class:`NoSettings`), then build the stage."""
-        del environ
-        NoSettings.parse(config, plugin_class=cls)
-        return cls(context)
 
     def push(self, record: Record) -> None:
         """End ``record`` at once: it will never train here."""

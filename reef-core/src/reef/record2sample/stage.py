@@ -65,7 +65,8 @@ class Record2Sample:
         (P-SET-8).
     """
 
-    #: The settings class the deployment loader validates this stage's config against.
+    #: Extension point: the settings class that declares this stage's keys. The deployment
+    #: loader checks the config against it and :meth:`from_config` parses it.
     Settings: ClassVar[type[PluginSettings]] = Record2SampleSettings
 
     def __init__(self, context: PipelineContext, *, max_staleness: int = 0) -> None:
@@ -98,13 +99,29 @@ class Record2Sample:
     ) -> Self:
         """Build the stage from its deployment config (P-STG-8, P-STG-10).
 
-        The base parses :class:`Record2SampleSettings` and passes ``max_staleness``; a stage
-        with more keys extends the settings class and overrides this method.
+        Parses ``config`` with the stage's :attr:`Settings` class (refusing what it does not
+        take) and builds the stage with :meth:`from_settings`. A stage declares its keys by
+        setting ``Settings``; it does not override this method.
+
+        :raises reef.core.plugins.PluginConfigError: naming every problem of ``config``.
         """
-        del environ  # the base stage reads no environment
         settings = cls.Settings.parse(config, plugin_class=cls)
-        assert isinstance(settings, Record2SampleSettings)
-        return cls(context, max_staleness=settings.max_staleness)
+        return cls.from_settings(settings, context=context, environ=environ)
+
+    @classmethod
+    def from_settings(
+        cls, settings: PluginSettings, *, context: PipelineContext, environ: Mapping[str, str]
+    ) -> Self:
+        """Extension point: build the stage from its parsed settings (an instance of
+        :attr:`Settings`).
+
+        The default calls ``cls(context, **settings.as_keywords())``: each settings field is
+        a keyword argument of the constructor (``max_staleness`` for :class:`Record2SampleSettings`,
+        P-STG-12). Override it when the constructor takes something built from the settings
+        (a grouping, a judge) or reads ``environ`` (a judge's API key).
+        """
+        del environ  # the default reads no environment
+        return cls(context, **settings.as_keywords())
 
     # -- records in ------------------------------------------------------------------------
 

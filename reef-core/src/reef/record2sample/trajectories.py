@@ -9,8 +9,7 @@ counted as ``shared_trajectory`` (P-SET-5; docs/decisions.md#linking-calls-into-
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, ClassVar, Self
+from typing import ClassVar
 
 import attrs
 
@@ -57,23 +56,6 @@ class TrajectorySamples(Record2Sample):
         self.index = TrajectoryIndex()
         # The last calls that wait to go idle, with the time of their end, in arrival order.
         self._waiting: dict[str, float] = {}
-
-    @classmethod
-    def from_config(
-        cls,
-        config: Mapping[str, Any] | None,
-        *,
-        context: PipelineContext,
-        environ: Mapping[str, str],
-    ) -> Self:
-        """Parse :class:`TrajectorySamplesSettings`."""
-        del environ
-        settings = TrajectorySamplesSettings.parse(config, plugin_class=cls)
-        return cls(
-            context,
-            trajectory_idle_seconds=settings.trajectory_idle_seconds,
-            max_staleness=settings.max_staleness,
-        )
 
     def push(self, record: Record) -> None:
         """Link a call and let its trajectory wait; end anything that is not a call."""

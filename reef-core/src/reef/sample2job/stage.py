@@ -111,22 +111,56 @@ class Sample2Job:
         record2sample: Record2Sample,
         environ: Mapping[str, str],
     ) -> Self:
-        """Build the stage from its deployment config (P-STG-8).
+        """Build the stage from its deployment config (P-STG-8, P-STG-10).
 
-        ``record2sample`` is the scenario's record-to-sample stage, for a value that stage owns
-        (P-STG-9); the base reads none. A stage with more keys extends :class:`Sample2JobSettings`
-        and overrides this method.
+        Parses ``config`` with the stage's :attr:`Settings` class (:class:`Sample2JobSettings`
+        or an extension of it) and builds the stage with :meth:`from_settings`. A stage declares
+        its keys by setting ``Settings``; it does not override this method.
 
-        :raises RecipeConfigError: a weight recipe's config sets no ``job_samples``.
+        :raises reef.core.plugins.RecipeConfigError: a weight recipe's config sets no
+            ``job_samples`` (P-SIZE-2).
+        :raises reef.core.plugins.PluginConfigError: naming every problem of ``config``.
         """
-        del record2sample, environ
         settings = cls.Settings.parse(config, plugin_class=cls)
-        assert isinstance(settings, Sample2JobSettings)
-        return cls(
-            context,
-            job_samples=cls.resolve_job_samples(settings),
-            buffer_size=settings.buffer_size,
+        assert isinstance(settings, Sample2JobSettings), f"{cls.__name__}.Settings"
+        return cls.from_settings(
+            settings, context=context, record2sample=record2sample, environ=environ
         )
+
+    @classmethod
+    def from_settings(
+        cls,
+        settings: Sample2JobSettings,
+        *,
+        context: PipelineContext,
+        record2sample: Record2Sample,
+        environ: Mapping[str, str],
+    ) -> Self:
+        """Extension point: build the stage from its parsed settings.
+
+        The default calls the constructor with each settings field as a keyword argument,
+        ``job_samples`` resolved (:meth:`resolve_job_samples`) and, for a stage whose job data
+        is one fixed unit, ``max_job_samples`` from :meth:`max_job_samples_for` (P-SIZE-4).
+        Override it when the constructor takes something else, for example a value that
+        ``record2sample`` owns (P-STG-9).
+        """
+        del environ  # the default reads no environment
+        keywords = settings.as_keywords()
+        keywords["job_samples"] = cls.resolve_job_samples(settings)
+        limit = cls.max_job_samples_for(record2sample)
+        if limit is not None:
+            keywords["max_job_samples"] = limit
+        return cls(context, **keywords)
+
+    @classmethod
+    def max_job_samples_for(cls, record2sample: Record2Sample) -> int | None:
+        """Extension point for a stage whose job data is one fixed unit (the TTTD and SDPO
+        step grid): the most samples one job can hold, read from the record-to-sample stage
+        that makes the unit. A larger ``job_samples`` is then refused (P-SIZE-4). The default,
+        ``None``, sets no limit.
+        """
+        del record2sample
+        return None
 
     @classmethod
     def resolve_job_samples(cls, settings: Sample2JobSettings) -> int:

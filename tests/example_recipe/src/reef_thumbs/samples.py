@@ -16,7 +16,7 @@ without training and why) is ``ReportSamples``' work, not the recipe's.
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping
-from typing import Any, ClassVar, Final, Self
+from typing import ClassVar, Final, Self
 
 import attrs
 
@@ -114,17 +114,13 @@ class ThumbsSamples(ReportSamples):
     Settings: ClassVar[type[PluginSettings]] = ThumbsSamplesSettings
 
     @classmethod
-    def from_config(
-        cls,
-        config: Mapping[str, Any] | None,
-        *,
-        context: PipelineContext,
-        environ: Mapping[str, str],
+    def from_settings(
+        cls, settings: PluginSettings, *, context: PipelineContext, environ: Mapping[str, str]
     ) -> Self:
-        """Parse :class:`ThumbsSamplesSettings` (P-STG-10) and build the stage with its grouping
+        """The stage with its grouping, built from :class:`ThumbsSamplesSettings` (P-STG-10),
         and ``max_staleness`` (P-STG-12)."""
         del environ  # the stage reads no environment
-        settings = ThumbsSamplesSettings.parse(config, plugin_class=cls)
+        assert isinstance(settings, ThumbsSamplesSettings)
         grouping = ThumbsGrouping(
             group_size=settings.group_size,
             conversation_tag=settings.conversation_tag,
