@@ -44,9 +44,9 @@ SCENARIO = "support"
 
 #: A fenced block of the guide: its language and its text.
 _FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.DOTALL | re.MULTILINE)
-#: The first line of a block that quotes a file of the example, or of this test:
-#: ``# tests/example_recipe/...``, ``# tests/test_example_recipe.py``.
-_QUOTED_FILE = re.compile(r"^# (tests/\S+)\n")
+#: The first line of a block that quotes a file of the example, of this test, or of a
+#: distribution's tests: ``# tests/example_recipe/...``, ``# reef-core/tests/test_x.py``.
+_QUOTED_FILE = re.compile(r"^# ((?:[\w-]+/)?tests/\S+)\n")
 
 
 def run(*args: str | Path, env: Mapping[str, str] | None = None, cwd: Path | None = None) -> str:

@@ -1,33 +1,29 @@
 """SFT through the TrainingPipeline: reports and uploads become samples, job data, commits.
 
-Runs on the real sample store, a SQLite file (reef-core's tests run the store on PostgreSQL).
+Runs on the real sample store (``reef.testing.storage``: SQLite, and PostgreSQL when
+``REEF_TEST_DATABASE_URL`` names one), with ``reef.testing``'s pipeline helpers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from reef.core.job_data import TrajectorySample
-from reef.core.plugins import PluginConfigError, RecipeConfigError
-from reef.core.records import InferenceRecord, Report
-from reef.pipeline_context import PipelineContext
-from reef.storage import Database, NewSample, TrainerSamples, open_database
-from reef.train.pipeline import TrainingPipeline
+from reef import InferenceRecord, PluginConfigError, RecipeConfigError, Report, TrajectorySample
+from reef.testing import (
+    Database,
+    TrainingPipeline,
+    add_upload,
+    pipeline_context,
+    sample_store,
+    training_pipeline,
+)
 from reef_sft.processor import SFTJobData, SFTSamples
 
+pytest_plugins = ("reef.testing.storage",)
 
-@pytest.fixture
-def storage_database(tmp_path: Path) -> Iterator[Database]:
-    database = open_database(f"sqlite:///{tmp_path}/reef.db")
-    yield database
-    database.dispose()
-
-
-CONTEXT = PipelineContext("s", "c", has_runtime_loader=True)
+CONTEXT = pipeline_context("s", "c")
 AGENT_TRAJECTORY = {
     "schema_version": "ATIF-v1.4",
     "session_id": "up-1",
@@ -64,7 +60,7 @@ def pipeline(database: Database, **config: Any) -> TrainingPipeline:
     s2j = SFTJobData.from_config(
         {"job_samples": 2}, context=CONTEXT, record2sample=r2s, environ=environ
     )
-    return TrainingPipeline(r2s, s2j, samples=TrainerSamples(database, "s"), context=CONTEXT)
+    return training_pipeline(r2s, s2j, database)
 
 
 def test_uploaded_sample_refuses_no_agent_turn_and_adds_max_tokens() -> None:
@@ -107,12 +103,12 @@ def test_reports_and_uploads_train_through_the_pipeline(storage_database: Databa
     checked upload train in one job with max_tokens and no reward; a refused upload is skipped
     and stays unconsumed."""
     sft = pipeline(storage_database, max_tokens=256)
-    store = TrainerSamples(storage_database, "s")
-    store.add_upload(NewSample("up-2", "trajectory", {"trajectory": NO_AGENT_TRAJECTORY}))
+    store = sample_store(storage_database, "s")
+    add_upload(storage_database, "s", "up-2", NO_AGENT_TRAJECTORY)
     sft.push(call("c1", "a1"))
     sft.push(Report("r1", "s", ("c1",), score=None))
     assert not sft.ready(2)
-    store.add_upload(NewSample("up-1", "trajectory", {"trajectory": AGENT_TRAJECTORY}))
+    add_upload(storage_database, "s", "up-1", AGENT_TRAJECTORY)
     data = sft.build_job_data(2)
     assert data is not None
     assert data.metadata == {"objective": "cross_entropy"}

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from reef.core.deployment import DeploymentError
-from reef.core.plugins import PluginConfigError
-from reef.pipeline_context import PipelineContext
-from reef.plugins import PluginKind, Plugins
-from reef.plugins.scenarios import load_deployment
+from reef import (
+    DeploymentError,
+    PipelineContext,
+    PluginConfigError,
+    PluginKind,
+    Plugins,
+    load_deployment,
+)
 from reef_sft.processor import SFTJobData, SFTSamples
 from reef_sft.recipe import SFTRecipe
 

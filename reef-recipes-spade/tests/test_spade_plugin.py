@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from reef.plugins import PluginKind, Plugins
+from reef import PluginKind, Plugins
 from reef_spade.recipe import SpadeRecipe
 
 

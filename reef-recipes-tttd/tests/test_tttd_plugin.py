@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import importlib.metadata
 
-from reef.plugins import ENTRY_POINT_GROUP, Plugins
+from reef import Plugins
+from reef.testing import ENTRY_POINT_GROUP
 
 
 def test_entry_point_is_declared_by_this_distribution() -> None:

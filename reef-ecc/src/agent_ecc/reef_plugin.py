@@ -65,11 +65,16 @@ from agent_ecc.registry import DirectoryRegistry, Epoch, RegistryError
 from agent_ecc.scorer import Scorer
 from agent_ecc.seal import Decision, SealSession, apply_rewards
 from agent_ecc.store import ContentStore
-from reef import hookimpl
-from reef.core.config import config_option
-from reef.core.job_data import JobData, JobOutcome, Sample, TrajectorySample
-from reef.core.plugins import PluginSettings
-from reef.plugins import PluginRegistrar
+from reef import (
+    JobData,
+    JobOutcome,
+    PluginRegistrar,
+    PluginSettings,
+    Sample,
+    TrajectorySample,
+    config_option,
+    hookimpl,
+)
 
 
 def _one_of(values: tuple[str, ...]) -> Any:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from reef.recipe import PipelineSpec, Recipe
+from reef import PipelineSpec, Recipe
 
 
 class DistillRecipe(Recipe):

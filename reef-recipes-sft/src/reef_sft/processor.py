@@ -17,14 +17,19 @@ from typing import ClassVar
 
 import attrs
 
-from reef.core.config import config_option
-from reef.core.job_data import JobData, Sample, TrajectorySample
-from reef.core.plugins import PluginSettings
-from reef.core.records import JSON
-from reef.pipeline_context import PipelineContext
-from reef.record2sample.record_sets import ReportContext
-from reef.record2sample.reports import ReportSamples, SkippedReport
-from reef.sample2job.stage import Sample2Job
+from reef import (
+    JSON,
+    JobData,
+    PipelineContext,
+    PluginSettings,
+    ReportContext,
+    ReportSamples,
+    Sample,
+    Sample2Job,
+    SkippedReport,
+    TrajectorySample,
+    config_option,
+)
 
 
 @attrs.frozen

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from reef import hookimpl
-from reef.plugins import PluginRegistrar
+from reef import PluginRegistrar, hookimpl
 from reef_spade.recipe import SpadeRecipe
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from reef.recipe import PipelineSpec, Recipe
+from reef import PipelineSpec, Recipe
 
 
 class SpadeRecipe(Recipe):

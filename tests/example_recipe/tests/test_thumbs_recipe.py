@@ -10,18 +10,21 @@ from reef_thumbs.job_data import ThumbsJobData
 from reef_thumbs.recipe import ThumbsRecipe
 from reef_thumbs.samples import UNREADABLE_THUMB, ThumbsSamples
 
-from reef.core.job_data import TrajectorySample
-from reef.core.plugins import PluginConfigError, RecipeConfigError
-from reef.core.records import InferenceRecord, Report
-from reef.pipeline_context import PipelineContext
-from reef.plugins import PluginKind, Plugins
-from reef.sample2job import validate_job_data
-from reef.storage import Database, TrainerSamples
-from reef.train.pipeline import TrainingPipeline
+from reef import (
+    InferenceRecord,
+    PluginConfigError,
+    PluginKind,
+    Plugins,
+    RecipeConfigError,
+    Report,
+    TrajectorySample,
+    validate_job_data,
+)
+from reef.testing import Database, pipeline_context, sample_store, training_pipeline
 
 pytest_plugins = ("reef.testing.storage",)
 
-CONTEXT = PipelineContext("support", "local", has_runtime_loader=True)
+CONTEXT = pipeline_context("support", "local")
 
 
 def reply(cid: str, *, conversation: str | None = None, artifact: str = "art-1") -> InferenceRecord:
@@ -159,8 +162,8 @@ def test_a_stale_reply_leaves_out_its_whole_group(storage_database: Database) ->
     jobs = ThumbsJobData.from_config(
         {"job_samples": 2}, context=CONTEXT, record2sample=samples, environ={}
     )
-    store = TrainerSamples(storage_database, "support")
-    pipeline = TrainingPipeline(samples, jobs, samples=store, context=CONTEXT)
+    store = sample_store(storage_database, "support")
+    pipeline = training_pipeline(samples, jobs, storage_database)
     pipeline.observe_serving_artifact_id("art-1")
     pipeline.push_many(
         [

@@ -44,11 +44,13 @@ class Recipe(abc.ABC):
     @classmethod
     @abc.abstractmethod
     def pipeline_spec(cls) -> PipelineSpec:
-        """The default class of each stage, used where the deployment names none."""
+        """Extension point: the default class of each stage, used where the deployment names
+        none."""
 
     @classmethod
     def check_pipeline(cls, sample2job_config: Mapping[str, Any] | None, *, path: str) -> None:
-        """Refuse a pipeline section this recipe cannot build, before any stage is built.
+        """Extension point: refuse a pipeline section this recipe cannot build, before any stage is
+        built.
 
         :param sample2job_config: the raw ``pipeline.sample2job.config`` of the deployment.
         :param path: the path of that config in its document.

@@ -20,7 +20,7 @@ from reef.core.job_data import Sample
 from reef.core.plugins import PluginSettings, Record2SampleSettings
 from reef.core.records import InferenceRecord, JudgedRecord, Judgment, Record
 from reef.pipeline_context import PipelineContext
-from reef.record2sample.record_sets import RecordSet, RecordSetUnit, SampleResult
+from reef.record2sample.record_sets import RecordSet, SampleResult
 from reef.record2sample.stage import Record2Sample
 from reef.record2sample.worker import BackgroundJobWorker
 
@@ -37,18 +37,20 @@ class RecordJudging(abc.ABC):
     """A computed-feedback recipe's correlation and judge."""
 
     def observe(self, record: Record, now: float, stage: JudgedSamples) -> None:
-        """A record arrived at ``now``: dispatch, track or retire it with ``stage``'s
-        operations. The default dispatches every inference and ignores other records."""
+        """Extension point: a record arrived at ``now``: dispatch, track or retire it with
+        ``stage``'s operations. The default dispatches every inference and ignores other records."""
         del now
         if isinstance(record, InferenceRecord):
             stage.dispatch(record)
 
     @abc.abstractmethod
     async def judge(self, record: InferenceRecord) -> Judgment:
-        """Judge one record. Runs on the stage's worker, never on the trainer thread."""
+        """Extension point: judge one record. Runs on the stage's worker, never on the trainer
+        thread."""
 
     def expire(self, record: InferenceRecord, now: float) -> bool:
-        """True when a tracked ``record`` timed out at ``now`` (the stage retires it)."""
+        """Extension point: true when a tracked ``record`` timed out at ``now`` (the stage retires
+        it)."""
         del record, now
         return False
 
@@ -96,7 +98,8 @@ class JudgedSamples(Record2Sample):
 
     @classmethod
     def make_judging(cls, settings: PluginSettings, *, environ: Mapping[str, str]) -> RecordJudging:
-        """The recipe's judging, from its settings; a recipe's subclass implements it."""
+        """Extension point: the recipe's judging, from its settings; a recipe's subclass implements
+        it."""
         raise NotImplementedError(f"{cls.__name__} does not implement make_judging")
 
     # -- the judging's operations ----------------------------------------------------------
@@ -150,11 +153,9 @@ class JudgedSamples(Record2Sample):
             record_set = RecordSet(judged.id, (record, judged))
             self._judgments[judged.id] = job.result
             try:
-                result = self.form(record_set)
+                self.form_unit(record_set)
             finally:
                 del self._judgments[judged.id]
-            if result.samples:
-                self.make_unit_ready(RecordSetUnit.of(record_set))
 
     def make_samples(self, record_set: RecordSet) -> SampleResult:
         """The judged record's sample from :meth:`make_sample` (``None``: SKIPPED)."""
@@ -165,7 +166,7 @@ class JudgedSamples(Record2Sample):
         return SampleResult.ready((sample,))
 
     def make_sample(self, record: InferenceRecord, judgment: Judgment) -> Sample | None:
-        """One sample of a judged record, or ``None`` for one that cannot train."""
+        """Extension point: one sample of a judged record, or ``None`` for one that cannot train."""
         raise NotImplementedError(f"{type(self).__name__} does not implement make_sample")
 
     def background_jobs_running(self) -> bool:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any, ClassVar
 
 import attrs
@@ -47,6 +47,7 @@ SLOT_TAKEN = "slot_taken"
 NOT_TRAINING_REPORT = "not_training_report"
 OTHER_COMPONENT_REPORT = "other_component_report"
 GROUP_DISCARDED = "group_discarded"
+LEFT_OUT_OF_GROUP = "left_out_of_group"
 NOT_A_REPORT = "not_a_report"
 
 #: The report metadata key that names a report's type, for scenarios of several components.
@@ -71,7 +72,10 @@ class GroupDecision(enum.Enum):
 class ReportGrouping:
     """A recipe's decisions about reports; the default trains every report by itself.
 
-    Runs on the trainer thread and reads only records (no model call, no I/O).
+    Every method is an extension point: :meth:`is_training_report` (which reports are this
+    method's data), :meth:`placement` (which group and slot), :meth:`decide` (when a group is
+    complete) and :meth:`members_to_train` (which members of a complete group train). Runs on
+    the trainer thread and reads only records (no model call, no I/O).
     """
 
     def is_training_report(self, report: Report) -> bool:
@@ -91,6 +95,21 @@ class ReportGrouping:
         """Whether the group ``key`` with ``members`` (arrival order) is complete (P-REP-10)."""
         del key, members
         return GroupDecision.READY
+
+    def members_to_train(
+        self, key: Hashable, members: tuple[ReportContext, ...]
+    ) -> Sequence[ReportContext]:
+        """Which members of the group ``key``, just decided READY, train; the default: all.
+
+        Each member left out ends as ``left_out_of_group`` (counted, never silent), and its
+        calls stay its own (P-SET-5); the members kept train as one unit, in arrival order. A
+        best-of-N method keeps the best-scored members here. Returning none discards the group.
+
+        :param members: every member of the group, in arrival order (as ``decide`` saw them).
+        :returns: some of ``members`` (the same values), in any order.
+        """
+        del key
+        return members
 
 
 @attrs.define
@@ -112,8 +131,9 @@ class ReportSamples(Record2Sample):
 
     Settings: ClassVar[type[PluginSettings]] = Record2SampleSettings
 
-    #: The report type this stage trains on, in a scenario whose components take reports of
-    #: several types (``metadata.report_type``); ``None`` takes reports without a type.
+    #: Extension point: the report type this stage trains on, in a scenario whose components
+    #: take reports of several types (``metadata.report_type``); ``None`` takes reports without
+    #: a type.
     report_type: ClassVar[str | None] = None
 
     def __init__(
@@ -208,30 +228,47 @@ class ReportSamples(Record2Sample):
         )
         key, slot = self.grouping.placement(context)
         if key is None:
-            record_set = self._form_report(context)
-            if record_set is not None:
-                self.make_unit_ready(RecordSetUnit.of(record_set))
+            self._form_report(context, self.form_unit)
             return
         group = self._groups.setdefault(key, _Group(key))
         slot = report.id if slot is None else slot
         if slot in group.slots:
             self._end_before_set(report, call_ids, SLOT_TAKEN)
             return
-        record_set = self._form_report(context)
+        record_set = self._form_report(context, self.form)
         if record_set is None:
             return
         group.slots[slot] = context
         group.sets.append(record_set)
-        decision = self.grouping.decide(key, tuple(group.slots.values()))
+        members = tuple(group.slots.values())
+        decision = self.grouping.decide(key, members)
         if decision is GroupDecision.INCOMPLETE:
             return
+        kept = self._kept_sets(key, members, group) if decision is GroupDecision.READY else []
         # Decided: the group is fixed; a later report with the same key opens a new group.
         del self._groups[key]
-        if decision is GroupDecision.READY:
-            self.make_unit_ready(RecordSetUnit.of(*group.sets))
-        else:
+        if not kept:
             for member in group.sets:
                 self.discard(member, GROUP_DISCARDED)
+            return
+        kept_ids = {record_set.id for record_set in kept}
+        for member in group.sets:
+            if member.id not in kept_ids:
+                self.discard(member, LEFT_OUT_OF_GROUP)
+        self.make_unit_ready(RecordSetUnit.of(*kept))
+
+    def _kept_sets(
+        self, key: Hashable, members: tuple[ReportContext, ...], group: _Group
+    ) -> list[RecordSet]:
+        """The sets of the members that ``members_to_train`` keeps, in arrival order."""
+        kept = {member.report.id for member in self.grouping.members_to_train(key, members)}
+        strangers = kept - {member.report.id for member in members}
+        if strangers:
+            raise ReportError(
+                f"{type(self.grouping).__name__}.members_to_train kept reports that are not"
+                f" members of group {key!r}: {', '.join(sorted(strangers))}"
+            )
+        return [record_set for record_set in group.sets if record_set.id in kept]
 
     def _end_before_set(self, report: Report, call_ids: Sequence[str], reason: str) -> None:
         # A single referenced call stays for a report that trains on it; more go with the
@@ -241,11 +278,15 @@ class ReportSamples(Record2Sample):
             free = [r for cid in call_ids if (r := self.held_record(cid)) is not None]
             self.end(free, reason)
 
-    def _form_report(self, context: ReportContext) -> RecordSet | None:
+    def _form_report(
+        self, context: ReportContext, form: Callable[[RecordSet], SampleResult]
+    ) -> RecordSet | None:
+        """The report's set, formed by ``form`` (:meth:`form`, or :meth:`form_unit` for a
+        report that trains by itself); ``None`` when it has no sample."""
         record_set = context.record_set
         self._contexts[record_set.id] = context
         try:
-            result = self.form(record_set)
+            result = form(record_set)
         finally:
             del self._contexts[record_set.id]
         return record_set if result.status is SampleStatus.READY else None
@@ -265,7 +306,8 @@ class ReportSamples(Record2Sample):
         return SampleResult.ready((made,))
 
     def make_sample(self, context: ReportContext) -> Sample | SkippedReport:
-        """The sample of one report (P-REP-5); override when the default does not fit.
+        """Extension point: the sample of one report (P-REP-5); override when the default does not
+        fit.
 
         The default makes the report's trajectories one ATIF trajectory sample, every call of
         them, with the report's score as reward and its feedback.

@@ -88,6 +88,7 @@ class Record2Sample:
         self._artifacts: dict[str, int] = {}
         self._artifact_count = 0
         self._serving: str | None = None
+        self._warned_no_artifact: set[str] = set()
 
     @classmethod
     def from_config(
@@ -126,18 +127,21 @@ class Record2Sample:
     # -- records in ------------------------------------------------------------------------
 
     def push(self, record: Record) -> None:
-        """One record arrives, in store order. Form the sets it completes (P-PIPE-3)."""
+        """Extension point: one record arrives, in store order. Form the sets it completes
+        (P-PIPE-3)."""
         raise NotImplementedError(f"{type(self).__name__} does not implement push")
 
     def advance(self, now: float) -> None:
-        """Take in background work that ended and form the sets due at ``now`` (P-STG-6).
+        """Extension point: take in background work that ended and form the sets due at ``now``
+        (P-STG-6).
 
         The default does nothing: a stage that forms every set in ``push`` needs no clock.
         """
         del now
 
     def replay_consumed(self, record: Record) -> None:
-        """A record that this trainer's stored samples consumed before a restart (P-SET-20).
+        """Extension point: a record that this trainer's stored samples consumed before a restart
+        (P-SET-20).
 
         It never trains again, and a later set that holds it is refused, as before the
         restart. A stage that indexes records (trajectories) overrides this to index it too,
@@ -189,8 +193,24 @@ class Record2Sample:
         self.settle(record_set, result)
         return result
 
+    def form_unit(self, record_set: RecordSet) -> SampleResult:
+        """Form ``record_set`` (:meth:`form`) and, when it has samples, make it a unit of its
+        own ready: its samples, however many, train together in one job (P-SET-14, P-SET-15).
+
+        What a stage does with a set that trains by itself (a trajectory, a judged record, a
+        report outside any group); a grid of n samples made from one set is such a unit.
+
+        :returns: :meth:`form`'s result.
+        :raises: what :meth:`form` raises.
+        """
+        result = self.form(record_set)
+        if result.status is SampleStatus.READY:
+            self.make_unit_ready(RecordSetUnit.of(record_set))
+        return result
+
     def make_samples(self, record_set: RecordSet) -> SampleResult | Sequence[Sample]:
-        """The samples of ``record_set`` (no sample: SKIPPED). Must not block (P-SLOW-1)."""
+        """Extension point: the samples of ``record_set`` (no sample: SKIPPED). Must not block
+        (P-SLOW-1)."""
         raise NotImplementedError(f"{type(self).__name__} does not implement make_samples")
 
     def settle(self, record_set: RecordSet, result: SampleResult) -> None:
@@ -291,8 +311,8 @@ class Record2Sample:
         self._artifact_count += 1
 
     def is_stale(self, sample: Sample) -> bool:
-        """True when ``sample``'s data is more than ``max_staleness`` served artifacts behind the
-        current one (P-STALE-6..11).
+        """Extension point: true when ``sample``'s data is more than ``max_staleness`` served
+        artifacts behind the current one (P-STALE-6..11).
 
         No check runs without a runtime loader or before the first served artifact; a sample
         naming no artifact, or one the stage did not see, is stale.
@@ -300,15 +320,37 @@ class Record2Sample:
         if not self.context.has_runtime_loader or not self._artifacts:
             return False
         artifact = sample_artifact_id(sample)
-        if artifact is None or artifact not in self._artifacts:
+        if artifact is None:
+            self._warn_no_artifact(sample)
+            return True
+        if artifact not in self._artifacts:
             return True
         lag = self._artifact_count - 1 - self._artifacts[artifact]
         return lag > self.max_staleness
 
+    def _warn_no_artifact(self, sample: Sample) -> None:
+        # A sample that names no artifact never trains once one is served: almost always a
+        # stage that builds its samples without their records' artifact. Said once per sample,
+        # not at every buffer computation.
+        key = sample.sample_id
+        if key is not None and key in self._warned_no_artifact:
+            return
+        if key is not None:
+            self._warned_no_artifact.add(key)
+        logger.warning(
+            "scenario %r, trainer %r: sample %s names no artifact, so it is stale and will not"
+            " train (P-STALE-8); a trajectory sample names it in extra.reef.records (SampleAssembly"
+            " writes it), a task sample in metadata.training.artifact_id",
+            self.context.scenario,
+            self.context.trainer,
+            key or "(not stored yet)",
+        )
+
     # -- samples from no record set, uploads, job ends -------------------------------------
 
     def uploaded_sample(self, trajectory: JSON) -> Sample:
-        """The training sample of an uploaded ATIF trajectory; the default takes it as uploaded.
+        """Extension point: the training sample of an uploaded ATIF trajectory; the default takes it
+        as uploaded.
 
         Must be pure: admission calls it on the request thread and the pipeline again when it
         reads the upload (P-UP-4). Raise :class:`ValueError` naming the trajectory to refuse it.
@@ -316,12 +358,13 @@ class Record2Sample:
         return TrajectorySample(trajectory)
 
     def made_samples(self) -> tuple[tuple[str, Sample], ...]:
-        """Samples made from no record set since the last call, as (name, sample) pairs
-        (P-PIPE-11). The default makes none."""
+        """Extension point: samples made from no record set since the last call, as (name, sample)
+        pairs (P-PIPE-11). The default makes none."""
         return ()
 
     def job_ended(self, outcome: JobOutcome) -> None:
-        """A training job ended and the commit of its end is durable (P-PIPE-12)."""
+        """Extension point: a training job ended and the commit of its end is durable
+        (P-PIPE-12)."""
         del outcome
 
     def context_changed(self, context: PipelineContext) -> None:
@@ -331,8 +374,8 @@ class Record2Sample:
     # -- observation and shutdown ----------------------------------------------------------
 
     def status(self) -> JSON:
-        """The stage's status entries; the base reports what it holds and what ended, by
-        reason (nothing that will never train is silent)."""
+        """Extension point: the stage's status entries; the base reports what it holds and what
+        ended, by reason (nothing that will never train is silent)."""
         return {
             "held_records": len(self._held),
             "ready_units": len(self._ready_units),
@@ -340,13 +383,14 @@ class Record2Sample:
         }
 
     def metrics(self) -> dict[str, float]:
-        """The stage's metrics, by name."""
+        """Extension point: the stage's metrics, by name."""
         return {f"records_ended.{reason}": float(n) for reason, n in self._ended_counts.items()}
 
     def background_jobs_running(self) -> bool:
-        """True while the stage runs background work (P-SLOW-2); the default runs none."""
+        """Extension point: true while the stage runs background work (P-SLOW-2); the default runs
+        none."""
         return False
 
     def close(self, timeout: float | None = None) -> None:
-        """Stop the stage's background work (P-SLOW-3); the default has none."""
+        """Extension point: stop the stage's background work (P-SLOW-3); the default has none."""
         del timeout

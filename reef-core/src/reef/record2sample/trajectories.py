@@ -20,7 +20,7 @@ from reef.core.records import InferenceRecord, Record
 from reef.core.trajectory_index import TrajectoryIndex
 from reef.pipeline_context import PipelineContext
 from reef.record2sample.assembly import SampleAssembly
-from reef.record2sample.record_sets import RecordSet, RecordSetUnit
+from reef.record2sample.record_sets import RecordSet
 from reef.record2sample.reports import NOT_A_REPORT, SHARED_TRAJECTORY
 from reef.record2sample.stage import Record2Sample
 
@@ -89,9 +89,7 @@ class TrajectorySamples(Record2Sample):
             if len(held) != len(ids):  # a call of it is another set's, or ended
                 self.end(held, SHARED_TRAJECTORY)
                 continue
-            record_set = RecordSet(call_id, tuple(held))
-            if self.form(record_set).samples:
-                self.make_unit_ready(RecordSetUnit.of(record_set))
+            self.form_unit(RecordSet(call_id, tuple(held)))
 
     def make_samples(self, record_set: RecordSet) -> tuple[TrajectorySample]:
         """The trajectory's one sample: every call, every reply trains."""

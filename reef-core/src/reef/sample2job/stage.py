@@ -53,6 +53,8 @@ class Sample2Job:
     :raises PluginConfigError: for a refused ``job_samples`` or ``buffer_size``.
     """
 
+    #: Extension point: the settings class that declares this stage's keys; an extension of
+    #: :class:`Sample2JobSettings`. So are the class attributes below: what the stage takes.
     Settings: ClassVar[type[PluginSettings]] = Sample2JobSettings
 
     #: ``job_samples`` when the config sets none; ``None`` for a weight recipe, whose
@@ -180,7 +182,8 @@ class Sample2Job:
         return cls.default_job_samples
 
     def make_job_data(self, samples: Sequence[Sample], data_id: str) -> JobData:
-        """The job data of ``samples`` (the buffer's, in store order) with id ``data_id``.
+        """Extension point: the job data of ``samples`` (the buffer's, in store order) with id
+        ``data_id``.
 
         Must not call models or train (P-MODE-9). The job's commit consumes every sample given
         here, including ones the recipe leaves out of training (P-REP-6).
@@ -189,18 +192,19 @@ class Sample2Job:
 
     @property
     def output_schema(self) -> JSON:
-        """The JSON Schema the trainer validates this stage's job data against (P-PIPE-7)."""
+        """Extension point: the JSON Schema the trainer validates this stage's job data against
+        (P-PIPE-7)."""
         kinds = [k for k in ("trajectory", "task") if k in self.job_parameter_kinds] or None
         return job_data_schema(kinds) if kinds else job_data_schema()
 
     def status(self) -> JSON:
-        """The stage's status entries (P-BUF-8); the base adds none."""
+        """Extension point: the stage's status entries (P-BUF-8); the base adds none."""
         return {}
 
     def metrics(self) -> dict[str, float]:
-        """The stage's metrics, by name; the base has none."""
+        """Extension point: the stage's metrics, by name; the base has none."""
         return {}
 
     def close(self, timeout: float | None = None) -> None:
-        """Release what the stage holds; the base holds nothing."""
+        """Extension point: release what the stage holds; the base holds nothing."""
         del timeout

@@ -1,11 +1,26 @@
 """Helpers for testing Reef and its plugins the way Reef tests itself.
 
-:func:`inline_plugin` builds a plugin in a test, so that a stage or recipe under test is
-registered in-process exactly as an installed distribution's would be::
+What a recipe's own tests import, beside ``reef``:
+
+- :func:`inline_plugin` builds a plugin in a test, so that a stage or recipe under test is
+  registered in-process exactly as an installed distribution's would be;
+  :func:`write_distribution` writes an installed distribution (a ``dist-info`` with entry
+  points) to test discovery without building anything::
 
     plugins = Plugins(blocked=())
     plugins.register(inline_plugin(record2sample={"MySamples": MySamples}), "mine")
     assert plugins.resolve(PluginKind.RECORD2SAMPLE, "MySamples") is MySamples
+
+- :func:`pipeline_context`, :func:`training_pipeline`, :func:`sample_store` and
+  :func:`add_upload` (:mod:`reef.testing.pipelines`) run a recipe's stages as the trainer runs
+  them, on a real sample store; :class:`Database`, :class:`TrainingPipeline` and
+  :class:`TrainerSamples` are their types, for annotations.
+- :mod:`reef.testing.storage`: the ``storage_database`` fixture (SQLite, and PostgreSQL when
+  ``REEF_TEST_DATABASE_URL`` names one).
+- :mod:`reef.testing.records`: calls of a conversation and the reports that score them.
+- :mod:`reef.testing.components`: a training component that records what it was given.
+- :mod:`reef.testing.service` and :mod:`reef.testing.engines` (with the ``server`` extra): the
+  service on a loopback port, and a scripted OpenAI-compatible engine.
 """
 
 from __future__ import annotations
@@ -17,6 +32,23 @@ from typing import Any
 
 from reef.hookspecs import hookimpl
 from reef.plugins import ENTRY_POINT_GROUP, PluginRegistrar
+from reef.storage import Database, TrainerSamples
+from reef.testing.pipelines import add_upload, pipeline_context, sample_store, training_pipeline
+from reef.train.pipeline import TrainingPipeline
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "Database",
+    "InlinePlugin",
+    "TrainerSamples",
+    "TrainingPipeline",
+    "add_upload",
+    "inline_plugin",
+    "pipeline_context",
+    "sample_store",
+    "training_pipeline",
+    "write_distribution",
+]
 
 _Classes = Mapping[str, type[Any]]
 

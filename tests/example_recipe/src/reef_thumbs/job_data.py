@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from reef.core.job_data import JobData, Sample, TrajectorySample
-from reef.sample2job import Sample2Job
+from reef import JobData, Sample, Sample2Job, TrajectorySample
 from reef_thumbs.samples import REWARDS
 
 

@@ -6,8 +6,7 @@ classes under the short names a deployment writes.
 
 from __future__ import annotations
 
-from reef import hookimpl
-from reef.plugins import PluginRegistrar
+from reef import PluginRegistrar, hookimpl
 from reef_thumbs.job_data import ThumbsJobData
 from reef_thumbs.recipe import ThumbsRecipe
 from reef_thumbs.samples import ThumbsSamples

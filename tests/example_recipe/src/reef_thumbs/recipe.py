@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from reef.recipe import PipelineSpec, Recipe
+from reef import PipelineSpec, Recipe
 
 
 class ThumbsRecipe(Recipe):

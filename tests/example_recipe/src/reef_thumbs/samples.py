@@ -20,18 +20,20 @@ from typing import ClassVar, Final, Self
 
 import attrs
 
-from reef.core.config import config_option
-from reef.core.job_data import Sample, TrajectorySample
-from reef.core.plugins import PluginSettings, Record2SampleSettings
-from reef.core.records import Report
-from reef.pipeline_context import PipelineContext
-from reef.record2sample import (
+from reef import (
     GroupDecision,
+    PipelineContext,
+    PluginSettings,
+    Record2SampleSettings,
+    Report,
     ReportContext,
     ReportGrouping,
     ReportSamples,
+    Sample,
     SampleAssembly,
     SkippedReport,
+    TrajectorySample,
+    config_option,
 )
 
 #: The report metadata key that carries the thumb.
