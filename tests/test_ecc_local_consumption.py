@@ -10,7 +10,6 @@ no line, and every line matches the seal decision (E-AUDIT-1, E-AUDIT-2).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,11 +41,10 @@ def trajectory(reply: str) -> dict[str, Any]:
 
 
 @pytest.fixture
-def plugins() -> Iterator[Plugins]:
+def plugins() -> Plugins:
     loaded = Plugins(blocked=())
     loaded.load()
-    yield loaded
-    reef_plugin.configure("swe", None)
+    return loaded  # the seals live on its ecc plugin: nothing to reset afterwards
 
 
 def test_the_journal_traces_what_the_local_components_loss_consumed(
@@ -77,7 +75,9 @@ def test_the_journal_traces_what_the_local_components_loss_consumed(
                 )
             )
     registry.publish_grader(world.version(1), source="fix")
-    reef_plugin.configure(
+    ecc = plugins.plugin("ecc")
+    assert isinstance(ecc, reef_plugin.EccPlugin)
+    ecc.configure(
         "swe",
         {
             "registry": str(registry.path),

@@ -7,7 +7,6 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,11 +37,17 @@ GROUPS = {
 
 
 @pytest.fixture
-def plugins() -> Iterator[Plugins]:
+def plugins() -> Plugins:
     loaded = Plugins(blocked=())
     loaded.load()  # the entry point, as Reef finds it
-    yield loaded
-    reef_plugin.configure("swe", None)
+    return loaded  # the seals live on its ecc plugin: nothing to reset afterwards
+
+
+def ecc_plugin(plugins: Plugins) -> reef_plugin.EccPlugin:
+    """The ``ecc`` plugin that ``plugins`` made from the entry point."""
+    plugin = plugins.plugin("ecc")
+    assert isinstance(plugin, reef_plugin.EccPlugin)
+    return plugin
 
 
 def _job(world: SyntheticWorld, registry: DirectoryRegistry, tmp_path: Path) -> JobData:
@@ -82,9 +87,9 @@ def _settings(
 def test_entry_point_and_settings() -> None:
     """The plugin is the entry point ``ecc`` of ``reef.plugins``; bad settings name the key."""
     names = {e.name: e.value for e in importlib.metadata.entry_points(group="reef.plugins")}
-    assert names["ecc"] == "agent_ecc.reef_plugin"
+    assert names["ecc"] == "agent_ecc.reef_plugin:EccPlugin"
     with pytest.raises(PluginConfigError, match=r"\$\.ecc\.swe\.mode"):
-        reef_plugin.configure(
+        reef_plugin.EccPlugin().configure(
             "swe",
             {
                 "registry": "r",
@@ -95,6 +100,25 @@ def test_entry_point_and_settings() -> None:
                 "mode": "fix",
             },
         )
+
+
+def test_two_plugins_in_one_process_keep_their_own_seals(
+    registry: DirectoryRegistry, world: SyntheticWorld, tmp_path: Path
+) -> None:
+    """Each Plugins makes its own ecc plugin from the entry point: a seal one of them configures
+    is not seen, used or shown by the other (no state shared through the module)."""
+    first, second = Plugins(blocked=()), Plugins(blocked=())
+    first.load()
+    second.load()
+    assert ecc_plugin(first) is not ecc_plugin(second)
+    ecc_plugin(first).configure("swe", _settings(registry, world, tmp_path))
+    assert ecc_plugin(second).configured("swe") is None
+    job = _job(world, registry, tmp_path)
+    registry.publish_grader(world.version(1), source="fix")
+    assert second.before_submit("swe", "trainer", job) is job
+    assert second.scenario_status("swe") == {}
+    assert first.before_submit("swe", "trainer", job) is not job
+    assert set(first.scenario_status("swe")) == {"ecc"}
 
 
 def test_before_submit_seals_and_rewrites_rewards(
@@ -111,7 +135,7 @@ def test_before_submit_seals_and_rewrites_rewards(
     registry.publish_grader(world.version(1), source="fix")
     untouched = plugins.before_submit("swe", "trainer", job)
     assert untouched is job  # not configured for this scenario: nothing changes
-    reef_plugin.configure("swe", _settings(registry, world, tmp_path))
+    ecc_plugin(plugins).configure("swe", _settings(registry, world, tmp_path))
     sealed = plugins.before_submit("swe", "trainer", job)
     rewards = {s.metadata["agent_ecc"]["member_id"]: s.reward for s in sealed.samples}
     # under g1 a skipped FAIL_TO_PASS test and a crashing run fail; g1 (the infra member's
@@ -139,7 +163,7 @@ def _seal(
 ) -> JobData:
     job = _job(world, registry, tmp_path)
     registry.publish_grader(world.version(1), source="fix")
-    reef_plugin.configure("swe", _settings(registry, world, tmp_path))
+    ecc_plugin(plugins).configure("swe", _settings(registry, world, tmp_path))
     sealed: JobData = plugins.before_submit("swe", "trainer", job)
     return sealed
 
@@ -238,8 +262,8 @@ def test_a_deployment_turns_the_seal_on_for_its_scenario(
         classes = scenario_classes(name, section, plugins)
         assert classes is not None
         plugins.scenario_started(name, classes.extensions)
-    assert reef_plugin.configured("swe") is not None
-    assert reef_plugin.configured("chat") is None
+    assert ecc_plugin(plugins).configured("swe") is not None
+    assert ecc_plugin(plugins).configured("chat") is None
     bad = text.replace('"mode"', '"x"').replace('"journal_dir"', '"journal_dri"')
     with pytest.raises(DeploymentError, match=r"did you mean 'journal_dir'\?"):
         load_deployment(bad, plugins=plugins)
@@ -312,7 +336,7 @@ def test_unused_groups_come_back_in_the_next_job_and_status_shows_the_seal(
     executor = GatedExecutor(world, synthetic_patch("t2", "correct"))
     service = ReverifyService(world.store, executor=executor, capacity=4).start()  # type: ignore[arg-type]
     try:
-        reef_plugin.configure(
+        ecc_plugin(plugins).configure(
             "swe", _settings(registry, world, tmp_path, service=service.url, deadline_s=0.5)
         )
         first = pipeline.build_job_data(2)
@@ -371,7 +395,7 @@ def test_unused_groups_come_back_in_the_next_job_and_status_shows_the_seal(
         }
     }
     # after a restart the last seal is read back from the journal
-    reef_plugin.configure("swe", reef_plugin.configured("swe").settings)  # type: ignore[union-attr]
+    ecc_plugin(plugins).configure("swe", ecc_plugin(plugins).configured("swe").settings)  # type: ignore[union-attr]
     assert plugins.scenario_status("swe")["ecc"]["last_seal"]["batch_id"] == second.id
 
 

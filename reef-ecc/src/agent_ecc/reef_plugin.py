@@ -1,7 +1,9 @@
 """The ``ecc`` Reef plugin: each job's data sealed under one grader epoch before it trains.
 
-Loaded through the entry point ``ecc`` of the group ``reef.plugins``; this is the only module
-of agent_ecc that imports Reef. For a scenario it is configured for (:func:`configure`), the
+Loaded through the entry point ``ecc`` of the group ``reef.plugins``, which names the class
+:class:`EccPlugin`: Reef makes one instance per ``Plugins``, which keeps the seals of its
+scenarios (no state is shared through this module). This is the only module of agent_ecc that
+imports Reef. For a scenario it is configured for (:meth:`EccPlugin.configure`), the
 ``reef_before_submit`` hook:
 
 1. groups the job's trajectory samples by ``group_id`` (a sample without one is a group of its
@@ -40,7 +42,7 @@ it trains with (the console shows them on the sample).
 Configuration: :class:`EccSettings`, registered as the extension ``ecc``: a deployment turns
 the seal on for a scenario with ``scenarios.<name>.extensions.ecc: {...}``, checked when the
 deployment is read, and ``reef_scenario_started`` opens the scenario's seal with it. An embedding
-without a deployment calls :func:`configure` itself.
+without a deployment calls :meth:`EccPlugin.configure` on its plugin itself.
 """
 
 from __future__ import annotations
@@ -391,67 +393,76 @@ def _epoch_json(epoch: Epoch | None) -> dict[str, Any] | None:
     return None if epoch is None else {"index": epoch.index, "version_id": epoch.version_id}
 
 
-_SCENARIOS: dict[str, ScenarioSeal] = {}
+class EccPlugin:
+    """The ``ecc`` plugin: its entry point names this class, so Reef makes one per
+    :class:`reef.Plugins` and each holds the seals of its own scenarios (two ``Plugins`` of one
+    process, a test's and a service's, never share one).
+
+    An embedding without a deployment registers one itself and calls :meth:`configure`.
+    """
+
+    def __init__(self) -> None:
+        self._seals: dict[str, ScenarioSeal] = {}
+
+    def configure(self, scenario: str, settings: EccSettings | Mapping[str, Any] | None) -> None:
+        """Turn the seal on for ``scenario`` with ``settings`` (a mapping is parsed; None: off).
+
+        :raises reef.PluginConfigError: naming the key (``$.ecc.<scenario>.<key>``) of a bad
+            setting.
+        """
+        if settings is None:
+            self._seals.pop(scenario, None)
+            return
+        if not isinstance(settings, EccSettings):
+            settings = EccSettings.parse(
+                settings, plugin_class=ScenarioSeal, path=f"$.ecc.{scenario}"
+            )
+        self._seals[scenario] = ScenarioSeal(scenario, settings)
+
+    def configured(self, scenario: str) -> ScenarioSeal | None:
+        """The seal of ``scenario``, if configured."""
+        return self._seals.get(scenario)
+
+    @hookimpl
+    def reef_register_extensions(self, registry: PluginRegistrar) -> None:
+        """The seal is configured per scenario: ``scenarios.<name>.extensions.ecc``."""
+        registry.register("ecc", EccSettings)
+
+    @hookimpl
+    def reef_scenario_started(
+        self, scenario: str, extensions: Mapping[str, PluginSettings]
+    ) -> None:
+        """Open the scenario's seal when its deployment configures ``ecc``; otherwise none."""
+        settings = extensions.get("ecc")
+        self.configure(scenario, settings if isinstance(settings, EccSettings) else None)
+
+    @hookimpl
+    def reef_before_submit(self, scenario: str, job_data: JobData) -> JobData | None:
+        """Seal the job's data under the epoch in force and rewrite its rewards."""
+        seal = self._seals.get(scenario)
+        if seal is None or job_data.kind != "trajectory":
+            return None
+        return seal.seal(job_data)
+
+    @hookimpl
+    def reef_scenario_status(self, scenario: str) -> dict[str, Any] | None:
+        """``{"ecc": ...}``: the epoch in force and the last seal, for a sealed scenario."""
+        seal = self._seals.get(scenario)
+        return None if seal is None else {"ecc": seal.status()}
+
+    @hookimpl
+    def reef_job_provenance(self, scenario: str, job_data: JobData) -> dict[str, Any] | None:
+        """``{"ecc": ...}``: the seal of the job's data, for the job history (the console)."""
+        seal = self._seals.get(scenario)
+        found = None if seal is None else seal.provenance(job_data.id)
+        return None if found is None else {"ecc": found}
+
+    @hookimpl
+    def reef_job_ended(self, scenario: str, outcome: JobOutcome) -> None:
+        """Record the job's consumption against its seal decision."""
+        seal = self._seals.get(scenario)
+        if seal is not None:
+            seal.ended(outcome)
 
 
-def configure(scenario: str, settings: EccSettings | Mapping[str, Any] | None) -> None:
-    """Turn the seal on for ``scenario`` with ``settings`` (a mapping is parsed; None: off)."""
-    if settings is None:
-        _SCENARIOS.pop(scenario, None)
-        return
-    if not isinstance(settings, EccSettings):
-        settings = EccSettings.parse(settings, plugin_class=ScenarioSeal, path=f"$.ecc.{scenario}")
-    _SCENARIOS[scenario] = ScenarioSeal(scenario, settings)
-
-
-def configured(scenario: str) -> ScenarioSeal | None:
-    """The seal of ``scenario``, if configured."""
-    return _SCENARIOS.get(scenario)
-
-
-@hookimpl
-def reef_register_extensions(registry: PluginRegistrar) -> None:
-    """The seal is configured per scenario: ``scenarios.<name>.extensions.ecc`` in a deployment."""
-    registry.register("ecc", EccSettings)
-
-
-@hookimpl
-def reef_scenario_started(scenario: str, extensions: Mapping[str, PluginSettings]) -> None:
-    """Open the scenario's seal when its deployment configures ``ecc``; otherwise none."""
-    settings = extensions.get("ecc")
-    configure(scenario, settings if isinstance(settings, EccSettings) else None)
-
-
-@hookimpl
-def reef_before_submit(scenario: str, job_data: JobData) -> JobData | None:
-    """Seal the job's data under the epoch in force and rewrite its rewards."""
-    seal = _SCENARIOS.get(scenario)
-    if seal is None or job_data.kind != "trajectory":
-        return None
-    return seal.seal(job_data)
-
-
-@hookimpl
-def reef_scenario_status(scenario: str) -> dict[str, Any] | None:
-    """``{"ecc": ...}``: the epoch in force and the last seal, for a sealed scenario."""
-    seal = _SCENARIOS.get(scenario)
-    return None if seal is None else {"ecc": seal.status()}
-
-
-@hookimpl
-def reef_job_provenance(scenario: str, job_data: JobData) -> dict[str, Any] | None:
-    """``{"ecc": ...}``: the seal of the job's data, for the job history (the console)."""
-    seal = _SCENARIOS.get(scenario)
-    found = None if seal is None else seal.provenance(job_data.id)
-    return None if found is None else {"ecc": found}
-
-
-@hookimpl
-def reef_job_ended(scenario: str, outcome: JobOutcome) -> None:
-    """Record the job's consumption against its seal decision."""
-    seal = _SCENARIOS.get(scenario)
-    if seal is not None:
-        seal.ended(outcome)
-
-
-__all__ = ["EccSettings", "ScenarioSeal", "configure", "configured", "member_id"]
+__all__ = ["EccPlugin", "EccSettings", "ScenarioSeal", "member_id"]

@@ -79,7 +79,9 @@ class Plugins:
 
     Nothing loads at import time: :meth:`load` reads the ``reef.plugins`` entry points (reef-core
     registers its own built-in stages through the same path, as ``core``) and can be called
-    again to pick up distributions installed since; a plugin already loaded is skipped.
+    again to pick up distributions installed since; a plugin already loaded is skipped. An entry
+    point names a module of hook functions, or a class whose instance (one per ``Plugins``)
+    holds hook methods and whatever state the plugin keeps.
     """
 
     def __init__(self, *, blocked: Iterable[str] | None = None) -> None:
@@ -122,6 +124,13 @@ class Plugins:
                 continue
             except Exception as exc:
                 raise PluginLoadError(f"{where} failed to import: {exc!r}") from exc
+            if isinstance(plugin, type):
+                # An entry point that names a class gets an instance per Plugins, so a plugin
+                # with state (the seals of its scenarios) keeps it on itself, never shared.
+                try:
+                    plugin = plugin()
+                except Exception as exc:
+                    raise PluginLoadError(f"{where} failed to start: {exc!r}") from exc
             self._failures.pop(name, None)
             self.register(plugin, name, distribution=distribution, version=version)
 
@@ -179,6 +188,12 @@ class Plugins:
         return added
 
     # -- what is registered ----------------------------------------------------------------
+
+    def plugin(self, name: str) -> object | None:
+        """The plugin registered as ``name``: the module its entry point names, or the instance
+        of the class it names (made for this ``Plugins``); ``None`` when there is none."""
+        found: object | None = self._pm.get_plugin(name)
+        return found
 
     @property
     def registrations(self) -> tuple[Registration, ...]:
