@@ -7,10 +7,15 @@ group ``reef.plugins``, under a short, user-facing name (``sft``, ``distill``, `
     [project.entry-points."reef.plugins"]
     sft = "reef_sft.plugin"
 
+An entry point may also name a class (``ecc = "agent_ecc.reef_plugin:EccPlugin"``): Reef makes
+one instance per :class:`reef.Plugins`, whose methods are the hooks and which keeps the plugin's
+state, so two ``Plugins`` of one process never share it. ``docs/plugins.md`` lists each hook's
+exact signature, and a test keeps that list true.
+
 Two families of hooks:
 
-- **Discovery hooks** run once per plugin, when :meth:`reef.plugins.Plugins.load`
-  registers it. Each receives a :class:`reef.plugins.PluginRegistrar` bound to one kind of
+- **Discovery hooks** run once per plugin, when :meth:`reef.Plugins.load`
+  registers it. Each receives a :class:`reef.PluginRegistrar` bound to one kind of
   contribution; the plugin calls ``registry.register("short-name", TheClass)`` for each class
   it contributes. A deployment then names the class by that short name.
 - **Event hooks** run at fixed points of a training job's life, for every scenario and
@@ -49,7 +54,7 @@ hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
 @hookspec
 def reef_register_recipes(registry: PluginRegistrar) -> None:
-    """Register recipes: classes extending :class:`reef.recipe.Recipe`.
+    """Register recipes: classes extending :class:`reef.Recipe`.
 
     Called once for this plugin when it is loaded. A deployment's ``scenarios.<name>.recipe``
     names a recipe by the short name given here.
@@ -61,7 +66,7 @@ def reef_register_recipes(registry: PluginRegistrar) -> None:
 
 @hookspec
 def reef_register_record2sample(registry: PluginRegistrar) -> None:
-    """Register record-to-sample stages: classes extending ``reef.record2sample.Record2Sample``.
+    """Register record-to-sample stages: classes extending :class:`reef.Record2Sample`.
 
     Called once for this plugin when it is loaded. A deployment's
     ``pipeline.record2sample.class`` names a stage by the short name given here.
@@ -72,7 +77,7 @@ def reef_register_record2sample(registry: PluginRegistrar) -> None:
 
 @hookspec
 def reef_register_sample2job(registry: PluginRegistrar) -> None:
-    """Register sample-to-job stages: classes extending ``reef.sample2job.Sample2Job``.
+    """Register sample-to-job stages: classes extending :class:`reef.Sample2Job`.
 
     Called once for this plugin when it is loaded. A deployment's
     ``pipeline.sample2job.class`` names a stage by the short name given here.
@@ -109,7 +114,7 @@ def reef_register_extensions(registry: PluginRegistrar) -> None:
     per scenario.
 
     Called once for this plugin when it is loaded. The class registered is the extension's
-    settings class (extending :class:`reef.core.plugins.PluginSettings`); a deployment's
+    settings class (extending :class:`reef.PluginSettings`); a deployment's
     ``scenarios.<name>.extensions.<extension>`` mapping is parsed with it when the deployment
     is read, and the parsed settings reach :func:`reef_scenario_started`.
 
