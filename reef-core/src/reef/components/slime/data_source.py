@@ -42,11 +42,12 @@ from pathlib import Path
 from typing import Any
 
 from reef.components.slime.exchange import Exchange, GroupKey, TrainedGroups
+from reef.errors import ReefError
 
 logger = logging.getLogger(__name__)
 
 
-class ReefDataSourceError(RuntimeError):
+class ReefDataSourceError(ReefError, RuntimeError):
     """Slime is started in a way Reef's data source cannot serve; the message says the fix."""
 
 

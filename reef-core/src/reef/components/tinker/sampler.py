@@ -26,6 +26,7 @@ import attrs
 from tinker import types
 
 from reef.components.tinker.connection import Connect, SamplingClientLike, TinkerConnection
+from reef.errors import ReefError
 
 
 @attrs.frozen
@@ -47,7 +48,7 @@ class Sampled:
     completions: tuple[Completion, ...]
 
 
-class NothingPublished(LookupError):
+class NothingPublished(ReefError, LookupError):
     """The component has published no artifact yet (its trainer has not started)."""
 
 
