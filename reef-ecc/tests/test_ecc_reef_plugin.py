@@ -406,12 +406,12 @@ def test_status_counts_members_failed_by_infrastructure_across_restarts(
     (its recorded verdict under g0, reused) is counted in the scenario's status, in the last
     seal's stats and in a total that survives a restart."""
     job = _job(world, registry, tmp_path)  # g1's second member: the executor stopped
-    reef_plugin.configure("swe", _settings(registry, world, tmp_path))
+    ecc_plugin(plugins).configure("swe", _settings(registry, world, tmp_path))
     sealed = plugins.before_submit("swe", "trainer", job)
     rewards = {s.metadata["agent_ecc"]["member_id"]: s.reward for s in sealed.samples}
     assert rewards["g1m1"] == 0.0
     status = plugins.scenario_status("swe")["ecc"]
     assert status["infra_fails"] == 1
     assert status["last_seal"]["stats"]["infra_fails"] == 1
-    reef_plugin.configure("swe", reef_plugin.configured("swe").settings)  # type: ignore[union-attr]
+    ecc_plugin(plugins).configure("swe", ecc_plugin(plugins).configured("swe").settings)  # type: ignore[union-attr]
     assert plugins.scenario_status("swe")["ecc"]["infra_fails"] == 1
