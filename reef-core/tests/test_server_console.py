@@ -18,7 +18,8 @@ pytest.importorskip("httpx")
 
 from starlette.testclient import TestClient
 
-from reef.core.atif import trajectory_from_records, trajectory_to_json
+from reef.core.atif import trajectory_to_json
+from reef.core.atif_build import trajectory_from_records
 from reef.core.job_data import TaskSample, TrajectorySample, sample_body
 from reef.core.records import InferenceRecord
 from reef.plugins.scenarios import load_deployment
