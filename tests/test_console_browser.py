@@ -28,6 +28,7 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 from selenium import webdriver
 from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
@@ -100,18 +101,21 @@ def served(
     deployment = tiny_local_deployment(folder, url, tokens=tokens)
     serve = ServeProcess(deployment, folder / "serve.log", token=ADMIN)
     try:
-        # The engine answers once the trainer published its first weights.
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            status = httpx.get(f"{serve.base_url}/reef/status", headers=serve.headers).json()
-            if status["scenarios"][0]["trainers"][0]["served_artifact"] is not None:
-                break
-            time.sleep(0.2)
-        else:
-            raise AssertionError(f"no weights published: {status}")
+        wait_until_served(serve)
         yield serve, url
     finally:
         serve.stop()
+
+
+def wait_until_served(serve: ServeProcess) -> None:
+    """Return once the trainer published its first weights: the engine answers from then on."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        status = httpx.get(f"{serve.base_url}/reef/status", headers=serve.headers).json()
+        if status["scenarios"][0]["trainers"][0]["served_artifact"] is not None:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"no weights published: {status}")
 
 
 @pytest.fixture
@@ -482,3 +486,110 @@ def test_contrast_is_computed_as_wcag_defines_it() -> None:
     assert round(contrast([0, 0, 0, 1], [255, 255, 255, 1]), 1) == 21.0
     assert round(contrast([119, 119, 119, 1], [255, 255, 255, 1]), 2) == 4.48
     assert contrast([10, 20, 30, 1], [10, 20, 30, 1]) == 1.0
+
+
+# -- a job sealed by Agent ECC ------------------------------------------------------------------
+
+#: What each attempt of the sealed group did, by its place in the group (agent_ecc.synthetic).
+BEHAVIOURS = ("correct", "wrong", "correct", "skip")
+
+
+@pytest.fixture(scope="module")
+def sealed_served(
+    chromium: None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[ServeProcess, Path]]:
+    """``reef serve`` of the TinyGPT deployment with the ``ecc`` extension on its scenario: a
+    registry whose grader was published (epoch 0) and then fixed (epoch 1), the producers'
+    records and scores files (empty until the test writes its attempts), in manual mode."""
+    pytest.importorskip("agent_ecc")
+    from agent_ecc import DirectoryRegistry
+    from agent_ecc.store import ContentStore
+    from agent_ecc.synthetic import SyntheticWorld
+
+    folder = tmp_path_factory.mktemp("console-ecc")
+    world = SyntheticWorld(ContentStore(folder / "ecc-store"), ("t1",))
+    registry = DirectoryRegistry(folder / "registry")
+    registry.publish_grader(world.version(0), source="startup")
+    registry.publish_world(world.world(), source="startup")
+    registry.publish_grader(world.version(1), source="fix")
+    tokens = {
+        "admin": (ADMIN, ["infer", "feedback", "admin"]),
+        "agent": (AGENT, ["infer", "feedback"]),
+    }
+    path = tiny_local_deployment(folder, f"sqlite:///{folder / 'reef.db'}", tokens=tokens)
+    deployment = yaml.safe_load(path.read_text(encoding="utf-8"))
+    deployment["scenarios"][SCENARIO]["extensions"] = {
+        "ecc": {
+            "registry": str(folder / "registry"),
+            "store": str(folder / "ecc-store"),
+            "journal_dir": str(folder / "journals"),
+            "records": str(folder / "records.jsonl"),
+            "scores": str(folder / "scores.jsonl"),
+        }
+    }
+    path.write_text(yaml.safe_dump(deployment), encoding="utf-8")
+    serve = ServeProcess(path, folder / "serve.log", token=ADMIN)
+    try:
+        wait_until_served(serve)
+        update = f"{serve.base_url}/reef/scenarios/{SCENARIO}/update"
+        httpx.post(update, json={"training_mode": "manual"}, headers=serve.headers)
+        yield serve, folder
+    finally:
+        serve.stop()
+
+
+def test_a_sealed_jobs_sample_shows_the_verdict_and_epoch_behind_its_reward(
+    sealed_served: tuple[ServeProcess, Path], browser: WebDriver, artifacts: Path
+) -> None:
+    """A person opens a sample of a job Agent ECC sealed and reads which grader epoch decided
+    its reward, the verdict, and the reward recorded before the fix."""
+    from agent_ecc import DirectoryRegistry
+    from agent_ecc.records import dump_jsonl
+    from agent_ecc.store import ContentStore
+    from agent_ecc.synthetic import SyntheticWorld
+
+    serve, folder = sealed_served
+    agent_round(serve.base_url, "g0")
+    samples = httpx.get(
+        f"{serve.base_url}/reef/scenarios/{SCENARIO}/samples",
+        params={"limit": 50, "order": "asc"},
+        headers=serve.headers,
+    ).json()["samples"]
+    chosen = [sample["id"] for sample in samples]
+    assert len(chosen) == GROUP
+    # The producers recorded each attempt under the first grader; a sample names its member by
+    # its own id, so the attempts carry the samples' ids.
+    world = SyntheticWorld(ContentStore(folder / "ecc-store"), ("t1",))
+    first = DirectoryRegistry(folder / "registry").grader(world.version(0).version_id)
+    for sample_id, behaviour in zip(chosen, BEHAVIOURS, strict=True):
+        record, score = world.produce(first, "t1", sample_id, behaviour)
+        dump_jsonl(folder / "records.jsonl", [record])
+        dump_jsonl(folder / "scores.jsonl", [score])
+
+    sign_in(browser, serve.base_url)
+    for sample_id in chosen:
+        pick(browser, sample_id)
+    click(browser, "insert")
+    wait_for(browser, lambda d: f"Added {GROUP} samples" in text_of(d, "#notice"), "the choice")
+    click(browser, f"open:{chosen[0]}")
+    wait_for(browser, lambda d: "Trajectory" in text_of(d, "#sample"), "the sample")
+    click(browser, "train")
+    wait_for(browser, lambda d: "finished" in text_of(d, "#jobs tbody"), "the sealed job", 180)
+    fixed = world.version(1).version_id
+    line = wait_for(
+        browser,
+        lambda d: next(
+            (
+                li.text
+                for li in d.find_elements(By.CSS_SELECTOR, "#sample li, #sample p, #sample dd")
+                if "ECC:" in li.text
+            ),
+            None,
+        ),
+        "the seal's line on the opened sample",
+    )
+    assert f"epoch 1 (grader {fixed})" in line, line
+    assert "ECC: batch" in line, line
+    assert "verdict pass" in line, line
+    assert "recorded" in line, line
+    shot(browser, artifacts, "09-sealed-sample", "#sample")
