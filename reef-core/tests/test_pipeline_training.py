@@ -341,3 +341,32 @@ def test_given_back_is_checked(storage_database: Database) -> None:
     assert [s.sample_id for s in pipeline.buffer()] == ["c:0"]
     with pytest.raises(ValueError, match=r"both submits and gives back \['c:0'\]"):
         JobData("x", data.samples, given_back=("c:0",))
+
+
+def test_a_reservation_carries_its_data_to_commit_or_release(storage_database: Database) -> None:
+    """rule: P-PIPE-7 P-PIPE-8 P-PIPE-9 reserve() returns the job data with its reserved samples;
+    a replacement with another id is refused; releasing puts the samples back, committing
+    consumes the reservation less what the data gives back, and a reservation ends once."""
+    pipeline = build(storage_database, job_samples=1, buffer_size=10, group_size=2)
+    for name in ("a", "b"):
+        feed(pipeline, name, group="g1")
+    feed(pipeline, "c")
+    reservation = pipeline.reserve()
+    assert reservation is not None
+    assert reservation.sample_ids == ("a:0", "b:0", "c:0")
+    assert reservation.data_id == reservation.data.id
+    assert reservation.instruction_id is None
+    assert pipeline.reserve() is None  # every sample is reserved
+    with pytest.raises(ValueError, match="keeps the reserved data's id"):
+        reservation.with_data(JobData("other", reservation.data.samples))
+    reservation.release()
+    again = pipeline.reserve()
+    assert again is not None
+    assert again.data.id == reservation.data.id  # released data keeps its id
+    replaced = again.with_data(JobData(again.data.id, again.data.samples[:2], given_back=("c:0",)))
+    assert replaced.consumed_sample_ids == ("a:0", "b:0")
+    assert replaced.commit() == ("sample:a:0", "sample:b:0")
+    assert train_counts(storage_database, "c") == {"a:0": 1, "b:0": 1}
+    with pytest.raises(KeyError):
+        replaced.commit()
+    assert [s.sample_id for s in pipeline.buffer()] == ["c:0"]

@@ -56,9 +56,11 @@ from reef.errors import ReefError
 from reef.pipeline_context import PipelineContext, TrainingMode, check_training_mode
 from reef.record2sample.stage import Record2Sample
 from reef.sample2job.stage import Sample2Job
+from reef.sample2job.validation import validate_job_data
 from reef.storage.drops import DropCounters
 from reef.storage.positions import Position
 from reef.storage.samples import NewSample, StoredSample, TrainerSamples
+from reef.train.reservation import JobReservation
 
 logger = logging.getLogger(__name__)
 
@@ -70,14 +72,6 @@ _ID_PROBE = 16
 class GivenBackError(ReefError, ValueError):
     """A submission gives back samples it may not: ones its job data did not reserve, or part
     of a group whose other members it consumes (a group trains in one job, P-BUF-5)."""
-
-
-@attrs.frozen
-class _Reservation:
-    """Job data handed out and not yet acknowledged or released."""
-
-    sample_ids: tuple[str, ...]
-    instruction: TrainingInstruction | None
 
 
 @attrs.frozen
@@ -122,15 +116,15 @@ class TrainingPipeline:
         self._trainer = context.trainer
         samples.register_trainer(self._trainer, reads_uploads=sample2job.accepts_trajectories)
         if replay_last_outcome:
-            last = samples.last_job_outcome(self._trainer)
+            last = self.last_job_outcome()
             if last is not None:
-                record2sample.job_ended(JobOutcome(**last))
+                record2sample.job_ended(last)
         self._untrained: dict[str, _Entry] = {}
         self._cursor: Position | None = None
         # Samples refused at read time (unreadable, or uploads uploaded_sample refuses): they
         # stay untrained in the store; kept to warn once and to show in status.
         self._refused: set[str] = set()
-        self._reserved: dict[str, _Reservation] = {}
+        self._reserved: dict[str, JobReservation] = {}
         self._instructions: list[TrainingInstruction] = []
 
     # -- records in ------------------------------------------------------------------------
@@ -327,11 +321,23 @@ class TrainingPipeline:
     def build_job_data(self, sample_count: int | None) -> JobData | None:
         """The buffer's job data, reserved until acknowledged or released (P-PIPE-7).
 
-        ``None`` when :meth:`ready` is false. Ids: ``<scenario>:data:<number>`` in auto (the
-        number is the store sequence of the job's first sample; when an earlier commit gave that
-        sample back, ``<seq>.<k>`` with the first ``k`` no commit of the trainer used, so ids stay
-        unique), ``<scenario>:instruction:<request id>`` in manual (P-MODE-8).
+        ``None`` when :meth:`ready` is false. The data of :meth:`reserve`'s reservation.
         """
+        reservation = self.reserve(sample_count)
+        return None if reservation is None else reservation.data
+
+    def reserve(self, sample_count: int | None = None) -> JobReservation | None:
+        """Reserve the buffer's job data (P-PIPE-7): a :class:`JobReservation` that the caller
+        commits after submitting it, or releases; ``None`` when :meth:`ready` is false.
+
+        ``sample_count`` defaults to the sample-to-job stage's ``job_samples``. Ids:
+        ``<scenario>:data:<number>`` in auto (the number is the store sequence of the job's first
+        sample; when an earlier commit gave that sample back, ``<seq>.<k>`` with the first ``k``
+        no commit of the trainer used, so ids stay unique),
+        ``<scenario>:instruction:<request id>`` in manual (P-MODE-8).
+        """
+        if sample_count is None:
+            sample_count = self.sample2job.job_samples
         if not self.ready(sample_count):
             return None
         samples = self.buffer()
@@ -349,10 +355,18 @@ class TrainingPipeline:
             )
         if instruction is not None:
             data = attrs.evolve(data, request=instruction)
-        self._reserved[data_id] = _Reservation(
-            tuple(str(s.sample_id) for s in samples), instruction
+        reservation = JobReservation(
+            data, tuple(str(s.sample_id) for s in samples), instruction, pipeline=self
         )
-        return data
+        self._reserved[data_id] = reservation
+        return reservation
+
+    def validate_job_data(self, data: JobData) -> None:
+        """Check ``data`` against the sample-to-job stage's ``output_schema`` (P-PIPE-7).
+
+        :raises JobDataError: naming the data, the stage, the path and the reason.
+        """
+        validate_job_data(self.sample2job, data)
 
     def _unused_data_id(self, base: str) -> str:
         # A sample given back stays first in store order, so the next job would take its id
@@ -446,6 +460,56 @@ class TrainingPipeline:
             ids += (f"instruction:{instruction.request_id}",)
         return ids
 
+    # -- what the trainer keeps in the store beside the buffer -----------------------------
+
+    def committed(self, data_id: str) -> bool:
+        """Whether this trainer committed the submission of job data ``data_id``."""
+        return bool(self.samples.submitted_among(self._trainer, [data_id]))
+
+    def commit_recovered(
+        self,
+        data_id: str,
+        sample_ids: Sequence[str],
+        instruction_id: str | None,
+        *,
+        released_record_ids: Iterable[str] = (),
+    ) -> bool:
+        """Commit a submission that a crash left uncommitted and that the component trained
+        (Recovery): the reservation died with the crashed process, so its samples, instruction
+        and released records come from the trainer's record of the running job. Idempotent.
+
+        :returns: True when committed now; False when it was committed already.
+        """
+        return self.samples.commit_submission(
+            self._trainer,
+            data_id,
+            sample_ids,
+            instruction_id,
+            released_record_ids=released_record_ids,
+        )
+
+    def record_job_outcome(self, outcome: JobOutcome) -> None:
+        """Make a job's end durable, as this trainer's last job outcome (before anyone acts
+        on it: :meth:`job_ended`, the plugins)."""
+        self.samples.record_job_outcome(self._trainer, attrs.asdict(outcome))
+
+    def last_job_outcome(self) -> JobOutcome | None:
+        """This trainer's last durable job outcome; ``None`` before its first job ended."""
+        last = self.samples.last_job_outcome(self._trainer)
+        return None if last is None else JobOutcome(**last)
+
+    def unread_instructions(self) -> tuple[TrainingInstruction, ...]:
+        """The training instructions in the store this trainer has not consumed, oldest first
+        (P-MODE-3); :meth:`queue_instructions` queues them in the pipeline."""
+        return tuple(
+            TrainingInstruction(
+                request_id=i.request_id,
+                text=i.body.get("text"),
+                parameters=dict(i.body.get("parameters") or {}),
+            )
+            for i in self.samples.unread_instructions(self._trainer)
+        )
+
     # -- training modes and instructions ---------------------------------------------------
 
     def _supported(self, mode: str) -> TrainingMode:
@@ -486,6 +550,11 @@ class TrainingPipeline:
             if instruction.request_id not in queued:
                 self._instructions.append(instruction)
                 queued.add(instruction.request_id)
+
+    @property
+    def job_samples(self) -> int | None:
+        """The fewest samples one job trains (the sample-to-job stage's, P-SIZE-1)."""
+        return self.sample2job.job_samples
 
     @property
     def buffered_requests(self) -> int:

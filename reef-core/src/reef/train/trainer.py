@@ -9,14 +9,15 @@ commits once another process took over. Each step, under the trainer's lock:
 2. ``produce`` (background work of the stage);
 3. apply the stored training mode and queue the unread training instructions (the HTTP service
    writes both to the store; manual-buffer edits are read from the store by the pipeline);
-4. with no job running: give the pipeline the serving artifact, then ``ready(job_samples)``,
-   ``build_job_data``, validate it against the stage's ``output_schema``, the event hooks
-   (``reef_job_data_built``; ``reef_before_submit``, which may replace the data and give part
-   of the reservation back, ``JobData.given_back``), record the job as running and in the job
-   history (each consumed sample with the reward it trains with and what the extensions say
-   of it, ``reef_job_provenance``), submit it to the component and commit the submission
-   (``acknowledge``: every reserved sample but those given back is consumed; those return to
-   the buffer);
+4. with no job running: give the pipeline the serving artifact, then ``reserve()`` job data
+   (a :class:`~reef.train.reservation.JobReservation` of ``job_samples`` samples), validate it
+   against the stage's ``output_schema``, the event hooks (``reef_job_data_built``;
+   ``reef_before_submit``, which may replace the data and give part of the reservation back,
+   ``JobData.given_back``), record the job as running and in the job history (each consumed
+   sample with the reward it trains with and what the extensions say of it,
+   ``reef_job_provenance``), submit it to the component and commit the reservation (every
+   reserved sample but those given back is consumed; those return to the buffer), or release
+   it when anything before the submission refused it;
 5. with a job running: ``poll`` it; once it ended, commit its outcome durably
    (``record_job_outcome``), hand it to the pipeline (``job_ended``) and to the plugins
    (``reef_job_ended``), publish the new weights as an artifact (served from the next
@@ -50,11 +51,10 @@ from typing import Any, Final
 import attrs
 
 from reef.components.interface import JobHandle, TrainingComponent
-from reef.core.job_data import JobData, JobOutcome, TrainingInstruction, sample_reward
+from reef.core.job_data import JobData, JobOutcome, sample_reward
 from reef.core.records import JSON
 from reef.pipeline_context import TrainingMode, check_training_mode
 from reef.plugins import Plugins
-from reef.sample2job.validation import validate_job_data
 from reef.storage import (
     Database,
     FencedDatabase,
@@ -353,21 +353,20 @@ class Trainer:
         """Replay the last outcome, or take over the job a previous tenure left running."""
         body = state.running_job(self.name)
         if body is None:
-            last = pipeline.samples.last_job_outcome(self.name)
+            last = pipeline.last_job_outcome()
             if last is not None:
-                self._announce_end(pipeline, JobOutcome(**last))
+                self._announce_end(pipeline, last)
             return None
         running = _RunningJob.from_json(body)
         # Asked of the store by the job's id: a submission that gave every sample back (or
         # an instruction without samples) consumes none, yet its commit may be missing.
-        committed = bool(pipeline.samples.submitted_among(self.name, [running.job_id]))
+        committed = pipeline.committed(running.job_id)
         outcome = component.poll(JobHandle(running.job_id, component.name))
         if not committed:
             if outcome is not None and outcome.event == "finished":
                 # It trained, and the crash came before the commit: commit it now, so its
                 # samples never train again.
-                pipeline.samples.commit_submission(
-                    self.name,
+                pipeline.commit_recovered(
                     running.job_id,
                     running.sample_ids,
                     running.instruction_id,
@@ -396,16 +395,7 @@ class Trainer:
                 pipeline.training_mode = mode
             except (ValueError, NotImplementedError) as exc:
                 self._note_error("training_mode", exc)
-        unread = pipeline.samples.unread_instructions(self.name)
-        if unread:
-            pipeline.queue_instructions(
-                TrainingInstruction(
-                    request_id=i.request_id,
-                    text=i.body.get("text"),
-                    parameters=dict(i.body.get("parameters") or {}),
-                )
-                for i in unread
-            )
+        pipeline.queue_instructions(pipeline.unread_instructions())
 
     def _submit_next(
         self,
@@ -414,39 +404,36 @@ class Trainer:
         state: TrainerState,
         history: JobHistory,
     ) -> _RunningJob | None:
-        job_samples = pipeline.sample2job.job_samples
-        data = pipeline.build_job_data(job_samples)
-        if data is None:
+        reservation = pipeline.reserve()
+        if reservation is None:
             return None
         try:
-            validate_job_data(pipeline.sample2job, data)  # before any hook sees it (P-PIPE-7)
+            reservation.validate()  # before any hook sees it (P-PIPE-7)
             if self._plugins is not None:
-                self._plugins.job_data_built(self.scenario, self.name, data)
-                data = self._plugins.before_submit(self.scenario, self.name, data)
-            consumed = pipeline.consumed_sample_ids(data.id, data.given_back)
+                self._plugins.job_data_built(self.scenario, self.name, reservation.data)
+                reservation = reservation.with_data(
+                    self._plugins.before_submit(self.scenario, self.name, reservation.data)
+                )
+            consumed = reservation.consumed_sample_ids
         except Exception as exc:
             # Refused before anything was submitted: the data goes back to the buffer.
-            pipeline.release_job_data(data.id)
+            reservation.release()
             self._note_error("before_submit", exc)
             return None
+        data = reservation.data
         released = pipeline.releasable_record_ids()
-        running = _RunningJob(
-            data.id,
-            consumed,
-            None if data.request is None else data.request.request_id,
-            tuple(released),
-        )
+        running = _RunningJob(data.id, consumed, reservation.instruction_id, tuple(released))
         state.set_running_job(self.name, running.to_json())
         self._note_submission(history, data, running)
         try:
             component.submit(data, self._job_parameters)
         except Exception as exc:
-            pipeline.release_job_data(data.id)
+            reservation.release()
             state.set_running_job(self.name, None)
             history.released(self.name, data.id, f"the component refused the job: {exc}")
             self._note_error("submit", exc)
             return None
-        pipeline.acknowledge(data.id, released_record_ids=released, given_back=data.given_back)
+        reservation.commit(released_record_ids=released)
         logger.info(
             "scenario %s, trainer %s: submitted %s (%d samples, %d given back)",
             self.scenario,
@@ -512,7 +499,7 @@ class Trainer:
         history: JobHistory,
         outcome: JobOutcome,
     ) -> str:
-        pipeline.samples.record_job_outcome(self.name, attrs.asdict(outcome))
+        pipeline.record_job_outcome(outcome)
         history.ended(self.name, outcome.job_id, outcome.event, outcome.metrics, outcome.error)
         self._announce_end(pipeline, outcome)
         artifact = component.publish()
@@ -555,7 +542,7 @@ class Trainer:
         status = pipeline.status()
         # The pipeline's queue holds instructions read from the store and not yet consumed,
         # so the unread ones in the store are its queue plus those not read yet.
-        unread = [i.request_id for i in pipeline.samples.unread_instructions(self.name)]
+        unread = [i.request_id for i in pipeline.unread_instructions()]
         extensions: JSON = {}
         if self._plugins is not None:
             try:
@@ -568,8 +555,8 @@ class Trainer:
             "holder": self.holder,
             "training_mode": pipeline.training_mode,
             "ready_samples": status.get("ready_samples", 0),
-            "buffer_size": pipeline.sample2job.buffer_size,
-            "job_samples": pipeline.sample2job.job_samples,
+            "buffer_size": status["buffer_size"],
+            "job_samples": pipeline.job_samples,
             "pending_instructions": len(unread),
             "queued_instructions": unread,
             "background_jobs_running": pipeline.background_jobs_running(),
