@@ -91,8 +91,13 @@ def _configure_check(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_check(args: argparse.Namespace) -> int:
+    from reef.train.stages import check_stages
+
+    plugins = _loaded_plugins()
     try:
-        deployment = load_deployment(args.deployment, plugins=_loaded_plugins())
+        deployment = load_deployment(args.deployment, plugins=plugins)
+        # What reef serve builds before it listens: every trainer's stages.
+        check_stages(deployment, plugins=plugins, origin=str(args.deployment))
     except DeploymentError as exc:
         print(exc, file=sys.stderr)
         return 1
@@ -121,11 +126,26 @@ def _configure_serve(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-level", default="info", help="uvicorn's and Reef's log level")
 
 
+def _needs_server_extra(command: str, error: ModuleNotFoundError) -> int:
+    """Say which extra installs the module ``reef <command>`` misses; the exit status."""
+    if error.name is None or error.name.split(".")[0] == "reef":
+        raise error  # a module of Reef itself: a broken installation, not a missing extra
+    print(
+        f"reef {command}: needs the {error.name} package, which is not installed: install the"
+        " service's extra with pip install 'reef-core[server]'",
+        file=sys.stderr,
+    )
+    return 1
+
+
 def _run_serve(args: argparse.Namespace) -> int:
     import logging
 
-    from reef.runtime import serve
-    from reef.server import ServiceConfigError, UnauthenticatedServiceError
+    try:
+        from reef.runtime import serve
+        from reef.server import ServiceConfigError, UnauthenticatedServiceError
+    except ModuleNotFoundError as exc:
+        return _needs_server_extra("serve", exc)
     from reef.train.trainer import TrainerSettings
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
@@ -146,7 +166,7 @@ def _run_serve(args: argparse.Namespace) -> int:
             trainer_settings=TrainerSettings(lease_ttl=args.lease_ttl),
             log_level=args.log_level,
         )
-    except (UnauthenticatedServiceError, ServiceConfigError) as exc:
+    except (UnauthenticatedServiceError, ServiceConfigError, DeploymentError) as exc:
         print(f"reef serve: {exc}", file=sys.stderr)
         return 1
     return 0
@@ -163,9 +183,12 @@ def _configure_status(parser: argparse.ArgumentParser) -> None:
 def _run_status(args: argparse.Namespace) -> int:
     import os
 
-    import httpx
+    try:
+        import httpx
 
-    from reef.server.status import status_table
+        from reef.server.status import status_table
+    except ModuleNotFoundError as exc:
+        return _needs_server_extra("status", exc)
 
     token = args.token or os.environ.get("REEF_TOKEN")
     headers = {"authorization": f"Bearer {token}"} if token else {}

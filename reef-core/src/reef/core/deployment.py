@@ -222,5 +222,18 @@ def deployment_document(
     try:
         document = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise DeploymentError(origin, (f"not valid YAML: {exc}",)) from exc
+        raise DeploymentError(origin, (_yaml_problem(exc, origin),)) from exc
     return _expand_recipe_shorthand(_substitute(document, environ, "$", problems))
+
+
+def _yaml_problem(error: yaml.YAMLError, origin: str) -> str:
+    """What is wrong with the YAML and where, in ``origin`` (the file) rather than the
+    ``<unicode string>`` PyYAML names by default."""
+    if not isinstance(error, yaml.MarkedYAMLError) or error.problem_mark is None:
+        return f"not valid YAML: {error}; fix the file's syntax"
+    mark = error.problem_mark
+    context = f"{error.context} " if error.context else ""
+    return (
+        f"not valid YAML at {origin} line {mark.line + 1}, column {mark.column + 1}:"
+        f" {context}{error.problem}; fix the syntax there (indentation, a missing ':' or quote)"
+    )

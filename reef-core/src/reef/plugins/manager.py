@@ -22,6 +22,7 @@ import pluggy
 
 from reef import hookspecs
 from reef.core.plugins import PluginSettings
+from reef.plugins.builtin import built_in_components
 from reef.plugins.registrar import (
     DuplicatePluginNameError,
     PluginKind,
@@ -48,6 +49,25 @@ _DISCOVERY_HOOKS: Mapping[str, PluginKind] = {
     "reef_register_task_generators": PluginKind.TASK_GENERATOR,
     "reef_register_components": PluginKind.COMPONENT,
     "reef_register_extensions": PluginKind.EXTENSION,
+}
+
+
+#: Each kind as a message names it, and where a deployment names a class of it.
+_KIND_WORDS: Mapping[PluginKind, str] = {
+    PluginKind.RECIPE: "recipe",
+    PluginKind.RECORD2SAMPLE: "record-to-sample stage",
+    PluginKind.SAMPLE2JOB: "sample-to-job stage",
+    PluginKind.TASK_GENERATOR: "task generator",
+    PluginKind.COMPONENT: "training component",
+    PluginKind.EXTENSION: "extension",
+}
+_KIND_PLACES: Mapping[PluginKind, str] = {
+    PluginKind.RECIPE: "scenarios.<name>.recipe",
+    PluginKind.RECORD2SAMPLE: "scenarios.<name>.pipeline.record2sample.class",
+    PluginKind.SAMPLE2JOB: "scenarios.<name>.pipeline.sample2job.class",
+    PluginKind.TASK_GENERATOR: "the generator key of a generated-task stage's config",
+    PluginKind.COMPONENT: "scenarios.<name>.training.component",
+    PluginKind.EXTENSION: "scenarios.<name>.extensions",
 }
 
 
@@ -225,16 +245,44 @@ class Plugins:
         registration = self._registrations.get((kind, name))
         if registration is not None:
             return registration.cls
+        listed = ", ".join(installed) if installed else "none"
+        elsewhere = [k for k in PluginKind if (k, name) in self._registrations]
+        if elsewhere:
+            other = elsewhere[0]
+            raise UnknownPluginError(
+                kind,
+                name,
+                installed,
+                f"{name!r} is a {_KIND_WORDS[other]}, not a {_KIND_WORDS[kind]}: name it under"
+                f" {_KIND_PLACES[other]} (installed {kind} names: {listed})",
+            )
         close = difflib.get_close_matches(name, installed, n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
-        listed = ", ".join(installed) if installed else "none"
         raise UnknownPluginError(
             kind,
             name,
             installed,
             f"unknown {kind} {name!r}{hint} (installed {kind} names: {listed};"
-            " or write module:Class)",
+            f" or write module:Class){self._why_missing(kind, name)}",
         )
+
+    def _why_missing(self, kind: PluginKind, name: str) -> str:
+        """What may keep ``name`` from being registered: a built-in component's missing extra,
+        or plugins that ``REEF_BLOCK_PLUGINS`` blocks."""
+        if kind == PluginKind.COMPONENT and "core" not in self.blocked:
+            for missing in built_in_components()[1]:
+                if missing.name == name:
+                    return (
+                        f"; the built-in component {name!r} needs the {missing.missing} package,"
+                        f" which is not installed: {missing.install}"
+                    )
+        if self.blocked:
+            return (
+                f"; {BLOCK_ENV_VAR} blocks the plugins {', '.join(sorted(self.blocked))}, whose"
+                f" names are not loaded: take the one that provides {name!r} out of"
+                f" {BLOCK_ENV_VAR}"
+            )
+        return ""
 
     # -- events (one typed method per event hook) ------------------------------------------
 

@@ -25,6 +25,7 @@ from reef.core.deployment import (
 from reef.core.plugins import NoSettings, PluginConfigError, PluginSettings
 from reef.plugins.manager import Plugins
 from reef.plugins.registrar import PluginKind, UnknownPluginError
+from reef.recipe import Recipe
 
 
 @attrs.frozen
@@ -88,6 +89,13 @@ def scenario_classes(
     before = len(found)
     path = f"$.scenarios.{name}"
     recipe = _resolve(plugins, PluginKind.RECIPE, scenario.recipe.class_, f"{path}.recipe", found)
+    if recipe is not None and not issubclass(recipe, Recipe):
+        found.append(
+            f"recipe {scenario.recipe.class_!r} ({recipe.__module__}:{recipe.__qualname__}) does"
+            " not extend reef.Recipe, so it names no stages: make the class a subclass of"
+            f" reef.Recipe with a pipeline_spec() @ {path}.recipe"
+        )
+        recipe = None
     classes: dict[str, type[Any] | None] = {}
     if recipe is not None:
         _check_config(recipe, scenario.recipe.config, f"{path}.recipe.config", found)
@@ -102,7 +110,7 @@ def scenario_classes(
             if recipe is None:
                 classes[stage] = None
                 continue
-            # The recipe's default; a recipe that is not a reef.recipe.Recipe has none.
+            # The recipe's default.
             class_name = getattr(recipe.pipeline_spec(), stage)
         stage_class = _resolve(plugins, kind, class_name, f"{stage_path}.class", found)
         classes[stage] = stage_class
@@ -172,7 +180,15 @@ def load_deployment(
     :raises DeploymentError: listing every problem of the file, each with its path.
     """
     if isinstance(source, Path):
-        origin, text = str(source), source.read_text(encoding="utf-8")
+        origin = str(source)
+        try:
+            text = source.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise DeploymentError(
+                origin,
+                (f"cannot read the deployment file ({reason}): give the path of a YAML file",),
+            ) from exc
     else:
         origin, text = "<deployment>", source
     problems: list[str] = []

@@ -73,9 +73,8 @@ class ScenarioAdmission:
     ) -> ScenarioAdmission:
         """Build each trainer's stages once, keep what admission needs, close the rest.
 
-        :raises reef.core.deployment.DeploymentError: when a class cannot be resolved or a
-            config does not parse.
-        :raises reef.core.plugins.PluginConfigError: when a stage refuses its config.
+        :raises reef.core.deployment.DeploymentError: when a class cannot be resolved, a config
+            does not parse or a stage refuses its config.
         """
         names = scenario_trainers(section)
         trainers = {}

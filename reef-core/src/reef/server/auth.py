@@ -105,8 +105,9 @@ class Authenticator:
     def __init__(self, auth: AuthSection, *, allow_unauthenticated: bool = False) -> None:
         if not auth.tokens and not allow_unauthenticated:
             raise UnauthenticatedServiceError(
-                "the deployment has no auth.tokens: add tokens, or run without auth explicitly"
-                " (allow_unauthenticated, loopback only)"
+                "the deployment has no auth.tokens: add tokens under auth.tokens, or run"
+                " without auth explicitly with reef serve --allow-unauthenticated (loopback"
+                " clients only; ServerOptions(allow_unauthenticated=True) when embedding)"
             )
         if auth.tokens and allow_unauthenticated:
             raise UnauthenticatedServiceError(

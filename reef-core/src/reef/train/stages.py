@@ -7,15 +7,18 @@ supports); the runtime builds each trainer's :class:`~reef.train.pipeline.Traini
 with :func:`build_pipeline`, which builds its stages the same way. Both go through
 :func:`build_stages`, so a stage is configured once and admission can never disagree with the
 trainer about which class or config a scenario uses. A recipe's tests call
-:func:`build_pipeline` too, to run a deployment's scenario as its trainer would.
+:func:`build_pipeline` too, to run a deployment's scenario as its trainer would, and
+``reef check`` calls :func:`check_stages`, so it refuses every config that ``reef serve`` would.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
-from reef.core.deployment import DeploymentError, ScenarioSection
+from reef.core.deployment import Deployment, DeploymentError, ScenarioSection
+from reef.core.plugins import PluginConfigError
 from reef.pipeline_context import PipelineContext
 from reef.plugins import Plugins
 from reef.plugins.scenarios import scenario_classes
@@ -25,7 +28,7 @@ from reef.storage import Database, ScenarioSettings, TrainerSamples
 from reef.train.pipeline import TrainingPipeline
 from reef.train.trainer import TRAINING_MODE_SETTING, stored_training_mode
 
-__all__ = ["build_pipeline", "build_stages", "scenario_trainers"]
+__all__ = ["build_pipeline", "build_stages", "check_stages", "scenario_trainers"]
 
 
 def scenario_trainers(scenario: ScenarioSection) -> tuple[str, ...]:
@@ -46,23 +49,76 @@ def build_stages(
     """The record-to-sample and sample-to-job stages of scenario ``name``, built with
     ``from_config`` in pipeline order (the sample-to-job stage receives the other, P-STG-8).
 
-    :raises reef.core.deployment.DeploymentError: when a class cannot be resolved or a config
-        does not parse.
-    :raises reef.core.plugins.PluginConfigError: when a stage refuses its config at build time.
+    :raises reef.core.deployment.DeploymentError: when a class cannot be resolved, a config
+        does not parse or a stage refuses its config at build time (a ``buffer_size`` below
+        ``job_samples``), each problem at its path in the deployment file.
     """
     classes = scenario_classes(name, scenario, plugins)
     assert classes is not None  # scenario_classes raises instead of returning None here
     env = os.environ if environ is None else environ
-    record2sample: Record2Sample = classes.record2sample.from_config(
-        scenario.pipeline.record2sample.config, context=context, environ=env
-    )
-    sample2job: Sample2Job = classes.sample2job.from_config(
-        scenario.pipeline.sample2job.config,
-        context=context,
-        record2sample=record2sample,
-        environ=env,
-    )
+    path = f"$.scenarios.{name}.pipeline"
+    with _refusals_at(name, f"{path}.record2sample.config"):
+        record2sample: Record2Sample = classes.record2sample.from_config(
+            scenario.pipeline.record2sample.config, context=context, environ=env
+        )
+    try:
+        with _refusals_at(name, f"{path}.sample2job.config"):
+            sample2job: Sample2Job = classes.sample2job.from_config(
+                scenario.pipeline.sample2job.config,
+                context=context,
+                record2sample=record2sample,
+                environ=env,
+            )
+    except BaseException:
+        record2sample.close()
+        raise
     return record2sample, sample2job
+
+
+@contextlib.contextmanager
+def _refusals_at(scenario: str, path: str) -> Iterator[None]:
+    """Re-raise a stage's refusal of its config (keys relative to it, ``$.buffer_size``) as a
+    :class:`DeploymentError` whose problems carry their path in the file."""
+    try:
+        yield
+    except PluginConfigError as exc:
+        problems = tuple(
+            f"{e.plugin}: {e.reason} @ {path}{e.key[1:] if e.key.startswith('$') else e.key}"
+            for e in exc.errors
+        )
+        raise DeploymentError(f"scenario {scenario!r}", problems) from exc
+
+
+def check_stages(
+    deployment: Deployment,
+    *,
+    plugins: Plugins,
+    origin: str = "<deployment>",
+    environ: Mapping[str, str] | None = None,
+) -> None:
+    """Build the stages of every trainer of every scenario, as ``reef serve`` does before it
+    listens, and close them: what ``reef check`` adds to reading the file. A scenario without a
+    ``training`` section has no trainer, so its stages are not built (nor are they by serve).
+
+    :param origin: the deployment file, named by the error.
+    :raises reef.core.deployment.DeploymentError: listing every stage's refusal, at its path.
+    """
+    problems: list[str] = []
+    for name, section in deployment.scenarios.items():
+        trainers = scenario_trainers(section)
+        for trainer in trainers:
+            context = PipelineContext(scenario=name, component=trainer, trainers=trainers)
+            try:
+                record2sample, sample2job = build_stages(
+                    name, section, plugins=plugins, context=context, environ=environ
+                )
+            except DeploymentError as exc:
+                problems.extend(exc.problems)
+                continue
+            sample2job.close()
+            record2sample.close()
+    if problems:
+        raise DeploymentError(origin, tuple(problems))
 
 
 def build_pipeline(
@@ -89,8 +145,7 @@ def build_pipeline(
     :param replay_last_outcome: hand the trainer's last job outcome to the fresh stage now
         (P-PIPE-13); the trainer passes ``False`` and replays it once it knows no job runs.
     :raises reef.core.deployment.DeploymentError: when the scenario has no such trainer, a class
-        cannot be resolved or a config does not parse.
-    :raises reef.core.plugins.PluginConfigError: when a stage refuses its config at build time.
+        cannot be resolved, a config does not parse or a stage refuses its config.
     :raises ValueError: when the stored training mode names none.
     """
     trainers = scenario_trainers(scenario)

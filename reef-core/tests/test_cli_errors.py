@@ -1,0 +1,181 @@
+"""Errors a newcomer meets first: each names the file or path, what is wrong, and the fix (the
+option to set, the extra to install). One test per message; ``reef`` runs in this process
+unless a missing package has to be simulated, which takes a process of its own."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from reef.cli import main
+from reef.core.deployment import DeploymentError
+from reef.plugins import Plugins
+from reef.plugins.scenarios import load_deployment
+from reef.testing import inline_plugin
+
+#: A scenario of the core's grouped recipe, whose stages' configs are the {config} placeholders.
+GROUPED = """\
+storage: {{url: "sqlite:///{folder}/reef.db"}}
+scenarios:
+  words:
+    recipe: grouped
+    pipeline:
+      sample2job: {{config: {sample2job}}}
+    training: {{component: {component}, options: {{state_dir: "{folder}/state"}}}}
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "deployment.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def grouped(tmp_path: Path, *, sample2job: str, component: str = "local") -> Path:
+    return write(
+        tmp_path,
+        GROUPED.format(folder=tmp_path, sample2job=sample2job, component=component),
+    )
+
+
+def check(path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    status = main(["check", str(path)])
+    return status, capsys.readouterr().err
+
+
+def hidden(tmp_path: Path, *modules: str) -> dict[str, str]:
+    """An environment whose PYTHONPATH shadows ``modules`` with modules that fail to import
+    as a package that is not installed does."""
+    folder = tmp_path / "hide"
+    folder.mkdir()
+    for module in modules:
+        (folder / f"{module}.py").write_text(
+            f"raise ModuleNotFoundError(\"No module named '{module}'\", name='{module}')\n"
+        )
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(folder), *sys.path])}
+
+
+def reef(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "reef.cli", *args]
+    return subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+
+
+def test_check_builds_every_stage_and_refuses_what_serve_would(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """rule: P-BUF-6 -- a buffer_size below job_samples parses, but the stage refuses it when
+    built; ``reef check`` builds it, as ``reef serve`` does before it listens."""
+    path = grouped(tmp_path, sample2job="{job_samples: 8, buffer_size: 4}")
+    status, err = check(path, capsys)
+    assert status == 1
+    assert f"{path}: 1 problem(s)" in err
+    assert (
+        "GroupedJobData: 4 is smaller than job_samples (8)"
+        " @ $.scenarios.words.pipeline.sample2job.config.buffer_size"
+    ) in err
+    fixed = grouped(tmp_path, sample2job="{job_samples: 8, buffer_size: 16}")
+    assert check(fixed, capsys)[0] == 0
+
+
+def test_a_missing_deployment_file_is_named_without_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "nowhere.yaml"
+    status, err = check(missing, capsys)
+    assert status == 1
+    assert err.startswith(f"{missing}: 1 problem(s)")
+    assert "cannot read the deployment file (No such file or directory)" in err
+    assert "give the path of a YAML file" in err
+    assert "Traceback" not in err
+
+
+def test_yaml_errors_name_the_file_line_and_column(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write(tmp_path, "scenarios:\n  words:\n    recipe: [grouped\n")
+    status, err = check(path, capsys)
+    assert status == 1
+    assert f"not valid YAML at {path} line 4, column 1:" in err
+    assert "fix the syntax there" in err
+    assert "<unicode string>" not in err
+
+
+def test_a_stage_under_the_wrong_kind_says_which_kind_it_is(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write(
+        tmp_path,
+        GROUPED.format(folder=tmp_path, sample2job="{job_samples: 4}", component="local").replace(
+            "sample2job: {config:", "sample2job: {class: GroupedReportSamples, config:"
+        ),
+    )
+    status, err = check(path, capsys)
+    assert status == 1
+    assert (
+        "'GroupedReportSamples' is a record-to-sample stage, not a sample-to-job stage: name it"
+        " under scenarios.<name>.pipeline.record2sample.class"
+    ) in err
+    assert "@ $.scenarios.words.pipeline.sample2job.class" in err
+
+
+def test_a_plugin_blocked_by_the_environment_is_named_with_the_variable() -> None:
+    plugins = Plugins(blocked={"sft"})
+    plugins.load()
+    with pytest.raises(DeploymentError) as info:
+        load_deployment("scenarios: {notes: {recipe: sft}}", plugins=plugins, environ={})
+    (problem,) = info.value.problems
+    assert "unknown recipe 'sft'" in problem
+    assert "REEF_BLOCK_PLUGINS blocks the plugins sft" in problem
+    assert "take the one that provides 'sft' out of REEF_BLOCK_PLUGINS" in problem
+
+
+class NotARecipe:
+    """Registered as a recipe, but not a :class:`reef.Recipe`."""
+
+
+def test_a_registered_class_that_is_not_a_recipe_is_refused_naming_it() -> None:
+    plugins = Plugins(blocked=())
+    plugins.register(inline_plugin(recipes={"odd": NotARecipe}), "odd")
+    with pytest.raises(DeploymentError) as info:
+        load_deployment("scenarios: {s: {recipe: odd}}", plugins=plugins, environ={})
+    assert info.value.problems == (
+        f"recipe 'odd' ({__name__}:NotARecipe) does not extend reef.Recipe, so it names no"
+        " stages: make the class a subclass of reef.Recipe with a pipeline_spec()"
+        " @ $.scenarios.s.recipe",
+    )
+
+
+def test_the_missing_auth_setting_names_the_flag() -> None:
+    pytest.importorskip("starlette")
+    from reef.core.deployment import AuthSection
+    from reef.server.auth import Authenticator, UnauthenticatedServiceError
+
+    with pytest.raises(UnauthenticatedServiceError) as info:
+        Authenticator(AuthSection())
+    assert "add tokens under auth.tokens" in str(info.value)
+    assert "reef serve --allow-unauthenticated" in str(info.value)
+
+
+def test_a_built_in_component_without_its_extra_names_the_extra(tmp_path: Path) -> None:
+    path = grouped(tmp_path, sample2job="{job_samples: 4}", component="local")
+    done = reef("check", str(path), env=hidden(tmp_path, "torch"))
+    assert done.returncode == 1
+    assert (
+        "the built-in component 'local' needs the torch package, which is not installed:"
+        " pip install 'reef-core[torch]' @ $.scenarios.words.training.component"
+    ) in done.stderr
+
+
+@pytest.mark.parametrize("command", ["serve", "status"])
+def test_serve_and_status_without_the_server_extra_name_it(tmp_path: Path, command: str) -> None:
+    path = grouped(tmp_path, sample2job="{job_samples: 4}")
+    args = [command, str(path)] if command == "serve" else [command]
+    done = reef(*args, env=hidden(tmp_path, "starlette", "httpx", "uvicorn"))
+    assert done.returncode == 1, done.stderr
+    assert f"reef {command}: needs the " in done.stderr
+    assert "install the service's extra with pip install 'reef-core[server]'" in done.stderr
+    assert "Traceback" not in done.stderr
