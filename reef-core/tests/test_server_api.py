@@ -566,6 +566,21 @@ def test_bad_bodies_name_the_field_and_store_nothing(
     assert stored_rows(storage_database, "support") == []
 
 
+def test_a_tag_header_without_a_name_is_refused_saying_how_to_name_it(
+    client: TestClient, storage_database: Database
+) -> None:
+    refused = client.post(
+        "/scenarios/support/v1/chat/completions",
+        json={"messages": [{"role": "user", "content": "tags"}]},
+        headers={**AGENT, "x-reef-tag-": "blue"},
+    )
+    assert refused.status_code == 400
+    (problem,) = refused.json()["problems"]
+    assert problem["field"] == "x-reef-tag-"
+    assert "send x-reef-tag-<name>: <value>" in problem["reason"]
+    assert stored_rows(storage_database, "support") == []
+
+
 def test_inference_records_link_and_carry_tags_and_artifact(
     client: TestClient, storage_database: Database
 ) -> None:

@@ -252,8 +252,8 @@ def test_engine_breaking_off_a_stream_is_recorded_as_aborted(
 def test_a_whole_answer_reaches_the_client_byte_for_byte_as_the_engine_sent_it(
     database: tuple[str, Database],
 ) -> None:
-    """The service hands on the engine's own bytes (its spacing, key order and escapes), and
-    records the same answer, parsed."""
+    """The service hands on the engine's own bytes (its spacing, key order and escapes), with
+    the record's id as the completion's id, and records the same answer, parsed."""
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import Response
@@ -277,10 +277,41 @@ def test_a_whole_answer_reaches_the_client_byte_for_byte_as_the_engine_sent_it(
             headers={"authorization": "Bearer agent-secret"},
         )
     assert reply.status_code == 200
-    assert reply.content == sent
-    (record,) = records(opened, [reply.headers[RECORD_ID_HEADER]])
-    assert record.response == json.loads(sent)
+    record_id = reply.headers[RECORD_ID_HEADER]
+    assert reply.content == sent.replace(b'"exact-1"', f'"{record_id}"'.encode())
+    (record,) = records(opened, [record_id])
+    assert record.response == json.loads(reply.content)
     assert record.response["choices"][0]["message"]["content"] == "caf\u00e9 \u2615"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_agent_reports_on_a_call_by_the_id_its_openai_client_holds(
+    database: tuple[str, Database], engine_url: str, stream: bool
+) -> None:
+    """An agent names the call it reports on by ``completion.id`` (every chunk's ``id`` when
+    streamed), as its client returns it: no raw response, no Reef header. The record-id header
+    gives the same id."""
+    _, opened = database
+    question = [{"role": "user", "content": "open"}]
+    with serve(database, engine_url) as reef:
+        client = openai.OpenAI(base_url=f"{reef}/scenarios/support/v1", api_key="agent-secret")
+        if stream:
+            chunks = list(client.chat.completions.create(model="m", messages=question, stream=True))  # type: ignore[arg-type]  # fmt: skip
+            (completion_id,) = {chunk.id for chunk in chunks}
+        else:
+            completion_id = client.chat.completions.create(model="m", messages=question).id  # type: ignore[arg-type]  # fmt: skip
+        raw = client.chat.completions.with_raw_response.create(model="m", messages=question)  # type: ignore[arg-type]  # fmt: skip
+        assert raw.parse().id == raw.headers[RECORD_ID_HEADER]
+        report = httpx.post(
+            f"{reef}/reef/scenarios/support/reports",
+            json={"id": f"report-{stream}", "references": [completion_id], "score": 1.0},
+            headers={"authorization": "Bearer agent-secret"},
+        )
+    assert report.status_code == 201, report.text
+    assert report.json()["references"] == [completion_id]
+    (record,) = records(opened, [completion_id])
+    assert record.response is not None
+    assert record.response["id"] == completion_id
 
 
 def test_local_engine_answers_off_the_event_loop_and_names_its_artifact(

@@ -72,11 +72,7 @@ async def chat_completions(request: Request) -> Response:
         raise ApiError.one(
             409, "no_engine", "scenario", f"scenario {scenario.name!r} has no serving engine"
         )
-    tags = {
-        key[len(TAG_HEADER_PREFIX) :]: value
-        for key, value in request.headers.items()
-        if key.startswith(TAG_HEADER_PREFIX) and len(key) > len(TAG_HEADER_PREFIX)
-    }
+    tags = _tags(request)
     record = InferenceRecord(
         id=f"inf-{uuid.uuid4().hex}",
         scenario=scenario.name,
@@ -91,17 +87,56 @@ async def chat_completions(request: Request) -> Response:
         reply = await scenario.engine.complete(raw)
     except EngineError as exc:
         return _engine_failure(exc)
+    # The answer as the client gets it, recorded so: its id is the record's.
+    body = {**reply.body, "id": record.id}
     record = attrs.evolve(
         record,
-        response=reply.body,
+        response=body,
         artifact_id=reply.artifact_id or service.runtime.served_artifact_id(scenario.name),
         ended_at=time.time(),
     )
     await asyncio.wrap_future(service.ledger(scenario).append(record))
     headers = {RECORD_ID_HEADER: record.id}
     if reply.content is not None:  # the engine's own bytes, not encoded a second time
-        return Response(reply.content, media_type="application/json", headers=headers)
-    return JSONResponse(reply.body, headers=headers)
+        content = _with_record_id(reply.content.decode(), reply.body.get("id"), record.id)
+        if content is not None:
+            return Response(content, media_type="application/json", headers=headers)
+    return JSONResponse(body, headers=headers)
+
+
+def _tags(request: Request) -> dict[str, str]:
+    """The call's ``x-reef-tag-<name>`` headers, by ``<name>``.
+
+    :raises ApiError: 400 for a tag header without a name.
+    """
+    tags = {}
+    for key, value in request.headers.items():
+        if key.startswith(TAG_HEADER_PREFIX):
+            name = key[len(TAG_HEADER_PREFIX) :]
+            if not name:
+                raise ApiError.one(
+                    400,
+                    "invalid_request",
+                    TAG_HEADER_PREFIX,
+                    f"a tag header needs a name after {TAG_HEADER_PREFIX!r}: send"
+                    f" {TAG_HEADER_PREFIX}<name>: <value>",
+                )
+            tags[name] = value
+    return tags
+
+
+def _with_record_id(text: str, engine_id: object, record_id: str) -> str | None:
+    """The engine's JSON ``text`` (a completion or one stream chunk) with its ``id`` replaced by
+    the record's, so the id the agent's client holds (``completion.id``) is the one a report
+    names (docs/decisions.md#reports-name-calls-by-the-clients-id). The id is swapped in the
+    text where it occurs once, so the engine's bytes are not encoded again; ``None`` when it
+    cannot be (the caller encodes the body instead)."""
+    if not isinstance(engine_id, str):
+        return None
+    quoted = json.dumps(engine_id)
+    if text.count(quoted) != 1:
+        return None
+    return text.replace(quoted, json.dumps(record_id))
 
 
 async def _stream(service: Service, scenario: ServedScenario, record: InferenceRecord) -> Response:
@@ -139,7 +174,12 @@ async def _stream(service: Service, scenario: ServedScenario, record: InferenceR
                 with contextlib.suppress(ValueError):
                     chunk = json.loads(data)
                     if isinstance(chunk, dict):
-                        assembler.add(chunk)
+                        # As the client gets it: every chunk's id is the record's.
+                        relabelled = {**chunk, "id": record.id}
+                        assembler.add(relabelled)
+                        data = _with_record_id(data, chunk.get("id"), record.id) or json.dumps(
+                            relabelled
+                        )
                 yield f"data: {data}\n\n".encode()
         except Exception as exc:
             _log.warning("scenario %r: the engine broke off a stream: %r", scenario.name, exc)
