@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from reef.version import __version__
 
 if TYPE_CHECKING:
+    from reef.components.job_samples import DistillationParameters, TeacherSettings
     from reef.core.config import config_option
     from reef.core.deployment import DeploymentError
     from reef.core.job_data import (
@@ -55,6 +56,7 @@ if TYPE_CHECKING:
     )
     from reef.core.records import JSON, InferenceRecord, JudgedRecord, Judgment, Record, Report
     from reef.core.task_stores import KeyValueStore, TaskStores
+    from reef.core.trajectory_index import TrajectoryIndex
     from reef.errors import ReefError
     from reef.hookspecs import hookimpl
     from reef.pipeline_context import PipelineContext, TrainingMode
@@ -68,6 +70,12 @@ if TYPE_CHECKING:
     from reef.plugins.scenarios import load_deployment
     from reef.recipe import PipelineSpec, Recipe
     from reef.record2sample.assembly import SampleAssembly
+    from reef.record2sample.distill import (
+        DistillSamples,
+        DistillSamplesSettings,
+        compose_teacher_request,
+        with_teacher,
+    )
     from reef.record2sample.grouped import (
         GroupedReportSamples,
         GroupedReportSamplesSettings,
@@ -95,6 +103,7 @@ if TYPE_CHECKING:
     from reef.record2sample.stage import Record2Sample
     from reef.record2sample.trajectories import TrajectorySamples, TrajectorySamplesSettings
     from reef.record2sample.worker import BackgroundJobWorker
+    from reef.sample2job.distill import DistillJobData
     from reef.sample2job.grouped import GroupedJobData
     from reef.sample2job.stage import Sample2Job, Sample2JobSettings
     from reef.sample2job.validation import JobDataError, validate_job_data
@@ -119,6 +128,10 @@ _HOMES: dict[str, str] = {
     "TaskStores": "reef.core.task_stores",
     # the record-to-sample stage
     "BackgroundJobWorker": "reef.record2sample.worker",
+    "DistillSamples": "reef.record2sample.distill",
+    "DistillSamplesSettings": "reef.record2sample.distill",
+    "compose_teacher_request": "reef.record2sample.distill",
+    "with_teacher": "reef.record2sample.distill",
     "GroupDecision": "reef.record2sample.reports",
     "GroupedReportSamples": "reef.record2sample.grouped",
     "GroupedReportSamplesSettings": "reef.record2sample.grouped",
@@ -138,13 +151,18 @@ _HOMES: dict[str, str] = {
     "SkippedReport": "reef.record2sample.reports",
     "TrajectorySamples": "reef.record2sample.trajectories",
     "TrajectorySamplesSettings": "reef.record2sample.trajectories",
+    # the objective a distilling recipe configures
+    "DistillationParameters": "reef.components.job_samples",
+    "TeacherSettings": "reef.components.job_samples",
     # the sample-to-job stage
+    "DistillJobData": "reef.sample2job.distill",
     "GroupedJobData": "reef.sample2job.grouped",
     "Sample2Job": "reef.sample2job.stage",
     "Sample2JobSettings": "reef.sample2job.stage",
     "validate_job_data": "reef.sample2job.validation",
     # values
     "JSON": "reef.core.records",
+    "TrajectoryIndex": "reef.core.trajectory_index",
     "InferenceRecord": "reef.core.records",
     "JobData": "reef.core.job_data",
     "JobOutcome": "reef.core.job_data",
@@ -178,6 +196,10 @@ __all__ = [
     "JSON",
     "BackgroundJobWorker",
     "DeploymentError",
+    "DistillJobData",
+    "DistillSamples",
+    "DistillSamplesSettings",
+    "DistillationParameters",
     "GroupDecision",
     "GroupedJobData",
     "GroupedReportSamples",
@@ -228,17 +250,21 @@ __all__ = [
     "SkippedReport",
     "TaskSample",
     "TaskStores",
+    "TeacherSettings",
     "TrainingInstruction",
     "TrainingMode",
+    "TrajectoryIndex",
     "TrajectorySample",
     "TrajectorySamples",
     "TrajectorySamplesSettings",
     "UnknownPluginError",
     "__version__",
+    "compose_teacher_request",
     "config_option",
     "hookimpl",
     "load_deployment",
     "validate_job_data",
+    "with_teacher",
 ]
 
 

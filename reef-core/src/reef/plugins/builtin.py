@@ -19,6 +19,7 @@ def reef_register_record2sample(registry: PluginRegistrar) -> None:
     """The core's record-to-sample stages."""
     # Imported when the hook runs, not when the entry point loads: the stages pull in the
     # pipeline's modules, which listing plugins does not need until it registers them.
+    from reef.record2sample.distill import DistillSamples
     from reef.record2sample.grouped import GroupedReportSamples
     from reef.record2sample.no_samples import NoSamples
     from reef.record2sample.reports import ReportSamples
@@ -28,14 +29,17 @@ def reef_register_record2sample(registry: PluginRegistrar) -> None:
     registry.register("TrajectorySamples", TrajectorySamples)
     registry.register("ReportSamples", ReportSamples)
     registry.register("GroupedReportSamples", GroupedReportSamples)
+    registry.register("DistillSamples", DistillSamples)
 
 
 @hookimpl
 def reef_register_sample2job(registry: PluginRegistrar) -> None:
     """The core's sample-to-job stages."""
+    from reef.sample2job.distill import DistillJobData
     from reef.sample2job.grouped import GroupedJobData
 
     registry.register("GroupedJobData", GroupedJobData)
+    registry.register("DistillJobData", DistillJobData)
 
 
 @hookimpl

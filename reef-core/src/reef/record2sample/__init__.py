@@ -1,11 +1,18 @@
 """Record-to-sample stages: :class:`Record2Sample`, record sets and units, and the built-ins.
 
 A recipe's record-to-sample stage extends one of :class:`NoSamples`, :class:`TrajectorySamples`,
-:class:`ReportSamples` (grouped: :class:`GroupedReportSamples`) or :class:`JudgedSamples` (or
+:class:`ReportSamples` (grouped: :class:`GroupedReportSamples`; distilling:
+:class:`DistillSamples`) or :class:`JudgedSamples` (or
 :class:`Record2Sample` itself). See ``docs/pipeline.md`` for a recipe author's walk through them.
 """
 
 from reef.record2sample.assembly import SampleAssembly
+from reef.record2sample.distill import (
+    DistillSamples,
+    DistillSamplesSettings,
+    compose_teacher_request,
+    with_teacher,
+)
 from reef.record2sample.grouped import GroupedReportSamples, ReportGroups
 from reef.record2sample.judged import JudgedSamples, RecordJudging
 from reef.record2sample.no_samples import NoSamples
@@ -27,6 +34,8 @@ from reef.record2sample.worker import BackgroundJobWorker, FinishedJob
 
 __all__ = [
     "BackgroundJobWorker",
+    "DistillSamples",
+    "DistillSamplesSettings",
     "FinishedJob",
     "GroupDecision",
     "GroupedReportSamples",
@@ -50,4 +59,6 @@ __all__ = [
     "SkippedReport",
     "TrajectorySamples",
     "TrajectorySamplesSettings",
+    "compose_teacher_request",
+    "with_teacher",
 ]
