@@ -10,8 +10,13 @@ on the CPU or on CUDA where present (with bfloat16 autocast where the GPU has it
    (:func:`reef.components.job_samples.prepare_job`: the model's chat template with the
    engine's chat template arguments; what cannot render or fit the model's context is counted
    in ``unrenderable_samples``, what needs a reward and has none in ``samples_without_reward``);
-3. for ``importance_sampling``, computes every trained token's log probability with the job's
-   start weights;
+3. for ``importance_sampling`` and ``ppo``, computes every trained token's log probability
+   with the job's start weights; under a distilling objective (``distillation``), asks the
+   teacher (:mod:`reef.components.teacher`: a local model folder, an engine that returns
+   prompt log probabilities, or the student at its start weights) for its log probabilities
+   of the same tokens in each sample's teacher sequence, and trains the per-token advantage
+   ``-kl_coef * (log p_student - log p_teacher)`` (the ``teacher_kl`` metric is its mean
+   reverse KL at the job's start);
 4. cuts the rendered samples into steps of the component's batch size
    (:mod:`reef.components.scheduling`) and takes one AdamW step for each, its sequences in
    right-padded forward passes of at most ``micro_batch_size`` sequences whose gradients add up
@@ -45,9 +50,23 @@ from reef.components.causal_lm import CausalLM
 from reef.components.durable import replace_folder, restore_retired
 from reef.components.interface import Artifact, JobHandle
 from reef.components.job_runner import JobRunner
-from reef.components.job_samples import JobParameters, consumed_lines, job_metrics, prepare_job
+from reef.components.job_samples import (
+    POLICY_OBJECTIVES,
+    JobParameters,
+    TeacherSettings,
+    consumed_lines,
+    job_metrics,
+    prepare_job,
+)
 from reef.components.objectives import batch_logprobs, batch_loss, token_batch
 from reef.components.scheduling import SequenceRef, plan_steps
+from reef.components.teacher import (
+    EngineTeacher,
+    ModelTeacher,
+    TeacherError,
+    TeacherScorer,
+    distillation_rows,
+)
 from reef.components.tiny_gpt import TinyGPT, TinyGPTConfig, TinyGPTModel
 from reef.core.chat_rendering import ChatRenderer, RenderedSequence, Tokenizer
 from reef.core.config import config_option
@@ -153,6 +172,7 @@ class LocalComponent:
             # to the weights of the last finished one by reading them back.
             save_model_folder(current, self._initial_model())
         self._lock = threading.Lock()
+        self._teacher_models: dict[str, ModelTeacher] = {}
         self._load_current()
 
     @classmethod
@@ -291,6 +311,26 @@ class LocalComponent:
         for start in range(0, len(refs), size):
             yield refs[start : start + size]
 
+    def _teacher(self, settings: TeacherSettings) -> TeacherScorer:
+        """The teacher of a distilling job; a local teacher model is loaded once."""
+        if settings.base_url is not None:
+            return EngineTeacher(settings)
+        if settings.model_path is None:
+            return ModelTeacher(self.model, self.device)  # the student at its start weights
+        teacher = self._teacher_models.get(settings.model_path)
+        if teacher is None:
+            model = load_model_folder(Path(settings.model_path), trainable=False)
+            if model.tokenizer.vocab_size != self.model.tokenizer.vocab_size:
+                raise TeacherError(
+                    f"the teacher {settings.model_path} has a vocabulary of "
+                    f"{model.tokenizer.vocab_size} tokens, the student "
+                    f"{self.model.tokenizer.vocab_size}: a teacher scores the student's tokens, "
+                    "so it needs the student's tokenizer"
+                )
+            model.module.to(self.device)
+            teacher = self._teacher_models[settings.model_path] = ModelTeacher(model, self.device)
+        return teacher
+
     def _train(self, data: JobData, job: JobParameters) -> JSON:
         prepared = prepare_job(
             data,
@@ -298,6 +338,8 @@ class LocalComponent:
             job.objective,
             max_seq_len=self.model.max_seq_len,
             component=self._name,
+            distillation=job.distillation,
+            reward_baseline=job.reward_baseline,
         )
         plan = plan_steps(
             prepared.sequence_lengths,
@@ -311,21 +353,35 @@ class LocalComponent:
         def sequence(ref: SequenceRef) -> RenderedSequence:
             return prepared.rendered[ref[0]][1].sequences[ref[1]]
 
+        start: dict[SequenceRef, torch.Tensor] = {}
+        if job.objective in POLICY_OBJECTIVES:
+            # The job's start weights: computed once, before the first step moves them (P-REND-3).
+            # Every sequence of each sample that trains: a teacher scores whole samples.
+            planned = sorted({ref[0] for step in plan.steps for ref in step.sequences})
+            every = [(p, k) for p in planned for k in range(len(prepared.rendered[p][1].sequences))]
+            with torch.no_grad(), self._autocast():
+                for refs in self._micro_batches(every):
+                    ids = [sequence(r).token_ids for r in refs]
+                    values = batch_logprobs(self.model, token_batch(ids, None, self.device))
+                    for ref, row in zip(refs, values, strict=True):
+                        start[ref] = row[: len(sequence(ref).token_ids) - 1]
+        token_rows: dict[SequenceRef, torch.Tensor] = {}
+        teacher_kl = None
+        if job.distillation is not None:
+            token_rows, teacher_kl = distillation_rows(
+                prepared,
+                start,
+                self._teacher(job.distillation.teacher),
+                kl_coef=job.distillation.kl_coef,
+            )
+
         def advantage_rows(refs: Sequence[SequenceRef]) -> torch.Tensor | None:
-            if job.objective != "importance_sampling":
+            if job.objective not in POLICY_OBJECTIVES:
                 return None
+            if token_rows:
+                return _padded_rows([token_rows[r] for r in refs])
             values = [prepared.advantage_of(r[0]) for r in refs]
             return torch.tensor(values, dtype=torch.float32, device=self.device)
-
-        start: dict[SequenceRef, torch.Tensor] = {}
-        if job.objective == "importance_sampling":
-            # The job's start weights: computed once, before the first step moves them (P-REND-3).
-            with torch.no_grad(), self._autocast():
-                for step in plan.steps:
-                    for refs in self._micro_batches(step.sequences):
-                        ids = [sequence(r).token_ids for r in refs]
-                        values = batch_logprobs(self.model, token_batch(ids, None, self.device))
-                        start.update(zip(refs, values, strict=True))
 
         losses: list[torch.Tensor] = []
         trained_tokens = 0
@@ -355,6 +411,7 @@ class LocalComponent:
                     batch.loss_mask,
                     start_logprobs=_padded_rows([start[r] for r in chunk]) if start else None,
                     advantages=advantage_rows(chunk),
+                    clip=(job.clip_low, job.clip_high),
                 )
                 (loss / divisor).backward()  # type: ignore[no-untyped-call]
                 total = total + loss.detach()
@@ -365,9 +422,12 @@ class LocalComponent:
             trained_tokens += tokens
         self.model.module.eval()
         step_losses = [float(v) for v in torch.stack(losses).tolist()] if losses else []
-        return job_metrics(
+        metrics = job_metrics(
             prepared, plan, losses=step_losses, trained_tokens=trained_tokens, consumed=consumed
         )
+        if job.distillation is not None:
+            metrics["teacher_kl"] = teacher_kl
+        return metrics
 
 
 def _trained_tokens(sequence: RenderedSequence) -> int:

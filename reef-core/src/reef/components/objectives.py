@@ -7,6 +7,11 @@
   group (GRPO-style group centring, :func:`reef.components.job_samples.group_advantages`). The
   ratio is exactly 1 at the job's first step and corrects the later steps of a multi-step job
   for the weights having moved.
+- ``ppo``: the clipped form, ``-min(r * A, clip(r, 1 - clip_low, 1 + clip_high) * A)`` with
+  ``r = p / q``, as OpenClaw-RL trains (``clip_low`` 0.2, ``clip_high`` 0.28).
+
+Either policy objective takes one advantage per sample or one per token: a distilling
+objective's advantage is per token (the teacher's reverse KL, :mod:`reef.components.teacher`).
 
 Each loss is a sum over trained tokens; the caller divides it by the step's token count.
 Sequences of different lengths train together as one right-padded batch
@@ -95,21 +100,29 @@ def batch_loss(
     *,
     start_logprobs: torch.Tensor | None = None,
     advantages: torch.Tensor | None = None,
+    clip: tuple[float, float] = (0.2, 0.28),
 ) -> torch.Tensor:
     """The summed loss of a batch's trained tokens (``loss_mask`` 1) under ``objective``.
 
-    :param start_logprobs: ``importance_sampling``: the tokens' log probabilities under the
-        job's start weights, the shape of ``logprobs``.
-    :param advantages: ``importance_sampling``: each row's advantage, ``(batch,)``.
+    :param start_logprobs: ``importance_sampling`` and ``ppo``: the tokens' log probabilities
+        under the job's start weights, the shape of ``logprobs``.
+    :param advantages: ``importance_sampling`` and ``ppo``: each row's advantage,
+        ``(batch,)``, or each token's, the shape of ``logprobs``.
+    :param clip: ``ppo``: ``(clip_low, clip_high)``.
     """
     if objective == "cross_entropy":
         return -(logprobs * loss_mask).sum()
-    if objective != "importance_sampling":
+    if objective not in ("importance_sampling", "ppo"):
         raise ValueError(f"unknown objective {objective!r}")
     if start_logprobs is None or advantages is None:
-        raise ValueError("importance_sampling needs the start weights' log probabilities and "
+        raise ValueError(f"{objective} needs the start weights' log probabilities and "
                          "each sample's advantage")  # fmt: skip
+    per_token = advantages if advantages.dim() == 2 else advantages[:, None]
     # Masked positions get a ratio of exactly 1 (then weight 0): a context token whose
     # probability moved far cannot overflow into inf * 0.
     ratio = torch.exp((logprobs - start_logprobs) * loss_mask)
-    return -(ratio * advantages[:, None] * loss_mask).sum()
+    gain = ratio * per_token
+    if objective == "ppo":
+        low, high = clip
+        gain = torch.minimum(gain, torch.clamp(ratio, 1 - low, 1 + high) * per_token)
+    return -(gain * loss_mask).sum()

@@ -163,6 +163,7 @@ class SlimeComponent:
         :raises reef.core.plugins.PluginConfigError: for parameters it does not take.
         """
         job = JobParameters.parse(parameters, plugin_class=type(self), path="$.parameters")
+        job.refuse_unsupported(type(self), ("cross_entropy", "importance_sampling"))
         handle = JobHandle(data.id, self._name)
         if data.id not in self._jobs and self.exchange.seq_of(data.id) is None:
             self._jobs[data.id] = self._executor.submit(self._write, data, job)

@@ -286,6 +286,7 @@ class TinkerComponent:
         :raises reef.core.plugins.PluginConfigError: for parameters it does not take.
         """
         job = JobParameters.parse(parameters, plugin_class=type(self), path="$.parameters")
+        job.refuse_unsupported(type(self), ("cross_entropy", "importance_sampling"))
         return self.jobs.submit(data.id, lambda: self._run(data, job))
 
     def poll(self, handle: JobHandle) -> JobOutcome | None:

@@ -1,0 +1,339 @@
+"""Distilling objectives in the components: the teacher sequence, the teacher as a scorer of
+the student's tokens (a local model, the student itself, an engine answering vLLM's
+``prompt_logprobs``), the per-token reverse KL advantage, and the clipped ``ppo`` loss."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+torch = pytest.importorskip("torch")
+
+from reef.components.artifacts import save_model_folder  # noqa: E402
+from reef.components.byte_tokenizer import ByteTokenizer  # noqa: E402
+from reef.components.job_samples import (  # noqa: E402
+    JobParameters,
+    TeacherSettings,
+    prepare_job,
+)
+from reef.components.local import LocalComponent  # noqa: E402
+from reef.components.objectives import batch_loss  # noqa: E402
+from reef.components.teacher import (  # noqa: E402
+    EngineTeacher,
+    ModelTeacher,
+    TeacherError,
+    kl_advantages,
+)
+from reef.components.tiny_gpt import TinyGPT, TinyGPTConfig, TinyGPTModel  # noqa: E402
+from reef.core.chat_rendering import ChatRenderer  # noqa: E402
+from reef.core.job_data import JobData, TrajectorySample  # noqa: E402
+from reef.core.plugins import PluginConfigError  # noqa: E402
+from reef.core.teacher_rendering import render_teacher, trained_tokens  # noqa: E402
+from reef.testing.samples import exchange  # noqa: E402
+
+RENDERER = ChatRenderer(ByteTokenizer())
+DISTIL: dict[str, Any] = {"objective": "importance_sampling", "distillation": {"kl_coef": 1.0}}
+
+
+def tiny_model(seed: int = 0) -> TinyGPTModel:
+    torch.manual_seed(seed)
+    tokenizer = ByteTokenizer()
+    config = TinyGPTConfig(
+        vocab_size=tokenizer.vocab_size, max_seq_len=128, d_model=32, n_layers=1, n_heads=2
+    )
+    return TinyGPTModel(TinyGPT(config), tokenizer)
+
+
+def distil_sample(question: str, reply: str, teacher: dict[str, Any] | None) -> TrajectorySample:
+    extra = {"teacher": teacher} if teacher is not None else {}
+    return TrajectorySample(exchange(question, reply, **extra), sample_id=question)
+
+
+def test_prepare_renders_each_teacher_and_counts_one_too_long() -> None:
+    # rule: P-REND-4 P-REND-5
+    knows = {"messages": [{"role": "user", "content": "2+3? It is 5."}]}
+    data = JobData(
+        "d:1",
+        (
+            distil_sample("2+3?", "5", knows),
+            distil_sample("2+4?", "6", {**knows, "max_tokens": 4}),  # teacher sequence too long
+            distil_sample("2+5?", "7", None),  # no teacher request: the student's own tokens
+        ),
+    )
+    job = JobParameters.parse(DISTIL, plugin_class=LocalComponent)
+    prepared = prepare_job(
+        data,
+        RENDERER,
+        job.objective,
+        max_seq_len=None,
+        component="t",
+        distillation=job.distillation,
+    )
+    assert prepared.unrenderable_samples == 1
+    assert [i for i, _ in prepared.rendered] == [0, 2]
+    assert prepared.advantages == {0: 0.0, 2: 0.0}  # reward_coef 0: no reward needed
+    assert prepared.samples_without_reward == 0
+    student = prepared.rendered[0][1]
+    assert prepared.teachers[0] == render_teacher(RENDERER, knows, student)
+    assert prepared.teachers[2] == prepared.rendered[1][1]
+
+
+def test_the_reward_trains_beside_the_teacher_only_with_a_reward_coefficient() -> None:
+    samples = (
+        TrajectorySample(exchange("a", "x"), reward=1.0),
+        TrajectorySample(exchange("b", "y"), reward=0.0),
+        TrajectorySample(exchange("c", "z")),
+    )
+    job = JobParameters.parse(
+        {**DISTIL, "distillation": {"reward_coef": 0.5}}, plugin_class=LocalComponent
+    )
+    prepared = prepare_job(
+        JobData("d:1", samples),
+        RENDERER,
+        job.objective,
+        max_seq_len=None,
+        component="t",
+        distillation=job.distillation,
+    )
+    assert prepared.advantages == {0: 0.25, 1: -0.25}
+    assert prepared.samples_without_reward == 1
+
+
+def test_a_model_teacher_scores_exactly_the_students_trained_tokens() -> None:
+    model = tiny_model()
+    student = RENDERER.render_sample(exchange("2+3?", "5"))
+    teacher_sequence = render_teacher(
+        RENDERER, {"messages": [{"role": "user", "content": "It is 5. 2+3?"}]}, student
+    )
+    (values,) = ModelTeacher(model, torch.device("cpu")).logprobs([teacher_sequence])
+    assert len(values) == len(trained_tokens(student))
+    # each value is the log probability of the marked token after everything before it
+    (sequence,) = teacher_sequence.sequences
+    ids = torch.tensor([sequence.token_ids])
+    with torch.no_grad():
+        logits = model.logits(ids, None)[0].log_softmax(-1)
+    marked = [j for j, m in enumerate(sequence.loss_mask) if m]
+    expected = [float(logits[j - 1, sequence.token_ids[j]]) for j in marked]
+    assert values == pytest.approx(expected, abs=1e-5)
+
+
+@given(st.lists(st.tuples(st.floats(-20, 0), st.floats(-20, 0)), max_size=8), st.floats(0, 4))
+def test_the_advantage_is_the_negative_reverse_kl(
+    pairs: list[tuple[float, float]], coef: float
+) -> None:
+    student = [s for s, _ in pairs]
+    teacher = [t for _, t in pairs]
+    advantages = kl_advantages(student, teacher, kl_coef=coef)
+    for a, s, t in zip(advantages, student, teacher, strict=True):
+        assert a == pytest.approx(-coef * (s - t))
+        # a token the teacher finds likelier than the student is pushed up, and back
+        assert (a > 0) == (coef > 0 and t > s)
+
+
+def test_a_teacher_that_scores_another_number_of_tokens_is_refused() -> None:
+    with pytest.raises(TeacherError, match="does not hold the student's reply"):
+        kl_advantages([-1.0, -2.0], [-1.0], kl_coef=1.0)
+
+
+@given(
+    ratio=st.floats(0.2, 3.0),
+    advantage=st.floats(-2.0, 2.0).filter(lambda a: abs(a) > 1e-3),
+)
+def test_ppo_clips_the_ratio_as_openclaw_rl_trains(ratio: float, advantage: float) -> None:
+    start = torch.zeros(1, 1)
+    logprobs = torch.full((1, 1), float(torch.log(torch.tensor(ratio))), requires_grad=True)
+    mask = torch.ones(1, 1)
+    loss = batch_loss(
+        "ppo",
+        logprobs,
+        mask,
+        start_logprobs=start,
+        advantages=torch.tensor([advantage]),
+        clip=(0.2, 0.28),
+    )
+    clipped = min(ratio * advantage, max(min(ratio, 1.28), 0.8) * advantage)
+    assert float(loss.detach()) == pytest.approx(-clipped, rel=1e-4, abs=1e-5)
+    loss.backward()
+    # outside the clip range, on the side the advantage pushes toward, no gradient flows
+    beyond = (advantage > 0 and ratio > 1.28) or (advantage < 0 and ratio < 0.8)
+    assert (float(logprobs.grad.abs().sum()) == 0.0) == beyond
+
+
+def test_per_token_advantages_weight_each_token() -> None:
+    logprobs = torch.zeros(1, 3, requires_grad=True)
+    mask = torch.tensor([[0.0, 1.0, 1.0]])
+    loss = batch_loss(
+        "importance_sampling",
+        logprobs,
+        mask,
+        start_logprobs=torch.zeros(1, 3),
+        advantages=torch.tensor([[9.0, 2.0, -1.0]]),
+    )
+    loss.backward()
+    assert logprobs.grad.tolist() == [[0.0, -2.0, 1.0]]
+
+
+@pytest.mark.parametrize(
+    ("parameters", "key"),
+    [
+        ({"objective": "cross_entropy", "distillation": {}}, "distillation trains a per-token"),
+        ({"distillation": {"teacher": {"model_path": "a", "base_url": "http://b"}}}, "not both"),
+        ({"distillation": {"teacher": {"model": "m"}}}, "set base_url"),
+        ({"distillation": {"kl_coef": -1}}, "0 or more"),
+        ({"reward_baseline": "median"}, "reward_baseline must be one of"),
+    ],
+)
+def test_bad_distillation_parameters_are_refused(parameters: dict[str, Any], key: str) -> None:
+    with pytest.raises(PluginConfigError, match=key):
+        JobParameters.parse(
+            {"objective": "importance_sampling", **parameters}, plugin_class=LocalComponent
+        )
+
+
+# -- the engine teacher, against a stand-in ----------------------------------------------------
+
+
+class _PromptLogprobsEngine(BaseHTTPRequestHandler):
+    """A stand-in for vLLM's OpenAI-compatible server, implementing exactly one documented
+    endpoint: ``POST /v1/completions`` with ``prompt`` as token ids and ``prompt_logprobs: 0``,
+    answering ``choices[0].prompt_logprobs`` (``null`` first, then ``{token id: {logprob,
+    rank, decoded_token}}`` per position) computed by a TinyGPT. ``failures`` answers that
+    many requests with 503 first; ``silent`` never answers."""
+
+    model: TinyGPTModel
+    failures: int = 0
+    silent: bool = False
+    calls: int = 0
+
+    def do_POST(self) -> None:
+        server = type(self)
+        server.calls += 1
+        body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        assert self.path == "/v1/completions"
+        assert body["prompt_logprobs"] == 0
+        if server.silent:
+            threading.Event().wait(2)
+            return
+        if server.failures:
+            server.failures -= 1
+            self.send_response(503)
+            self.end_headers()
+            return
+        ids = body["prompt"]
+        with torch.no_grad():
+            logits = server.model.logits(torch.tensor([ids]), None)[0].log_softmax(-1)
+        entries: list[Any] = [None] + [
+            {
+                str(ids[j]): {
+                    "logprob": float(logits[j - 1, ids[j]]),
+                    "rank": 1,
+                    "decoded_token": "x",
+                }
+            }
+            for j in range(1, len(ids))
+        ]
+        payload = json.dumps({"choices": [{"text": "", "prompt_logprobs": entries}]}).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, *args: Any) -> None:
+        del args
+
+
+@pytest.fixture
+def engine() -> Iterator[tuple[str, type[_PromptLogprobsEngine]]]:
+    handler = type("Engine", (_PromptLogprobsEngine,), {"model": tiny_model(3)})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1", handler
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _teacher_sequence() -> Any:
+    student = RENDERER.render_sample(exchange("2+3?", "5"))
+    return render_teacher(RENDERER, {"messages": [{"role": "user", "content": "5! 2+3?"}]}, student)
+
+
+def test_an_engine_teacher_reads_prompt_logprobs(
+    engine: tuple[str, type[_PromptLogprobsEngine]],
+) -> None:
+    url, handler = engine
+    handler.failures = 1  # one failed call is tried again
+    settings = TeacherSettings(base_url=url, model="teacher", timeout_seconds=5, attempts=2)
+    sequence = _teacher_sequence()
+    (values,) = EngineTeacher(settings).logprobs([sequence])
+    (local,) = ModelTeacher(handler.model, torch.device("cpu")).logprobs([sequence])
+    assert values == pytest.approx(local, abs=1e-5)
+    assert handler.calls == 2
+
+
+def test_an_engine_teacher_that_never_answers_fails_the_job_in_bounded_time(
+    engine: tuple[str, type[_PromptLogprobsEngine]],
+) -> None:
+    url, handler = engine
+    handler.silent = True
+    settings = TeacherSettings(base_url=url, timeout_seconds=0.2, attempts=2)
+    with pytest.raises(TeacherError, match="after 2 attempt"):
+        EngineTeacher(settings).logprobs([_teacher_sequence()])
+
+
+# -- training --------------------------------------------------------------------------------
+
+
+def _component(state_dir: Path, **settings: Any) -> LocalComponent:
+    return LocalComponent.from_config(
+        {
+            "state_dir": str(state_dir),
+            "d_model": 32,
+            "n_layers": 1,
+            "n_heads": 2,
+            "max_seq_len": 96,
+            "batch_size": 4,
+            "learning_rate": 3e-3,
+            **settings,
+        }
+    )
+
+
+def test_distillation_moves_the_student_toward_a_teacher(tmp_path: Path) -> None:
+    teacher_folder = tmp_path / "teacher"
+    save_model_folder(teacher_folder, tiny_model(7))
+    local = _component(tmp_path / "student")
+    samples = [distil_sample(f"q{n}", "blue red", None) for n in range(4)]
+    parameters = {
+        "objective": "importance_sampling",
+        "distillation": {"teacher": {"model_path": str(teacher_folder)}, "kl_coef": 1.0},
+    }
+    kls = []
+    for job in range(6):
+        outcome = local.wait(local.submit(JobData(f"d:{job}", samples), parameters), timeout=120)
+        assert outcome.event == "finished", outcome.error
+        kls.append(outcome.metrics["teacher_kl"])
+    assert abs(kls[-1]) < abs(kls[0])
+
+
+def test_a_teacher_with_another_tokenizer_fails_the_job(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    from reef.testing.hf_model import make_hf_model_folder
+
+    folder = make_hf_model_folder(tmp_path / "llama")  # a byte-level BPE of its own
+    local = _component(tmp_path / "student")
+    parameters = {"objective": "ppo", "distillation": {"teacher": {"model_path": str(folder)}}}
+    outcome = local.wait(local.submit(JobData("d:0", [distil_sample("q", "a", None)]), parameters))
+    assert outcome.event == "failed"
+    assert "student's tokenizer" in (outcome.error or "")
