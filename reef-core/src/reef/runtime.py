@@ -27,7 +27,7 @@ from reef.components.interface import TrainingComponent
 from reef.core.deployment import Deployment, ScenarioSection
 from reef.pipeline_context import TrainingMode
 from reef.plugins import Plugins
-from reef.plugins.scenarios import scenario_classes
+from reef.plugins.scenarios import recipe_job_parameters, scenario_classes
 from reef.server.engines import CompletionFunction
 from reef.server.service import LOCAL_ENGINE
 from reef.server.service_runtime import ServiceRuntime
@@ -85,7 +85,7 @@ class ReefRuntime(ServiceRuntime):
             # Before any trainer of the scenario can build a job: an extension (Agent ECC)
             # sets up what its event hooks need for this scenario.
             plugins.scenario_started(name, classes.extensions)
-            job_parameters = getattr(classes.recipe, "job_parameters", {})
+            job_parameters = recipe_job_parameters(classes.recipe, section)
             for trainer in scenario_trainers(section):
                 self.trainers[(name, trainer)] = Trainer(
                     name,

@@ -49,6 +49,23 @@ def settings_class_of(plugin_class: type[Any]) -> type[PluginSettings]:
     return settings
 
 
+def recipe_job_parameters(recipe: type[Any] | None, scenario: ScenarioSection) -> Mapping[str, Any]:
+    """The job parameters a scenario's trainers give its component with each job: the
+    recipe's, built from the deployment's recipe config (``Recipe.job_parameters_of``).
+
+    :raises PluginConfigError: for a recipe config its settings refuse (``reef check`` and
+        the deployment's reading name it first).
+    """
+    if recipe is None:
+        return {}
+    build = getattr(recipe, "job_parameters_of", None)
+    if build is None:  # a recipe that is not a reef.recipe.Recipe
+        return dict(getattr(recipe, "job_parameters", {}))
+    settings = settings_class_of(recipe).parse(scenario.recipe.config, plugin_class=recipe)
+    parameters: Mapping[str, Any] = build(settings)
+    return parameters
+
+
 def _resolve(
     plugins: Plugins, kind: PluginKind, name: str, path: str, problems: list[str]
 ) -> type[Any] | None:

@@ -48,6 +48,17 @@ class Recipe(abc.ABC):
         none."""
 
     @classmethod
+    def job_parameters_of(cls, settings: PluginSettings) -> Mapping[str, Any]:
+        """Extension point: the job parameters of a deployment whose recipe config parsed to
+        ``settings`` (an instance of :attr:`Settings`). The default: :attr:`job_parameters`.
+
+        A recipe whose objective a deployment configures (a distilling recipe's teacher and
+        coefficients) builds them here, so that the stages hold nothing numeric (P-STG-15).
+        """
+        del settings
+        return cls.job_parameters
+
+    @classmethod
     def check_pipeline(cls, sample2job_config: Mapping[str, Any] | None, *, path: str) -> None:
         """Extension point: refuse a pipeline section this recipe cannot build, before any stage is
         built.

@@ -7,12 +7,18 @@ arguments split across chunks, as real engines do), names the artifact that answ
 message), so tests can see an engine abort. It is a stand-in for an inference engine (vLLM,
 SGLang, a hosted API): it implements only ``POST /v1/chat/completions``, the one endpoint the
 service calls. Serve it with :func:`reef.testing.service.serve_on_loopback`.
+
+:func:`judge_engine` is a stand-in for a judge model behind an OpenAI-compatible endpoint (a
+computed-feedback recipe's judge): it too implements only ``POST /v1/chat/completions``, and
+answers each request with the text a test's function gives for its messages, or fails or never
+answers when the function says so.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Final
 
 from starlette.applications import Starlette
@@ -22,7 +28,7 @@ from starlette.routing import Route
 
 from reef.core.records import JSON
 
-__all__ = ["SCRIPTED_ARTIFACT", "scripted_engine", "scripted_reply"]
+__all__ = ["SCRIPTED_ARTIFACT", "judge_engine", "scripted_engine", "scripted_reply"]
 
 #: The artifact the scripted engine says answered, unless told otherwise.
 SCRIPTED_ARTIFACT: Final = "artifact-scripted-1"
@@ -104,5 +110,41 @@ def scripted_engine(artifact_id: str = SCRIPTED_ARTIFACT) -> Starlette:
             yield b"data: [DONE]\n\n"
 
         return StreamingResponse(chunks(), media_type="text/event-stream", headers=headers)
+
+    return Starlette(routes=[Route("/v1/chat/completions", complete, methods=["POST"])])
+
+
+def judge_engine(
+    answer: Callable[[list[JSON]], str | int | None], *, silence_seconds: float = 2.0
+) -> Starlette:
+    """A judge model's OpenAI-compatible endpoint at ``/v1`` (see the module docstring).
+
+    :param answer: the judge's answer to a request's messages: its text; an ``int`` status
+        (such as 503) to fail the call with; ``None`` to say nothing for ``silence_seconds`` and
+        then fail with 504 (a judge that never answers within a client's timeout).
+    """
+
+    async def complete(request: Request) -> Response:
+        body = await request.json()
+        said = answer(list(body.get("messages") or []))
+        if said is None:
+            await asyncio.sleep(silence_seconds)
+            said = 504
+        if isinstance(said, int):
+            return JSONResponse({"error": {"message": "the judge fails, as told"}}, said)
+        completion = {
+            "id": "judge-1",
+            "object": "chat.completion",
+            "created": 1,
+            "model": body.get("model") or "judge",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": said},
+                    "finish_reason": "stop",
+                }
+            ],
+        }
+        return JSONResponse(completion)
 
     return Starlette(routes=[Route("/v1/chat/completions", complete, methods=["POST"])])
