@@ -1,4 +1,4 @@
-"""On-policy distillation for Reef: the ``distill`` recipe."""
+"""On-policy distillation and OpenClaw-RL for Reef: the ``distill`` and ``openclaw-rl`` recipes."""
 
 from reef_distill.version import __version__
 

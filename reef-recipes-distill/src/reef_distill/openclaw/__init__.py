@@ -1,0 +1,1 @@
+"""OpenClaw-RL: train on every agent turn, judged from what followed it (``openclaw-rl``)."""

@@ -1,0 +1,85 @@
+"""The ``openclaw-rl`` recipe: OpenClaw-RL's two objectives over judged agent turns.
+
+The stages (:mod:`reef_distill.openclaw.processor`) judge each turn from its next state; the
+recipe's config chooses the objective the training component trains, as OpenClaw-RL publishes
+them (its ``openclaw-rl`` and ``openclaw-opd`` methods):
+
+- ``binary``: the majority vote ``r`` (+1 or -1) is every reply token's advantage, not
+  normalised, trained with the clipped importance-sampling loss (PPO's, ``clip_low`` 0.2 and
+  ``clip_high`` 0.28);
+- ``hindsight``: on-policy distillation with the best hint as the teacher's context: each reply
+  token's advantage is ``log p_teacher(y_t | s + hint) - log p_student(y_t | s)``, with the same
+  clipped loss. Its judging must ask for hints (``hints: true`` in the record-to-sample config).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import attrs
+
+from reef import (
+    DistillationParameters,
+    PipelineSpec,
+    PluginSettings,
+    Recipe,
+    TeacherSettings,
+    config_option,
+)
+
+_OBJECTIVES = ("binary", "hindsight")
+
+
+def _known_objective(_: object, __: attrs.Attribute[Any], value: str) -> None:
+    if value not in _OBJECTIVES:
+        raise ValueError(f"objective must be one of {', '.join(_OBJECTIVES)}, got {value!r}")
+
+
+@attrs.frozen
+class OpenClawRLRecipeSettings(PluginSettings):
+    """The ``openclaw-rl`` recipe's config: which of the method's objectives trains."""
+
+    objective: str = config_option(
+        "binary",
+        help="binary (the judged reward) or hindsight (distil the hinted teacher)",
+        validator=_known_objective,
+    )
+    teacher: TeacherSettings = config_option(
+        factory=TeacherSettings,
+        help="hindsight: the model that reads the hint (default: the student at the job's start "
+        "weights; OpenClaw-RL asks its judge model)",
+    )
+    clip_low: float = config_option(
+        0.2, help="the ratio is clipped below at 1 - clip_low", validator=attrs.validators.ge(0)
+    )
+    clip_high: float = config_option(
+        0.28, help="the ratio is clipped above at 1 + clip_high", validator=attrs.validators.ge(0)
+    )
+
+
+class OpenClawRLRecipe(Recipe):
+    """OpenClaw-RL (see the module's documentation); a weight recipe."""
+
+    Settings: ClassVar[type[PluginSettings]] = OpenClawRLRecipeSettings
+    requires_job_samples: ClassVar[bool] = True
+    job_parameters: ClassVar[Mapping[str, Any]] = {"objective": "ppo", "reward_baseline": "none"}
+
+    @classmethod
+    def pipeline_spec(cls) -> PipelineSpec:
+        """``OpenClawRLSamples`` then ``OpenClawRLJobData``."""
+        return PipelineSpec(record2sample="OpenClawRLSamples", sample2job="OpenClawRLJobData")
+
+    @classmethod
+    def job_parameters_of(cls, settings: PluginSettings) -> Mapping[str, Any]:
+        """The clipped loss with the binary reward, or with the hinted teacher's advantage."""
+        assert isinstance(settings, OpenClawRLRecipeSettings)
+        parameters: dict[str, Any] = {
+            **cls.job_parameters,
+            "clip_low": settings.clip_low,
+            "clip_high": settings.clip_high,
+        }
+        if settings.objective == "hindsight":
+            distillation = DistillationParameters(teacher=settings.teacher, kl_coef=1.0)
+            parameters["distillation"] = attrs.asdict(distillation)
+        return parameters
