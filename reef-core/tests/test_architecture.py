@@ -18,7 +18,7 @@ SOURCE = Path(__file__).resolve().parents[1] / "src"
 FLOORS: tuple[tuple[str, ...], ...] = (
     ("reef.errors", "reef.version"),
     ("reef.core",),
-    ("reef.pipeline_context", "reef.hookspecs"),
+    ("reef.pipeline_context", "reef.hookspecs", "reef.containers"),
     ("reef.storage", "reef.components"),
     ("reef.record2sample", "reef.recipe"),
     ("reef.sample2job",),

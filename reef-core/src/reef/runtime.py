@@ -28,6 +28,7 @@ from reef.core.deployment import Deployment, ScenarioSection
 from reef.pipeline_context import TrainingMode
 from reef.plugins import Plugins
 from reef.plugins.scenarios import recipe_job_parameters, scenario_classes
+from reef.record2sample.generator.client import GENERATOR_URL
 from reef.server.engines import CompletionFunction
 from reef.server.service import LOCAL_ENGINE
 from reef.server.service_runtime import ServiceRuntime
@@ -186,6 +187,15 @@ class ReefRuntime(ServiceRuntime):
         self._wake(scenario)
 
 
+def _client_host(host: str) -> str:
+    """The address a client of this process uses for a service bound to ``host``."""
+    if host in ("0.0.0.0", ""):
+        return "127.0.0.1"
+    if host == "::":
+        return "[::1]"
+    return f"[{host}]" if ":" in host else host
+
+
 def serve(
     deployment: Deployment,
     *,
@@ -211,10 +221,15 @@ def serve(
 
     check_bind_address(host, authenticated=bool(deployment.auth.tokens))
     databases = open_databases(deployment)
+    environ = dict(os.environ)
+    if deployment.generator is not None:
+        # Task generators reach the generator service that this process serves.
+        environ.setdefault(GENERATOR_URL, f"http://{_client_host(host)}:{port}")
     runtime = ReefRuntime(
         deployment,
         plugins=plugins,
         databases=databases,
+        environ=environ,
         trainer_settings=trainer_settings,
         run_trainers=run_trainers,
     )

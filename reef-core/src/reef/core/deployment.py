@@ -64,6 +64,50 @@ class ServingSection(PluginSettings):
     )
 
 
+def _positive(_: object, attribute: attrs.Attribute[Any], value: float) -> None:
+    if value <= 0:
+        raise ValueError(f"{attribute.name} must be positive, got {value!r}")
+
+
+@attrs.frozen
+class ContainerSettings(PluginSettings):
+    """Where a task's solution and verifier run (:mod:`reef.containers`), and their limits:
+    the generator section's ``containers`` and a task job's ``rollout.sandbox``."""
+
+    backend: Literal["sandbox", "docker"] = config_option(
+        "sandbox",
+        help="sandbox (bubblewrap namespaces on this machine) or docker (a Docker daemon)",
+    )
+    docker_url: str = config_option(
+        "unix:///var/run/docker.sock", help="the Docker daemon's socket or http://host:port"
+    )
+    default_image: str = config_option(
+        "python:3.12-slim", help="docker: the image of a task whose task.toml names none"
+    )
+    timeout_seconds: float = config_option(
+        120.0,
+        help="the longest a solution or a verifier may run (a task's own lower limit wins)",
+        validator=_positive,
+    )
+    memory_mb: int = config_option(
+        1024, help="the memory a run may take (a task's own lower limit wins)", validator=_positive
+    )
+
+
+@attrs.frozen
+class GeneratorSection(PluginSettings):
+    """The generator service that ``reef serve`` starts: it stages tasks and runs their
+    verifiers and hint plays for task generators (``docs/generated-tasks.md``)."""
+
+    tasks_root: str = config_option(help="the folder that holds the staged copies of tasks")
+    containers: ContainerSettings = config_option(
+        factory=ContainerSettings, help="where runs happen (backend) and their limits"
+    )
+    max_parallel_runs: int = config_option(
+        2, help="runs (verifiers, plays) at the same time", validator=_positive
+    )
+
+
 @attrs.frozen
 class TokenSection(PluginSettings):
     """One bearer token of the service and what it may do."""
@@ -162,6 +206,9 @@ class Deployment(PluginSettings):
         default=None, help="the inference engine of every scenario that names none"
     )
     auth: AuthSection = config_option(factory=AuthSection, help="the service's tokens")
+    generator: GeneratorSection | None = config_option(
+        default=None, help="the generator service (staging, verifiers, hint plays) to start"
+    )
 
     def storage_of(self, scenario: str) -> StorageSection:
         """The storage of ``scenario``: its own, else the deployment's."""

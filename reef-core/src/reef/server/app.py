@@ -30,7 +30,7 @@ from starlette.routing import Route
 
 from reef.core.deployment import Deployment
 from reef.plugins import Plugins
-from reef.server import inference, items, jobs, reports, samples, scenarios, status
+from reef.server import generator, inference, items, jobs, reports, samples, scenarios, status
 from reef.server.bodies import error_answer
 from reef.server.console import console_mount
 from reef.server.errors import ApiError
@@ -57,6 +57,7 @@ API_ROUTES: Final[tuple[ApiRoute, ...]] = (
     *samples.ROUTES,
     *jobs.ROUTES,
     *status.ROUTES,
+    *generator.ROUTES,
 )
 
 

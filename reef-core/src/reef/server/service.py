@@ -18,8 +18,11 @@ import anyio.to_thread
 import attrs
 from starlette.requests import Request
 
+from reef.containers.interface import ContainerError
 from reef.core.deployment import Deployment, ServingSection
+from reef.core.harbor import HarborTask, HarborTaskError
 from reef.plugins import Plugins
+from reef.record2sample.generator.service import GeneratorService
 from reef.server.admission import ScenarioAdmission
 from reef.server.auth import Authenticator, Caller, Scope
 from reef.server.engines import ChatEngine, FunctionEngine
@@ -49,6 +52,8 @@ __all__ = [
 
 #: ``serving.engine`` value for the built-in local engine (given by the runtime).
 LOCAL_ENGINE: Final = "local"
+#: The task store of a scenario's generated tasks (the generated-task recipe's).
+GENERATED_TASKS_STORE: Final = "generated-tasks"
 #: The task store (of the deployment's own storage, scenario ``""``) that holds data items.
 ITEMS_STORE: Final = "reef.data-items"
 
@@ -116,8 +121,10 @@ class Service:
         )
         self.items = TaskStorage(_database(databases, deployment.storage.url), "").open(ITEMS_STORE)
         self.scenarios: dict[str, ServedScenario] = {}
+        tasks: dict[str, TaskStorage] = {}
         for name, section in deployment.scenarios.items():
             database = _database(databases, deployment.storage_of(name).url)
+            tasks[name] = TaskStorage(database, name)
             serving = deployment.serving_of(name)
             self.scenarios[name] = ServedScenario(
                 name=name,
@@ -130,6 +137,16 @@ class Service:
             )
             if serving is not None:
                 self.scenarios[name].engine = self._engine(name, serving)
+        #: The generator service, where the deployment has a ``generator`` section.
+        self.generator: GeneratorService | None = None
+        if deployment.generator is not None:
+            try:
+                self.generator = GeneratorService(
+                    deployment.generator,
+                    task_source=lambda scenario, name: saved_task(tasks[scenario], name),
+                )
+            except ContainerError as exc:
+                raise ServiceConfigError(f"the generator section: {exc}") from None
 
     def _engine(self, scenario: str, serving: ServingSection) -> ChatEngine:
         """The scenario's engine, made when the application is (so a bad engine URL or proxy
@@ -229,6 +246,19 @@ def service_of(request: Request) -> Service:
     service = request.app.state.service
     assert isinstance(service, Service)
     return service
+
+
+def saved_task(tasks: TaskStorage, name: str) -> HarborTask | None:
+    """The task ``name`` as the scenario's generated-task store keeps it (``None`` when it
+    holds no such task)."""
+    value = tasks.open(GENERATED_TASKS_STORE).get(f"task:{name}")
+    task = value.get("task") if isinstance(value, dict) else None
+    if task is None:
+        return None
+    try:
+        return HarborTask.from_json(task)
+    except HarborTaskError:
+        return None
 
 
 def _database(databases: Mapping[str, Database], url: str) -> Database:

@@ -1,0 +1,207 @@
+"""The Docker backend: each run in a fresh container of a Docker daemon, for production.
+
+It speaks the Docker Engine API over the daemon's socket (``unix:///var/run/docker.sock``) or
+TCP (``http://host:2375``) with httpx (``reef-core[server]``), and makes these calls, and no
+others (``tests/docker_engine_standin.py`` implements exactly these for the tests of machines
+without a daemon):
+
+1. ``POST /containers/create``: the run's image (the task's ``[environment].docker_image``,
+   else the backend's ``default_image``), ``Cmd``, ``WorkingDir``, ``Env``, running as
+   ``nobody``, with ``HostConfig``: ``NetworkMode: none``, ``Memory`` (and ``MemorySwap`` equal
+   to it: no swap), ``PidsLimit``, ``Ulimits`` (file size, no core files), ``CapDrop: [ALL]``
+   and ``SecurityOpt: [no-new-privileges]``. The image is never pulled: it must be on the
+   daemon (``docker pull`` or ``docker build`` it first); an unknown image fails the run.
+2. ``PUT /containers/{id}/archive?path=/``: the run's files, with its four folders, as a tar.
+3. ``POST /containers/{id}/start``.
+4. ``POST /containers/{id}/wait``, under the run's wall-clock limit; past it,
+   ``POST /containers/{id}/kill`` and the run is timed out.
+5. ``GET /containers/{id}/logs?stdout=1&stderr=1``: the output (the Engine's framed stream of a
+   container without a TTY).
+6. ``GET /containers/{id}/archive?path=<file>`` for each collected file (404: not there).
+7. ``DELETE /containers/{id}?force=1``, always.
+
+Building an ``environment/Dockerfile`` is not done here: build the images of your tasks with
+``docker build`` and name them in ``task.toml``.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+import tarfile
+from collections.abc import Mapping
+from typing import Any, Final
+
+from reef.containers.interface import (
+    FOLDERS,
+    MAX_COLLECTED_BYTES,
+    MAX_OUTPUT_BYTES,
+    ContainerError,
+    RunResult,
+    RunSpec,
+    container_path,
+)
+
+__all__ = ["DockerBackend", "files_tar"]
+
+_API: Final = "/v1.43"
+_PIDS: Final = 256
+
+
+def files_tar(files: Mapping[str, str]) -> bytes:
+    """A tar of the run's folders (``app``, ``logs`` writable by anyone; ``tests``,
+    ``solution`` read-only) and its files, as ``PUT /containers/{id}/archive?path=/`` takes."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for top, writable in FOLDERS.items():
+            folder = tarfile.TarInfo(top)
+            folder.type = tarfile.DIRTYPE
+            folder.mode = 0o777 if writable else 0o755
+            tar.addfile(folder)
+        made = set(FOLDERS)
+        for path, text in sorted(files.items()):
+            top, rest = container_path(path)
+            parts = [top, *rest.split("/")]
+            for depth in range(2, len(parts)):
+                name = "/".join(parts[:depth])
+                if name not in made:
+                    made.add(name)
+                    folder = tarfile.TarInfo(name)
+                    folder.type = tarfile.DIRTYPE
+                    folder.mode = 0o777 if FOLDERS[top] else 0o755
+                    tar.addfile(folder)
+            data = text.encode("utf-8")
+            info = tarfile.TarInfo("/".join(parts))
+            info.size = len(data)
+            info.mode = 0o666 if FOLDERS[top] else 0o644
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def _frames(data: bytes) -> bytes:
+    """The payload of the Engine's framed log stream (8-byte headers: stream, 0, 0, 0, size)."""
+    out = bytearray()
+    offset = 0
+    while offset + 8 <= len(data):
+        (size,) = struct.unpack(">I", data[offset + 4 : offset + 8])
+        out += data[offset + 8 : offset + 8 + size]
+        offset += 8 + size
+    return bytes(out)
+
+
+def _member(data: bytes) -> str | None:
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        for member in tar.getmembers():
+            if member.isfile():
+                extracted = tar.extractfile(member)
+                if extracted is not None:
+                    return extracted.read(MAX_COLLECTED_BYTES).decode("utf-8", errors="replace")
+    return None
+
+
+class DockerBackend:
+    """Runs each :class:`RunSpec` in a Docker container (see the module's documentation).
+
+    :param url: the daemon: ``unix:///path/to/docker.sock`` or ``http://host:port``.
+    :param default_image: the image of a run that names none.
+    :param max_file_bytes: the largest file a run may write.
+    """
+
+    name = "docker"
+
+    def __init__(self, url: str, *, default_image: str, max_file_bytes: int = 64 << 20) -> None:
+        try:
+            import httpx
+        except ImportError as exc:  # pragma: no cover - the server extra brings httpx
+            raise ContainerError(
+                "the docker backend needs httpx: pip install 'reef-core[server]'"
+            ) from exc
+        self._httpx = httpx
+        if url.startswith("unix://"):
+            transport = httpx.HTTPTransport(uds=url.removeprefix("unix://"))
+            self._client = httpx.Client(transport=transport, base_url="http://docker" + _API)
+        elif url.startswith(("http://", "https://")):
+            self._client = httpx.Client(base_url=url.rstrip("/") + _API)
+        else:
+            raise ContainerError(
+                f"docker url {url!r} must be unix:///path/to/docker.sock or http://host:port"
+            )
+        self._default_image = default_image
+        self._max_file_bytes = max_file_bytes
+
+    def close(self) -> None:
+        """Close the connections to the daemon."""
+        self._client.close()
+
+    def _call(
+        self, method: str, path: str, *, ok: tuple[int, ...] = (200, 201, 204), **kwargs: Any
+    ) -> Any:
+        try:
+            response = self._client.request(method, path, **kwargs)
+        except self._httpx.HTTPError as exc:
+            raise ContainerError(f"the Docker daemon failed {method} {path}: {exc}") from exc
+        if response.status_code not in ok:
+            raise ContainerError(
+                f"the Docker daemon answered {method} {path} with {response.status_code}: "
+                f"{response.text[:500]}"
+            )
+        return response
+
+    def run(self, spec: RunSpec) -> RunResult:
+        """Run ``spec`` (see :class:`reef.containers.interface.ContainerBackend`)."""
+        body = {
+            "Image": spec.image or self._default_image,
+            "Cmd": list(spec.command),
+            "WorkingDir": spec.workdir,
+            "Env": [f"{key}={value}" for key, value in spec.env.items()],
+            "User": "65534:65534",
+            "NetworkDisabled": True,
+            "HostConfig": {
+                "NetworkMode": "none",
+                "Memory": spec.memory_bytes,
+                "MemorySwap": spec.memory_bytes,
+                "PidsLimit": _PIDS,
+                "Ulimits": [
+                    {"Name": "fsize", "Soft": self._max_file_bytes, "Hard": self._max_file_bytes},
+                    {"Name": "core", "Soft": 0, "Hard": 0},
+                ],
+                "CapDrop": ["ALL"],
+                "SecurityOpt": ["no-new-privileges"],
+            },
+        }
+        created = self._call("POST", "/containers/create", json=body).json()
+        container = created["Id"]
+        try:
+            self._call(
+                "PUT",
+                f"/containers/{container}/archive",
+                params={"path": "/"},
+                content=files_tar(spec.files),
+                headers={"Content-Type": "application/x-tar"},
+            )
+            self._call("POST", f"/containers/{container}/start")
+            exit_code: int | None
+            try:
+                waited = self._client.post(
+                    f"/containers/{container}/wait", timeout=spec.timeout_seconds
+                )
+                exit_code, timed_out = int(waited.json()["StatusCode"]), False
+            except self._httpx.TimeoutException:
+                self._call("POST", f"/containers/{container}/kill", ok=(204, 409))
+                exit_code, timed_out = None, True
+            except self._httpx.HTTPError as exc:
+                raise ContainerError(f"the Docker daemon failed the wait: {exc}") from exc
+            logs = self._call(
+                "GET", f"/containers/{container}/logs", params={"stdout": 1, "stderr": 1}
+            ).content
+            output = _frames(logs)[-MAX_OUTPUT_BYTES:].decode("utf-8", errors="replace")
+            files: dict[str, str] = {}
+            for path in spec.collect:
+                found = self._call(
+                    "GET", f"/containers/{container}/archive", params={"path": path}, ok=(200, 404)
+                )
+                if found.status_code == 200 and (text := _member(found.content)) is not None:
+                    files[path] = text
+            return RunResult(exit_code, timed_out, output, files)
+        finally:
+            self._call("DELETE", f"/containers/{container}", params={"force": 1}, ok=(204, 404))

@@ -1,0 +1,129 @@
+"""A task's verifier, run on an attempt or on the task's oracle solution, as Harbor runs it.
+
+An *attempt* is the files an agent left in ``/app`` (a single-turn agent's answer file). The
+verifier is the task's ``tests/`` folder, put at ``/tests``; ``bash /tests/test.sh`` runs from
+``/app`` under the task's ``[verifier].timeout_sec`` and writes its reward to
+``/logs/verifier/reward.txt`` (a number) or ``/logs/verifier/reward.json`` (``{"reward": x}``).
+The oracle run first runs ``bash /solution/solve.sh`` (under ``[agent].timeout_sec``) in the
+same container, then the verifier.
+
+Each is one run of a :class:`~reef.containers.interface.ContainerBackend`, limited by the
+caller's :class:`~reef.core.deployment.ContainerSettings` as well as by the task's own settings
+(the smaller wins).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+from collections.abc import Mapping
+from typing import Final
+
+import attrs
+
+from reef.containers.interface import ContainerBackend, RunSpec
+from reef.containers.staging import StagedTask
+from reef.core.deployment import ContainerSettings
+
+__all__ = ["REWARD_JSON", "REWARD_TXT", "Verdict", "run_oracle", "run_verifier"]
+
+REWARD_TXT: Final = "/logs/verifier/reward.txt"
+REWARD_JSON: Final = "/logs/verifier/reward.json"
+_PREPARE: Final = "mkdir -p /logs/verifier /logs/agent"
+
+
+@attrs.frozen
+class Verdict:
+    """What a verifier run gave.
+
+    :ivar reward: the reward the verifier wrote; ``None`` when it wrote none (or not a finite
+        number), or timed out.
+    :ivar timed_out: the run passed its time limit and was killed.
+    :ivar exit_code: ``test.sh``'s exit code (``None`` when killed).
+    :ivar output: the end of the run's output, for people and designers to read.
+    """
+
+    reward: float | None
+    timed_out: bool
+    exit_code: int | None
+    output: str
+
+
+def _reward(files: Mapping[str, str]) -> float | None:
+    value: object = None
+    if REWARD_TXT in files:
+        try:
+            value = float(files[REWARD_TXT].strip())
+        except ValueError:
+            value = None
+    elif REWARD_JSON in files:
+        try:
+            document = json.loads(files[REWARD_JSON])
+        except json.JSONDecodeError:
+            document = None
+        value = document.get("reward") if isinstance(document, dict) else None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def _timed(seconds: float, script: str) -> str:
+    return f"timeout -s KILL {seconds:g} bash {shlex.quote(script)}"
+
+
+def _run(
+    backend: ContainerBackend,
+    staged: StagedTask,
+    files: Mapping[str, str],
+    steps: list[tuple[float, str]],
+    limits: ContainerSettings,
+) -> Verdict:
+    config = staged.config()
+    memory_mb = min(limits.memory_mb, config.memory_mb or limits.memory_mb)
+    # Each step under its own `timeout`; the run's wall clock is their sum and a margin.
+    script = " ; ".join([_PREPARE, *(_timed(seconds, path) for seconds, path in steps)])
+    result = backend.run(
+        RunSpec(
+            files={**files, **staged.files("tests")},
+            command=("bash", "-c", script),
+            timeout_seconds=sum(seconds for seconds, _ in steps) + 5,
+            memory_bytes=memory_mb << 20,
+            collect=(REWARD_TXT, REWARD_JSON),
+            image=config.docker_image,
+        )
+    )
+    # `timeout -s KILL` exits 137 when it kills its step.
+    timed_out = result.timed_out or result.exit_code == 137
+    reward = None if timed_out else _reward(result.files)
+    return Verdict(reward, timed_out, result.exit_code, result.output)
+
+
+def run_verifier(
+    backend: ContainerBackend,
+    staged: StagedTask,
+    attempt: Mapping[str, str],
+    limits: ContainerSettings,
+) -> Verdict:
+    """Run the staged task's verifier on ``attempt`` (file paths relative to ``/app``, and
+    their text).
+
+    :raises reef.containers.interface.ContainerError: when the run could not happen.
+    :raises ValueError: for an attempt path that is not a plain relative path.
+    """
+    timeout = min(limits.timeout_seconds, staged.config().verifier_timeout_seconds)
+    files = {f"/app/{path}": text for path, text in attempt.items()}
+    return _run(backend, staged, files, [(timeout, "/tests/test.sh")], limits)
+
+
+def run_oracle(backend: ContainerBackend, staged: StagedTask, limits: ContainerSettings) -> Verdict:
+    """Run the staged task's oracle solution (``solution/solve.sh``), then its verifier.
+
+    :raises reef.containers.interface.ContainerError: when the run could not happen.
+    """
+    config = staged.config()
+    steps = [
+        (min(limits.timeout_seconds, config.agent_timeout_seconds), "/solution/solve.sh"),
+        (min(limits.timeout_seconds, config.verifier_timeout_seconds), "/tests/test.sh"),
+    ]
+    return _run(backend, staged, staged.files("solution"), steps, limits)

@@ -1,0 +1,1 @@
+"""The generator service, and what task generators are given."""

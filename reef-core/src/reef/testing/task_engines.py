@@ -1,0 +1,104 @@
+"""Stand-ins of OpenAI-compatible engines for the tests of generated tasks.
+
+Each is a stand-in for an inference engine (vLLM, SGLang, a hosted API): it implements only
+``POST /v1/chat/completions``, the one endpoint Reef and SPADE call, and answers with a
+``chat.completion`` body. Serve them with :func:`reef.testing.service.serve_on_loopback`.
+
+- :func:`hint_policy`: a policy that cannot do arithmetic: it answers with the number a hint
+  gives (``Hint: ... N``), else with ``0``. A task at its frontier is one it solves only with
+  the hint.
+- :func:`scripted_designer`: a designer model that answers every request with the next of the
+  replies it was given (the last one again when they run out), and keeps the requests it got.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Sequence
+from typing import Any, Final
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from reef.core.records import JSON
+
+__all__ = ["arithmetic_task", "hint_policy", "scripted_designer"]
+
+_HINT: Final = re.compile(r"Hint:.*?(-?\d+)\s*$", re.DOTALL)
+
+
+def _completion(text: str) -> JSON:
+    return {
+        "id": f"chatcmpl-standin-{time.monotonic_ns()}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": "standin",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "finish_reason": "stop",
+            }
+        ],
+    }
+
+
+def _app(answer: Any) -> Starlette:
+    async def complete(request: Request) -> Response:
+        body = await request.json()
+        messages = body.get("messages") if isinstance(body, dict) else None
+        if not isinstance(messages, list) or not messages:
+            return JSONResponse({"error": {"message": "messages is required"}}, 400)
+        return JSONResponse(_completion(answer(body, messages)))
+
+    return Starlette(routes=[Route("/v1/chat/completions", complete, methods=["POST"])])
+
+
+def hint_policy() -> Starlette:
+    """The policy that answers with a hint's number, else ``0`` (see the module docstring)."""
+
+    def answer(body: JSON, messages: list[Any]) -> str:
+        found = _HINT.search(str(messages[-1].get("content", "")))
+        return found.group(1) if found else "0"
+
+    return _app(answer)
+
+
+def scripted_designer(replies: Sequence[str], requests: list[JSON] | None = None) -> Starlette:
+    """The designer that answers with ``replies`` in turn; each request body is appended to
+    ``requests`` when given."""
+    served = [0]
+
+    def answer(body: JSON, messages: list[Any]) -> str:
+        if requests is not None:
+            requests.append(body)
+        reply = replies[min(served[0], len(replies) - 1)]
+        served[0] += 1
+        return reply
+
+    return _app(answer)
+
+
+def arithmetic_task(name: str, a: int, b: int, *, answer_file: str = "answer.txt") -> JSON:
+    """The JSON form of a Harbor task that asks for ``a + b`` in ``answer_file``, with its
+    verifier and oracle solution."""
+    test = (
+        f'if [ "$(tr -d "[:space:]" < /app/{answer_file} 2>/dev/null)" = "{a + b}" ]; then\n'
+        "  echo 1 > /logs/verifier/reward.txt\n"
+        "else\n"
+        "  echo 0 > /logs/verifier/reward.txt\n"
+        "fi\n"
+    )
+    return {
+        "name": name,
+        "files": {
+            "task.toml": 'version = "1.0"\n\n[verifier]\ntimeout_sec = 10.0\n',
+            "instruction.md": f"What is {a} + {b}? Answer with the number only.",
+            "tests/test.sh": test,
+            "solution/solve.sh": f"echo {a + b} > /app/{answer_file}\n",
+        },
+        "source_agent_record_ids": [],
+    }

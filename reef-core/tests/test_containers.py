@@ -1,0 +1,241 @@
+"""Container operations (``reef.containers``): staging tasks by name, and running a task's
+verifier and oracle solution isolated and limited, in the sandbox here and through the Docker
+backend against a stand-in of the Docker Engine API.
+
+Every run here is real: bubblewrap namespaces on this machine (``scripts/setup`` installs it).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from reef.containers import (
+    ContainerBackend,
+    ContainerError,
+    StagingError,
+    TaskStaging,
+    open_backend,
+    run_oracle,
+    run_verifier,
+)
+from reef.containers.docker import DockerBackend
+from reef.core.deployment import ContainerSettings
+from reef.core.harbor import HarborTask
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("bwrap") is None, reason="bubblewrap is not installed (scripts/setup does)"
+)
+
+LIMITS = ContainerSettings(timeout_seconds=20, memory_mb=256)
+
+VERIFIER = """\
+if [ "$(cat /app/answer.txt 2>/dev/null)" = "5" ]; then echo 1 > /logs/verifier/reward.txt
+else echo 0 > /logs/verifier/reward.txt; fi
+"""
+
+
+def task(
+    name: str = "add-2-3", *, test: str = VERIFIER, toml: str = "", **files: str
+) -> HarborTask:
+    return HarborTask(
+        name=name,
+        files={
+            "task.toml": toml or "[verifier]\ntimeout_sec = 10\n",
+            "instruction.md": "What is 2 + 3? Write the number to answer.txt.",
+            "tests/test.sh": test,
+            "solution/solve.sh": "echo 5 > /app/answer.txt\n",
+            **{path.replace("__", "/"): text for path, text in files.items()},
+        },
+    )
+
+
+def _load_standin() -> ModuleType:
+    path = Path(__file__).with_name("docker_engine_standin.py")
+    spec = importlib.util.spec_from_file_location("reef_docker_engine_standin", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(params=["sandbox", "docker"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ContainerBackend]:
+    """Each backend: the sandbox itself, and Docker through the Engine API stand-in."""
+    if request.param == "sandbox":
+        yield open_backend(LIMITS, tmp_path / "runs")
+        return
+    standin = _load_standin().DockerEngineStandIn(tmp_path, images=("python:3.12-slim",))
+    with standin:
+        docker = DockerBackend(standin.url, default_image="python:3.12-slim")
+        yield docker
+        docker.close()
+        assert standin.unexpected == []
+        assert standin.containers == {}, "every container is removed after its run"
+
+
+# ------------------------------------------------------------------------ staging
+
+
+def test_staging_the_same_task_again_returns_the_staged_copy(tmp_path: Path) -> None:
+    # rule: P-TASK-26
+    staging = TaskStaging(tmp_path / "tasks")
+    first = staging.stage(task())
+    (first.folder / "instruction.md").touch()  # the copy is reused, not written again
+    again = staging.stage(task())
+    assert again == first
+    assert sorted(p.relative_to(first.folder).as_posix() for p in first.folder.rglob("*")
+                  if p.is_file()) == sorted([*task().files, ".reef-digest"])  # fmt: skip
+    assert (first.folder / "tests" / "test.sh").read_text() == VERIFIER
+
+
+def test_a_restarted_stager_with_an_empty_tasks_root_stages_the_saved_task_again(
+    tmp_path: Path, backend: ContainerBackend
+) -> None:
+    # rule: P-TASK-26 — the task store is the source; the tasks root holds copies.
+    saved = HarborTask.from_json(task().to_json())
+    TaskStaging(tmp_path / "tasks").stage(saved)
+    shutil.rmtree(tmp_path / "tasks")
+    staged = TaskStaging(tmp_path / "tasks").stage(saved)
+    assert run_oracle(backend, staged, LIMITS).reward == 1.0
+
+
+def test_another_task_under_a_staged_name_is_refused(tmp_path: Path) -> None:
+    staging = TaskStaging(tmp_path / "tasks")
+    staging.stage(task())
+    with pytest.raises(StagingError, match="a task name stands for one task"):
+        staging.stage(task(test="echo 1 > /logs/verifier/reward.txt\n"))
+
+
+def test_a_folder_that_is_not_a_staged_task_is_never_written_into(tmp_path: Path) -> None:
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "tasks" / "add-2-3").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(StagingError, match="is not a staged task"):
+        TaskStaging(tmp_path / "tasks").stage(task())
+    assert list((tmp_path / "elsewhere").iterdir()) == []
+    assert [p.name for p in (tmp_path / "tasks").iterdir()] == ["add-2-3"]
+
+
+# ------------------------------------------------------------------------ runs
+
+
+def test_the_oracle_passes_and_an_attempt_is_scored_by_the_verifier(
+    tmp_path: Path, backend: ContainerBackend
+) -> None:
+    staged = TaskStaging(tmp_path / "tasks").stage(task())
+    assert run_oracle(backend, staged, LIMITS).reward == 1.0
+    assert run_verifier(backend, staged, {"answer.txt": "5"}, LIMITS).reward == 1.0
+    wrong = run_verifier(backend, staged, {"answer.txt": "4"}, LIMITS)
+    assert (wrong.reward, wrong.timed_out, wrong.exit_code) == (0.0, False, 0)
+
+
+def test_a_reward_json_is_read_and_a_verifier_that_writes_none_gives_none(
+    tmp_path: Path, backend: ContainerBackend
+) -> None:
+    staging = TaskStaging(tmp_path / "tasks")
+    as_json = staging.stage(
+        task("json", test="echo '{\"reward\": 0.25}' > /logs/verifier/reward.json\n")
+    )
+    assert run_verifier(backend, as_json, {}, LIMITS).reward == 0.25
+    silent = staging.stage(task("silent", test="echo graded; exit 3\n"))
+    verdict = run_verifier(backend, silent, {}, LIMITS)
+    assert (verdict.reward, verdict.exit_code) == (None, 3)
+    assert "graded" in verdict.output
+
+
+def test_a_verifier_past_its_timeout_is_killed(tmp_path: Path, backend: ContainerBackend) -> None:
+    # rule: P-TASK-7 — the run reports the timeout; the component scores it.
+    slow = task("slow", toml="[verifier]\ntimeout_sec = 1\n",
+                test="echo 1 > /logs/verifier/reward.txt; sleep 30\n")  # fmt: skip
+    verdict = run_verifier(backend, TaskStaging(tmp_path / "tasks").stage(slow), {}, LIMITS)
+    assert verdict.timed_out
+    assert verdict.reward is None
+
+
+def test_a_run_has_no_network(tmp_path: Path, backend: ContainerBackend) -> None:
+    probe = """\
+python3 - <<'EOF'
+import socket
+try:
+    socket.create_connection(("1.1.1.1", 53), timeout=2)
+    reward = 1
+except OSError:
+    reward = 0
+open("/logs/verifier/reward.txt", "w").write(str(reward))
+EOF
+"""
+    staged = TaskStaging(tmp_path / "tasks").stage(task("net", test=probe))
+    assert run_verifier(backend, staged, {}, LIMITS).reward == 0.0
+
+
+def test_a_run_is_held_to_its_memory_limit(tmp_path: Path, backend: ContainerBackend) -> None:
+    hungry = """\
+echo 0 > /logs/verifier/reward.txt
+python3 -c "x = bytearray(512 * 1024 * 1024)" && echo 1 > /logs/verifier/reward.txt
+"""
+    staged = TaskStaging(tmp_path / "tasks").stage(task("hungry", test=hungry))
+    assert run_verifier(backend, staged, {}, LIMITS).reward == 0.0
+
+
+def test_a_run_sees_only_its_own_files(tmp_path: Path, backend: ContainerBackend) -> None:
+    secret = tmp_path / "secret.txt"
+    secret.write_text("1")
+    escape = f"""\
+echo 0 > /logs/verifier/reward.txt
+cat {secret} >> /logs/verifier/reward.txt 2>/dev/null
+echo tampered > /tests/test.sh 2>/dev/null && echo 1 > /logs/verifier/reward.txt
+id -u > /app/uid.txt
+"""
+    staged = TaskStaging(tmp_path / "tasks").stage(task("escape", test=escape))
+    assert run_verifier(backend, staged, {}, LIMITS).reward == 0.0
+    assert (staged.folder / "tests" / "test.sh").read_text() == escape
+
+
+def test_a_reward_file_linked_out_of_the_run_is_not_read(
+    tmp_path: Path, backend: ContainerBackend
+) -> None:
+    link = "ln -s /tests/reward /logs/verifier/reward.txt\n"
+    staged = TaskStaging(tmp_path / "tasks").stage(task("link", test=link, tests__reward="1"))
+    assert run_verifier(backend, staged, {}, LIMITS).reward is None
+
+
+def test_an_attempt_path_must_stay_in_the_working_folder(tmp_path: Path) -> None:
+    staged = TaskStaging(tmp_path / "tasks").stage(task())
+    with pytest.raises(ValueError, match=r"no '\.\.'"):
+        run_verifier(open_backend(LIMITS), staged, {"../tests/test.sh": "x"}, LIMITS)
+
+
+def test_the_docker_backend_asks_for_an_isolated_limited_container(tmp_path: Path) -> None:
+    standin = _load_standin().DockerEngineStandIn(tmp_path, images=("python:3.12-slim",))
+    with standin:
+        docker = DockerBackend(standin.url, default_image="python:3.12-slim")
+        staged = TaskStaging(tmp_path / "tasks").stage(task())
+        assert run_oracle(docker, staged, LIMITS).reward == 1.0
+        create = next(body for name, _, body in standin.calls if name == "create")
+        host = create["HostConfig"]
+        assert create["Image"] == "python:3.12-slim"
+        assert create["NetworkDisabled"] is True
+        assert host["NetworkMode"] == "none"
+        assert host["Memory"] == host["MemorySwap"] == 256 << 20
+        assert host["CapDrop"] == ["ALL"]
+        assert create["User"] == "65534:65534"
+        assert [name for name, _, _ in standin.calls] == [
+            "create", "put_archive", "start", "wait", "logs", "get_archive", "get_archive",
+            "remove",
+        ]  # fmt: skip
+        # An image the daemon does not have fails the run as an infrastructure failure.
+        other = TaskStaging(tmp_path / "tasks").stage(
+            task("own-image", toml='[environment]\ndocker_image = "mine:1"\n')
+        )
+        with pytest.raises(ContainerError, match="No such image: mine:1"):
+            run_oracle(docker, other, LIMITS)
+        docker.close()
