@@ -97,7 +97,7 @@ class ContainerSettings(PluginSettings):
 @attrs.frozen
 class GeneratorSection(PluginSettings):
     """The generator service that ``reef serve`` starts: it stages tasks and runs their
-    verifiers and hint plays for task generators (``docs/generated-tasks.md``)."""
+    verifiers and hint plays for task generators (``docs/generator-service.md``)."""
 
     tasks_root: str = config_option(help="the folder that holds the staged copies of tasks")
     containers: ContainerSettings = config_option(

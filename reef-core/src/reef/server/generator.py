@@ -16,7 +16,7 @@ else the one saved in the scenario's task store).
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import anyio.to_thread
 import attrs
@@ -120,9 +120,19 @@ def _verdict(verdict: Verdict) -> VerdictBody:
     return VerdictBody(verdict.reward, verdict.timed_out, verdict.exit_code, verdict.output)
 
 
-def _generator(request: Request) -> tuple[GeneratorService, ServedScenario]:
+_B = TypeVar("_B", TaskBody, VerifyBody, PlayBody)
+
+
+async def _request(request: Request, cls: type[_B]) -> tuple[GeneratorService, ServedScenario, _B]:
+    """The generator service, the route's scenario and the request's body, once the caller
+    may use it and the body names exactly one task. :raises ApiError: 401, 403, 400, 404."""
     service = service_of(request)
     _, scenario = service.authorised(request, "admin")
+    body = structure(await read_json(request, service.options.max_body_bytes), cls)
+    if (body.task is None) == (body.task_name is None):
+        raise ApiError.one(
+            400, "invalid_request", "$.task", "give exactly one of task and task_name"
+        )
     if service.generator is None:
         raise ApiError.one(
             404,
@@ -130,15 +140,12 @@ def _generator(request: Request) -> tuple[GeneratorService, ServedScenario]:
             "path",
             "the deployment has no generator section: no generator service",
         )
-    return service.generator, scenario
+    return service.generator, scenario, body
 
 
 async def _task(
     generator: GeneratorService, scenario: str, task: dict[str, Any] | None, name: str | None
 ) -> StagedTask:
-    if (task is None) == (name is None):
-        raise ApiError.one(400, "invalid_request", "$", "give exactly one of task and task_name")
-
     def stage() -> StagedTask:
         if task is not None:
             return generator.stage(scenario, HarborTask.from_json(task))
@@ -161,18 +168,14 @@ def _container_failure(exc: ContainerError) -> ApiError:
 
 async def stage_task(request: Request) -> Response:
     """``POST /reef/scenarios/{scenario}/generator/tasks``: stage a task."""
-    generator, scenario = _generator(request)
-    body = structure(await read_json(request, service_of(request).options.max_body_bytes), TaskBody)
+    generator, scenario, body = await _request(request, TaskBody)
     staged = await _task(generator, scenario.name, body.task, body.task_name)
     return answer(StagedBody(staged.name, staged.digest))
 
 
 async def verify_task(request: Request) -> Response:
     """``POST /reef/scenarios/{scenario}/generator/verify``: a verifier run."""
-    generator, scenario = _generator(request)
-    body = structure(
-        await read_json(request, service_of(request).options.max_body_bytes), VerifyBody
-    )
+    generator, scenario, body = await _request(request, VerifyBody)
     staged = await _task(generator, scenario.name, body.task, body.task_name)
     if body.oracle and body.attempt:
         raise ApiError.one(400, "invalid_request", "$.attempt", "an oracle run takes no attempt")
@@ -190,8 +193,7 @@ async def verify_task(request: Request) -> Response:
 
 async def play_task(request: Request) -> Response:
     """``POST /reef/scenarios/{scenario}/generator/play``: plays of the policy."""
-    generator, scenario = _generator(request)
-    body = structure(await read_json(request, service_of(request).options.max_body_bytes), PlayBody)
+    generator, scenario, body = await _request(request, PlayBody)
     if not 1 <= body.rollouts <= MAX_PLAYS:
         raise ApiError.one(400, "invalid_request", "$.rollouts", f"ask for 1 to {MAX_PLAYS} plays")
     try:
