@@ -34,8 +34,6 @@ from reef.train.pipeline import TrainingPipeline
 from reef.train.stages import build_pipeline
 from reef.train.trainer import TRAINING_MODE_SETTING
 
-pytest_plugins = ("reef.testing.storage",)
-
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "tests" / "example_recipe"
 GUIDE = ROOT / "docs" / "recipe-authoring.md"

@@ -43,8 +43,6 @@ from reef.storage.positions import Position
 from reef.testing.records import call, report
 from reef.train.pipeline import TrainingPipeline
 
-pytest_plugins = ("reef.testing.storage",)
-
 SCENARIO = "s"
 TRAINERS = ("x", "y")
 SESSIONS = 150

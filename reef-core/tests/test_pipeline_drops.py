@@ -16,8 +16,6 @@ from reef.storage import Database, DropCounters, NewSample, RecordStore, Trainer
 from reef.storage.records import RecordCapacity
 from reef.train.pipeline import TrainingPipeline
 
-pytest_plugins = ("reef.testing.storage",)
-
 _spec = importlib.util.spec_from_file_location(
     "_pipeline_tests", Path(__file__).with_name("test_pipeline_training.py")
 )

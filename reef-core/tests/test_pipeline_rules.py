@@ -34,8 +34,6 @@ from reef.train.pipeline import TrainingPipeline
 from reef.train.stages import build_stages
 from reef.train.trainer import Trainer, TrainerParts, TrainerSettings
 
-pytest_plugins = ("reef.testing.storage",)
-
 
 def _load(name: str) -> types.ModuleType:
     """A sibling test module, loaded by path (test folders are not packages)."""

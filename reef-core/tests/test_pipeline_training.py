@@ -24,8 +24,6 @@ from reef.storage.tables import samples as samples_table
 from reef.testing.records import call, report
 from reef.train.pipeline import GivenBackError, TrainingPipeline
 
-pytest_plugins = ("reef.testing.storage",)
-
 
 class Counting(ReportSamples):
     """Counts the samples it makes: a restart must never make a stored one again."""

@@ -45,8 +45,6 @@ from reef.testing.engines import scripted_engine
 from reef.testing.service import serve_on_loopback, service_test_plugins
 from reef.train.trainer import snapshot_key
 
-pytest_plugins = ("reef.testing.storage",)
-
 ADMIN = {"authorization": "Bearer admin-secret"}
 AGENT = {"authorization": "Bearer agent-secret"}
 GRADER = {"authorization": "Bearer grader-secret"}

@@ -28,8 +28,6 @@ from reef.storage import Database, JobHistory, NewSample, SampleOfJob, StaleSamp
 from reef.testing.engines import scripted_engine
 from reef.testing.service import serve_on_loopback, service_test_plugins
 
-pytest_plugins = ("reef.testing.storage",)
-
 ADMIN = {"authorization": "Bearer admin-secret"}
 BILLING_ADMIN = {"authorization": "Bearer billing-secret"}
 GRADER = {"authorization": "Bearer grader-secret"}

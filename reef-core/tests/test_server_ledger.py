@@ -35,8 +35,6 @@ from reef.server.errors import ApiError, ReportRejected
 from reef.server.ledger import ScenarioLedger
 from reef.storage import ConflictError, Database, RecordStore, open_database
 
-pytest_plugins = ("reef.testing.storage",)
-
 SCENARIO = "links"
 
 

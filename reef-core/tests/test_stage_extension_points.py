@@ -39,8 +39,6 @@ from reef.testing import (
 )
 from reef.testing.records import call, report
 
-pytest_plugins = ("reef.testing.storage",)
-
 CONTEXT = pipeline_context()
 
 

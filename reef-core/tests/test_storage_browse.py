@@ -16,8 +16,6 @@ from reef.storage import (
 )
 from reef.storage.job_history import scalar_metrics
 
-pytest_plugins = ("reef.testing.storage",)
-
 
 def _trajectory(reward: float) -> NewSample:
     return NewSample("", "trajectory", sample_body(TrajectorySample({"steps": []}, reward=reward)))

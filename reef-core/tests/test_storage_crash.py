@@ -20,8 +20,6 @@ from sqlalchemy import select
 from reef.storage import Database, NewSample, TrainerSamples, open_database
 from reef.storage.tables import consumed_records, samples
 
-pytest_plugins = ("reef.testing.storage",)
-
 KILLS = 40
 SCENARIO = "crash"
 TRAINER = "t"

@@ -13,8 +13,6 @@ from sqlalchemy import text
 from reef.storage import Database, open_database
 from reef.storage.tables import metadata
 
-pytest_plugins = ("reef.testing.storage",)
-
 
 def test_migrated_schema_matches_the_table_metadata(storage_database: Database) -> None:
     """The migrations produce exactly the tables the code uses: autogenerate finds no diff."""

@@ -23,8 +23,6 @@ from reef.storage import (
 from reef.storage.positions import lock_store_order
 from reef.storage.tables import records
 
-pytest_plugins = ("reef.testing.storage",)
-
 SCENARIO = "support"
 
 

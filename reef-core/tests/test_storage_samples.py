@@ -14,8 +14,6 @@ from reef.storage import (
     UnknownTrainerError,
 )
 
-pytest_plugins = ("reef.testing.storage",)
-
 
 def _sample(sample_id: str, kind: str = "trajectory", **body: object) -> NewSample:
     return NewSample(sample_id, kind, {"id": sample_id, **body})  # type: ignore[arg-type]

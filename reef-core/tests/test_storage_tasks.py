@@ -6,8 +6,6 @@ import pytest
 
 from reef.storage import Database, DropCounters, ScenarioSettings, TaskStorage, TaskStores
 
-pytest_plugins = ("reef.testing.storage",)
-
 
 def test_task_stores_are_separate_by_name_and_scenario(storage_database: Database) -> None:
     """rule: P-LAYOUT-2 (a stage opens its stores by name)."""

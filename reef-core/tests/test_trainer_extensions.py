@@ -24,8 +24,6 @@ from reef.storage import (
 from reef.testing.components import RecordingComponent, grouped_parts, store_groups
 from reef.train.trainer import Trainer, TrainerSettings, snapshot_key
 
-pytest_plugins = ("reef.testing.storage",)
-
 
 class GiveBackOnce:
     """An extension that gives the first group of the first job back (as Agent ECC gives back

@@ -25,8 +25,6 @@ from reef.testing.components import RecordingComponent
 from reef.train.pipeline import TrainingPipeline
 from reef.train.trainer import Trainer, TrainerParts, TrainerSettings, snapshot_key
 
-pytest_plugins = ("reef.testing.storage",)
-
 CONTEXT = PipelineContext("s", "c")
 
 

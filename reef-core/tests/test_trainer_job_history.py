@@ -28,8 +28,6 @@ from reef.storage import (
 from reef.testing.components import RecordingComponent, grouped_parts, store_groups
 from reef.train.trainer import Trainer, TrainerSettings
 
-pytest_plugins = ("reef.testing.storage",)
-
 
 class RetireFirstGroup:
     """An extension that takes the first group out of each job without giving it back (as

@@ -14,8 +14,6 @@ from reef.storage import (
     TrainerState,
 )
 
-pytest_plugins = ("reef.testing.storage",)
-
 
 class Clock:
     """A wall clock the test moves by hand."""

@@ -26,8 +26,6 @@ from reef.testing.tinker_service import TinkerStandIn
 from reef.train.pipeline import TrainingPipeline
 from reef.train.trainer import Trainer, TrainerParts, TrainerSettings, snapshot_key
 
-pytest_plugins = ("reef.testing.storage",)
-
 
 def store_groups(database: Database, trainer: str, scenario: str = "s") -> None:
     samples = TrainerSamples(database, scenario)

@@ -21,8 +21,6 @@ from reef.testing import (
 )
 from reef_sft.processor import SFTJobData, SFTSamples
 
-pytest_plugins = ("reef.testing.storage",)
-
 CONTEXT = pipeline_context("s", "c")
 AGENT_TRAJECTORY = {
     "schema_version": "ATIF-v1.4",

@@ -22,8 +22,6 @@ from reef import (
 )
 from reef.testing import Database, pipeline_context, sample_store, training_pipeline
 
-pytest_plugins = ("reef.testing.storage",)
-
 CONTEXT = pipeline_context("support", "local")
 
 
