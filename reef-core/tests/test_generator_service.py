@@ -22,7 +22,6 @@ from reef.storage import Database, RecordStore, TaskStorage
 from reef.testing.service import serve_on_loopback, service_test_plugins
 from reef.testing.task_engines import arithmetic_task, hint_policy
 
-pytest_plugins = ("reef.testing.storage",)
 pytestmark = pytest.mark.skipif(
     shutil.which("bwrap") is None, reason="bubblewrap is not installed (scripts/setup does)"
 )
