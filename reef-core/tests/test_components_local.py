@@ -13,8 +13,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from reef.components.advantages import group_advantages  # noqa: E402
 from reef.components.artifacts import load_model_folder  # noqa: E402
-from reef.components.job_samples import group_advantages  # noqa: E402
 from reef.components.local import LocalComponent  # noqa: E402
 from reef.core.job_data import JobData, TaskSample  # noqa: E402
 from reef.testing.samples import colour_samples  # noqa: E402

@@ -17,7 +17,8 @@ and ``reef.testing`` holds what a recipe's own tests need.
   :class:`ReportGrouping`, :class:`GroupedReportSamples`, :class:`JudgedSamples` with its
   :class:`RecordJudging`), the record sets and units it forms, :class:`SampleAssembly`.
 - **The sample-to-job stage**: :class:`Sample2Job` (:class:`GroupedJobData`), shaping samples
-  into :class:`JobData`; :func:`validate_job_data` is the trainer's check of it.
+  into :class:`JobData`; :func:`validate_job_data` is the trainer's check of it;
+  :class:`AdvantageSettings` names the advantage estimator a job's data asks the component for.
 - **Values**: records (:data:`Record`), samples (:data:`Sample`), :class:`JobData`,
   :class:`JobOutcome`, and the :class:`PipelineContext` every stage reads.
 - **Errors**: every error Reef raises derives from :class:`ReefError`.
@@ -35,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from reef.version import __version__
 
 if TYPE_CHECKING:
+    from reef.components.advantages import AdvantageSettings
     from reef.components.job_samples import DistillationParameters, TeacherSettings
     from reef.core.config import config_option
     from reef.core.deployment import DeploymentError
@@ -160,6 +162,7 @@ _HOMES: dict[str, str] = {
     "Sample2Job": "reef.sample2job.stage",
     "Sample2JobSettings": "reef.sample2job.stage",
     "validate_job_data": "reef.sample2job.validation",
+    "AdvantageSettings": "reef.components.advantages",
     # values
     "JSON": "reef.core.records",
     "TrajectoryIndex": "reef.core.trajectory_index",
@@ -194,6 +197,7 @@ _HOMES: dict[str, str] = {
 
 __all__ = [
     "JSON",
+    "AdvantageSettings",
     "BackgroundJobWorker",
     "DeploymentError",
     "DistillJobData",

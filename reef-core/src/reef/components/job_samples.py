@@ -7,8 +7,11 @@ samples *mean* is the same everywhere, so it is computed here once:
   (P-REND-3), and under a distilling objective each sample's teacher sequence
   (:func:`reef.core.teacher_rendering.render_teacher`); it leaves out and counts what cannot
   train (``unrenderable_samples``, P-REND-5), and, for an objective that needs a reward, reads
-  each sample's reward and centres it in its group (:func:`group_advantages`); a sample
-  without a finite reward is left out and counted in ``samples_without_reward`` (P-UP-9).
+  each sample's reward and turns it into an advantage within its group by the estimator the job
+  data's metadata names (:mod:`reef.components.advantages`: the group's mean by default, or
+  TTT-Discover's entropic weights; the job parameter ``reward_baseline: none`` trains the reward
+  as it is); a sample without a finite reward is left out and counted in
+  ``samples_without_reward`` (P-UP-9).
 - :func:`consumed_lines` writes what one optimizer step's loss consumed, a line per sample (the
   ``consumed`` metric Agent ECC's plugin reads).
 - :class:`JobParameters` are the job parameters every built-in component takes, with
@@ -20,12 +23,12 @@ Nothing here needs PyTorch.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 import attrs
 
+from reef.components.advantages import AdvantageSettings, group_advantages
 from reef.components.interface import Scheduling
 from reef.components.scheduling import StepPlan
 from reef.core.chat_rendering import ChatRenderer, RenderedSample, RenderError, render_samples
@@ -41,24 +44,6 @@ OBJECTIVES: Final = ("cross_entropy", "importance_sampling", "ppo")
 POLICY_OBJECTIVES: Final = ("importance_sampling", "ppo")
 #: How a reward becomes a sample's advantage: less its group's mean, or as it is.
 REWARD_BASELINES: Final = ("group_mean", "none")
-
-
-def group_advantages(
-    rewards: Sequence[float], groups: Sequence[str | None], *, baseline: str = "group_mean"
-) -> list[float]:
-    """Each reward minus the mean reward of its group (``baseline="none"``: as it is, the
-    binary reward of OpenClaw-RL).
-
-    Samples without a group form one group together: the job's ungrouped samples are compared
-    with each other, so a recipe that does not group still learns which replies scored better.
-    """
-    if baseline == "none":
-        return list(rewards)
-    members: dict[str | None, list[float]] = defaultdict(list)
-    for reward, group in zip(rewards, groups, strict=True):
-        members[group].append(reward)
-    means = {group: sum(values) / len(values) for group, values in members.items()}
-    return [reward - means[group] for reward, group in zip(rewards, groups, strict=True)]
 
 
 @attrs.frozen
@@ -122,6 +107,8 @@ def prepare_job(
         rendered, and the reward trains only with a ``reward_coef`` other than 0.
     :param reward_baseline: ``group_mean`` or ``none`` (:func:`group_advantages`).
     :raises ValueError: for job data of task samples, which this needs rolled out first.
+    :raises reef.core.plugins.PluginConfigError: for an ``advantage`` in the job data's metadata
+        that :class:`AdvantageSettings` refuses.
     """
     samples = tuple(s for s in data.samples if isinstance(s, TrajectorySample))
     if len(samples) != len(data.samples):
@@ -159,10 +146,15 @@ def prepare_job(
         else:
             rewarded = [(i, r) for i, _ in rendered if (r := sample_reward(samples[i])) is not None]
             samples_without_reward = len(rendered) - len(rewarded)
+            estimator = AdvantageSettings.parse(
+                data.metadata.get("advantage"),
+                plugin_class=type(data),
+                path="$.metadata.advantage",
+            )
+            if reward_baseline == "none":
+                estimator = attrs.evolve(estimator, estimator="none")
             centred = group_advantages(
-                [r for _, r in rewarded],
-                [samples[i].group_id for i, _ in rewarded],
-                baseline=reward_baseline,
+                [r for _, r in rewarded], [samples[i].group_id for i, _ in rewarded], estimator
             )
             advantages = {i: weight * a for (i, _), a in zip(rewarded, centred, strict=True)}
             rendered = [(i, s) for i, s in rendered if i in advantages]

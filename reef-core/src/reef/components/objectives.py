@@ -3,8 +3,9 @@
 - ``cross_entropy`` (SFT): the negative log likelihood of each trained token.
 - ``importance_sampling`` (reported feedback): ``-(p / q) * A`` for each trained token, where
   ``p`` is the token's probability under the weights being trained, ``q`` under the job's
-  start weights, and ``A`` the sample's advantage: its reward minus the mean reward of its
-  group (GRPO-style group centring, :func:`reef.components.job_samples.group_advantages`). The
+  start weights, and ``A`` the sample's advantage within its group: by default its reward minus
+  the group's mean (GRPO-style), or the estimator the job data names
+  (:func:`reef.components.advantages.group_advantages`). The
   ratio is exactly 1 at the job's first step and corrects the later steps of a multi-step job
   for the weights having moved.
 - ``ppo``: the clipped form, ``-min(r * A, clip(r, 1 - clip_low, 1 + clip_high) * A)`` with
