@@ -314,6 +314,22 @@ class ReportSamples(Record2Sample):
         """
         return SampleAssembly(accept_multi_turn_policy_samples=True).build(context)
 
+    def discard_open_group(self, key: Hashable, reason: str) -> bool:
+        """End the open group ``key`` without training: every member's set is discarded and its
+        records end under ``reason`` (counted, never silent).
+
+        For a method whose group can no longer complete although ``decide`` was not asked
+        again: TTTD abandons a step its runner left for a later one. The key is free again.
+
+        :returns: False when no group ``key`` is open (nothing changes).
+        """
+        group = self._groups.pop(key, None)
+        if group is None:
+            return False
+        for member in group.sets:
+            self.discard(member, reason)
+        return True
+
     def status(self) -> dict[str, Any]:
         """The base status, plus the groups that wait for members."""
         return {**super().status(), "open_groups": len(self._groups)}
