@@ -1,11 +1,18 @@
-"""The tttd plugin loads through its entry point and can be blocked by name."""
+"""The tttd plugin: its entry point registers the recipes and their stages, usable by name in
+a deployment, and blocking it skips it."""
 
 from __future__ import annotations
 
 import importlib.metadata
+import subprocess
+import sys
+from pathlib import Path
 
-from reef import Plugins
+from reef import PluginKind, Plugins, load_deployment
 from reef.testing import ENTRY_POINT_GROUP
+from reef_tttd.grid import TTTDSamples
+from reef_tttd.job_data import TTTDJobData
+from reef_tttd.recipe import TTTDRecipe
 
 
 def test_entry_point_is_declared_by_this_distribution() -> None:
@@ -15,10 +22,41 @@ def test_entry_point_is_declared_by_this_distribution() -> None:
     assert entry_point.dist.metadata["Name"] == "reef-recipes-tttd"
 
 
-def test_loading_it_records_no_failure_and_blocking_skips_it() -> None:
+def test_loading_it_registers_the_recipe_and_its_stages() -> None:
     plugins = Plugins(blocked=())
     plugins.load()
     assert "tttd" not in {f.name for f in plugins.failures}
+    assert plugins.resolve(PluginKind.RECIPE, "tttd") is TTTDRecipe
+    assert plugins.resolve(PluginKind.RECORD2SAMPLE, "TTTDSamples") is TTTDSamples
+    assert plugins.resolve(PluginKind.SAMPLE2JOB, "TTTDJobData") is TTTDJobData
+    registration = plugins.registration(PluginKind.RECIPE, "tttd")
+    assert registration is not None
+    assert registration.distribution == "reef-recipes-tttd"
     blocked = Plugins(blocked={"tttd"})
     blocked.load()
     assert blocked.failures == ()
+    assert blocked.registration(PluginKind.RECIPE, "tttd") is None
+
+
+def test_a_deployment_names_the_recipe_without_job_samples() -> None:
+    plugins = Plugins(blocked=())
+    plugins.load()
+    deployment = load_deployment(
+        "scenarios:\n  discover:\n    recipe: tttd\n    pipeline:\n"
+        "      record2sample: {config: {steps: 4, groups_per_step: 2, rollouts_per_group: 4}}\n",
+        plugins=plugins,
+        environ={},
+    )
+    assert deployment.scenarios["discover"].recipe.class_ == "tttd"
+
+
+def test_reef_plugins_lists_them() -> None:
+    reef = Path(sys.executable).with_name("reef")
+    listing = subprocess.run(
+        [str(reef), "plugins"], capture_output=True, text=True, timeout=60, check=True
+    ).stdout
+    for name in ("tttd", "TTTDSamples", "TTTDJobData"):
+        assert any(
+            line.split()[:1] == [name] and "reef-recipes-tttd" in line
+            for line in listing.splitlines()
+        ), listing

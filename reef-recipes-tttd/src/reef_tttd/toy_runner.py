@@ -1,0 +1,284 @@
+"""A small TTTD runner for a toy discovery task, over Reef's HTTP API.
+
+The task: find a short string with as many vowels as possible (:func:`vowel_score`, the share of
+its characters that are vowels; 1 is the best a string can score). It is scripted, so it needs no
+sandbox; a real runner scores attempts with the task's verifier in the same place.
+
+Each step of the grid, the runner:
+
+1. reads the artifact the scenario serves (``GET /reef/status``), waiting for the first one;
+2. for each comparison group picks a state from its archive (the best attempts so far; the
+   empty string at first) and asks the served policy for ``rollouts`` attempts to improve it
+   (``POST /scenarios/<scenario>/v1/chat/completions``), scores each and reports it
+   (``POST /reef/scenarios/<scenario>/reports``) with its cell in ``metadata.tttd`` and the id
+   ``<run>-s<step>-g<group>-r<rollout>``;
+3. waits until the stage reports the step ready and the scenario serves new weights; a step the
+   stage abandoned or refused as an invariant failure stops the run (:class:`StepFailed`).
+
+Run it against a ``reef serve`` whose scenario uses the ``tttd`` recipe with the same grid::
+
+    python -m reef_tttd.toy_runner --url http://127.0.0.1:8000 --scenario discover \\
+        --steps 8 --groups 2 --rollouts 8
+
+It prints one JSON line per step: the step's mean and best score and the best score found so far.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+
+VOWELS = frozenset("aeiouAEIOU")
+
+_DEPLOYMENT = """\
+storage:
+  url: "{url}"
+serving:
+  engine: local
+scenarios:
+  {scenario}:
+    recipe: tttd
+    pipeline:
+      record2sample:
+        config: {{steps: {steps}, groups_per_step: {groups}, rollouts_per_group: {rollouts}}}
+      sample2job:
+        config: {{advantage: {{estimator: {estimator}}}}}
+    training:
+      component: local
+      options:
+        state_dir: "{state_dir}"
+        batch_size: {batch}
+        learning_rate: {learning_rate}
+        d_model: 32
+        n_layers: 1
+        n_heads: 2
+        max_seq_len: 128
+"""
+
+
+def toy_deployment(
+    url: str,
+    state_dir: str,
+    *,
+    steps: int,
+    groups: int,
+    rollouts: int,
+    scenario: str = "discover",
+    estimator: str = "entropic",
+    learning_rate: float = 0.05,
+) -> str:
+    """A deployment (YAML) whose scenario runs TTTD on a small TinyGPT, trained by the local
+    component and served by the local engine: what the toy runner runs against."""
+    return _DEPLOYMENT.format(
+        url=url,
+        scenario=scenario,
+        steps=steps,
+        groups=groups,
+        rollouts=rollouts,
+        estimator=estimator,
+        state_dir=state_dir,
+        batch=groups * rollouts,
+        learning_rate=learning_rate,
+    )
+
+
+def vowel_score(text: str) -> float:
+    """The share of ``text``'s characters that are vowels (0 for an empty text)."""
+    return sum(c in VOWELS for c in text) / len(text) if text else 0.0
+
+
+class StepFailed(RuntimeError):
+    """The stage will never train the step: the runner stops waiting for it."""
+
+
+@attrs.frozen
+class StepResult:
+    """What one step found."""
+
+    step: int
+    scores: tuple[float, ...]
+    best_so_far: float
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "mean": sum(self.scores) / len(self.scores),
+            "best": max(self.scores),
+            "best_so_far": self.best_so_far,
+        }
+
+
+class ToyRunner:
+    """The discovery loop (see the module's documentation).
+
+    :param url: the service's base URL.
+    :param scenario: a scenario whose recipe is ``tttd``, with this grid.
+    :param run: the prefix of every report id, so that two runs never share one.
+    :param archive_size: how many of the best attempts the archive keeps as states.
+    :param timeout: the longest wait for one step to train, in seconds.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        scenario: str,
+        *,
+        groups: int,
+        rollouts: int,
+        run: str = "toy",
+        max_tokens: int = 8,
+        archive_size: int = 4,
+        timeout: float = 120.0,
+        token: str | None = None,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.scenario = scenario
+        self.groups = groups
+        self.rollouts = rollouts
+        self.run = run
+        self.max_tokens = max_tokens
+        self.archive_size = archive_size
+        self.timeout = timeout
+        self.headers = {"content-type": "application/json"}
+        if token is not None:
+            self.headers["authorization"] = f"Bearer {token}"
+        self.archive: list[tuple[float, str]] = [(0.0, "")]
+
+    def _request(self, method: str, path: str, body: Any = None) -> tuple[Any, Mapping[str, str]]:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(
+            f"{self.url}{path}", data=data, method=method, headers=self.headers
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=60) as response:
+                return json.loads(response.read()), dict(response.headers)
+        except urllib.error.HTTPError as exc:
+            detail = exc.read().decode(errors="replace")
+            raise RuntimeError(f"{method} {path}: {exc.code} {detail}") from exc
+
+    def trainer_status(self) -> Mapping[str, Any]:
+        """The scenario's (first) trainer in ``GET /reef/status``."""
+        document, _ = self._request("GET", "/reef/status")
+        for scenario in document["scenarios"]:
+            if scenario["scenario"] == self.scenario:
+                trainer: Mapping[str, Any] = scenario["trainers"][0]
+                return trainer
+        raise LookupError(f"the service has no scenario {self.scenario!r}")
+
+    def attempt(self, state: str) -> tuple[str, str]:
+        """One attempt from ``state``: (the reply, its inference record's id)."""
+        prompt = f"Improve: {state}" if state else "Write a string."
+        body = {
+            "model": "policy",
+            "messages": [{"role": "user", "content": prompt}],
+            "max_tokens": self.max_tokens,
+            "temperature": 1.0,
+        }
+        reply, headers = self._request(
+            "POST", f"/scenarios/{self.scenario}/v1/chat/completions", body
+        )
+        record = {k.lower(): v for k, v in headers.items()}["x-reef-record-id"]
+        return reply["choices"][0]["message"]["content"] or "", record
+
+    def report(self, step: int, group: int, rollout: int, record: str, score: float) -> None:
+        """Report one rollout with its cell."""
+        body = {
+            "id": f"{self.run}-s{step}-g{group}-r{rollout}",
+            "references": [record],
+            "score": score,
+            "metadata": {"tttd": {"step": step, "group": group, "rollout": rollout}},
+        }
+        self._request("POST", f"/reef/scenarios/{self.scenario}/reports", body)
+
+    def step(self, step: int) -> StepResult:
+        """Run, report and wait for one step of the grid."""
+        served = self.served_artifact()
+        states = [text for _, text in self.archive]
+        scores: list[float] = []
+        for group in range(self.groups):
+            state = states[group % len(states)]
+            for rollout in range(self.rollouts):
+                reply, record = self.attempt(state)
+                score = vowel_score(reply)
+                self.report(step, group, rollout, record, score)
+                scores.append(score)
+                self.archive.append((score, reply))
+        self.archive = sorted(self.archive, key=lambda entry: -entry[0])[: self.archive_size]
+        self.wait_trained(step, served)
+        return StepResult(step, tuple(scores), self.archive[0][0])
+
+    def served_artifact(self) -> str:
+        """The artifact the scenario serves, once it serves one (the first weights are published
+        when the trainer starts).
+
+        :raises TimeoutError: after :attr:`timeout` seconds without one.
+        """
+        deadline = time.monotonic() + self.timeout
+        while time.monotonic() < deadline:
+            served = self.trainer_status().get("served_artifact")
+            if served is not None:
+                return str(served)
+            time.sleep(0.2)
+        raise TimeoutError(f"scenario {self.scenario!r} served no weights within {self.timeout}s")
+
+    def wait_trained(self, step: int, served: object) -> None:
+        """Wait until the stage readied ``step`` and the scenario serves new weights.
+
+        :raises StepFailed: the stage abandoned the step or refused it (mixed artifacts).
+        :raises TimeoutError: after :attr:`timeout` seconds.
+        """
+        deadline = time.monotonic() + self.timeout
+        while time.monotonic() < deadline:
+            trainer = self.trainer_status()
+            grid = trainer["pipeline"].get("tttd") or {}
+            failures = [f for f in grid.get("invariant_failures", ()) if f["step"] == step]
+            if failures or step in grid.get("abandoned_steps", ()):
+                raise StepFailed(f"step {step} will not train: {failures or 'abandoned'}")
+            if step in grid.get("ready_steps", ()) and trainer.get("served_artifact") != served:
+                return
+            time.sleep(0.2)
+        raise TimeoutError(f"step {step} did not train within {self.timeout}s")
+
+    def run_steps(self, steps: int) -> list[StepResult]:
+        """Every step of the run, in order."""
+        return [self.step(step) for step in range(steps)]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The command line (see the module's documentation)."""
+    parser = argparse.ArgumentParser(description="A TTTD runner for the toy vowel task")
+    parser.add_argument("--url", required=True)
+    parser.add_argument("--scenario", required=True)
+    parser.add_argument("--steps", type=int, required=True)
+    parser.add_argument("--groups", type=int, required=True)
+    parser.add_argument("--rollouts", type=int, required=True)
+    parser.add_argument("--run", default="toy")
+    parser.add_argument("--token")
+    args = parser.parse_args(argv)
+    runner = ToyRunner(
+        args.url,
+        args.scenario,
+        groups=args.groups,
+        rollouts=args.rollouts,
+        run=args.run,
+        token=args.token,
+    )
+    try:
+        for step in range(args.steps):
+            print(json.dumps(runner.step(step).as_json()), flush=True)
+    except StepFailed as exc:
+        print(f"stopped: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,41 @@
+"""TTTD end to end: ``reef serve`` with the local engine and the local component (a TinyGPT),
+the shipped toy runner reporting each step's grid over HTTP. The scores it finds rise."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from reef.testing.serve import ServeProcess
+from reef_tttd.toy_runner import ToyRunner, toy_deployment
+
+pytest.importorskip("torch")
+
+STEPS, GROUPS, ROLLOUTS = 6, 2, 8
+
+
+def test_the_scores_found_rise_over_the_steps(tmp_path: Path) -> None:
+    (tmp_path / "state").mkdir()
+    deployment = tmp_path / "deployment.yaml"
+    deployment.write_text(
+        toy_deployment(
+            f"sqlite:///{tmp_path / 'reef.db'}",
+            str(tmp_path / "state"),
+            steps=STEPS,
+            groups=GROUPS,
+            rollouts=ROLLOUTS,
+        ),
+        encoding="utf-8",
+    )
+    serve = ServeProcess(deployment, tmp_path / "serve.log")
+    try:
+        runner = ToyRunner(serve.base_url, "discover", groups=GROUPS, rollouts=ROLLOUTS)
+        results = runner.run_steps(STEPS)
+        assert serve.terminate() == 0
+    finally:
+        serve.stop()
+    means = [r.as_json()["mean"] for r in results]
+    first, last = sum(means[:2]) / 2, sum(means[-2:]) / 2
+    assert last > first, means  # the policy learned to propose better attempts
+    assert results[-1].best_so_far > max(results[0].scores), [r.as_json() for r in results]
