@@ -102,6 +102,8 @@ def test_groups_are_computed_apart() -> None:
     assert both[:2] == group_advantages([1.0, 0.0], ["a", "a"], settings)
     assert both[2:] == group_advantages([5.0, 3.0], ["b", "b"], settings)
     assert group_advantages([4.0], ["alone"], settings) == [0.0]
+    as_is = AdvantageSettings(estimator="none")  # OpenClaw-RL's binary reward, as it is
+    assert group_advantages([1.0, 0.0, 1.0], ["a", "a", "b"], as_is) == [1.0, 0.0, 1.0]
 
 
 def test_a_bad_estimator_is_refused_naming_the_key() -> None:
