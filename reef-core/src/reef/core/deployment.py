@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import attrs
 import yaml
@@ -53,15 +53,64 @@ class StorageSection(PluginSettings):
     )
 
 
+#: The engine kinds Reef puts trained weights into at run time (``serving.engine``), beside
+#: ``local`` and a plain OpenAI-compatible base URL.
+PUBLISHING_ENGINES: Final = ("vllm", "sglang")
+
+
 @attrs.frozen
 class ServingSection(PluginSettings):
-    """The inference engine that answers the agents' calls (OpenAI-compatible)."""
+    """The inference engine that answers the agents' calls (OpenAI-compatible).
 
-    engine: str = config_option(help="the engine's OpenAI-compatible base URL")
-    model: str | None = config_option(default=None, help="the model name the engine serves")
+    ``engine`` is ``local`` (the built-in engine), ``vllm`` or ``sglang`` (a server at ``url``
+    that Reef publishes each trained artifact into and routes the calls to), or the base URL
+    of any other OpenAI-compatible server (forwarded to, nothing published).
+    """
+
+    engine: str = config_option(
+        help="local, vllm, sglang, or any OpenAI-compatible base URL (http://host:port/v1)"
+    )
+    url: str | None = config_option(
+        default=None, help="the vllm or sglang server's address (http://host:port)"
+    )
+    model: str | None = config_option(
+        default=None, help="the model name the engine serves (vllm, sglang: the base model's)"
+    )
     api_key: str | None = config_option(
         default=None, help="the engine's API key; write it as a ${ENV} reference"
     )
+    admin_api_key: str | None = config_option(
+        default=None,
+        help="the key of the engine's weight-loading endpoints when it differs (SGLang's"
+        " --admin-api-key); a ${ENV} reference",
+    )
+    artifacts_path: str | None = config_option(
+        default=None,
+        help="the trained artifacts' folder as the engine's machine sees it (vllm, sglang);"
+        " by default the component's own folder, on a filesystem both share",
+    )
+    publish_timeout: float = config_option(
+        60.0,
+        help="seconds a trainer waits for the engine to serve new weights before it goes on",
+        validator=attrs.validators.gt(0),
+    )
+
+    def __attrs_post_init__(self) -> None:
+        if self.engine in PUBLISHING_ENGINES:
+            if not self.url:
+                raise ValueError(
+                    f"engine {self.engine} needs url: the server's address (http://host:port)"
+                )
+            if not self.model:
+                raise ValueError(
+                    f"engine {self.engine} needs model: the base model's name as the server"
+                    " serves it (its --served-model-name, else its model path)"
+                )
+        elif self.url is not None or self.artifacts_path is not None:
+            raise ValueError(
+                "url and artifacts_path are for engine vllm or sglang; engine"
+                f" {self.engine!r} is reached at its own address"
+            )
 
 
 def _positive(_: object, attribute: attrs.Attribute[Any], value: float) -> None:

@@ -19,7 +19,7 @@ import attrs
 from starlette.requests import Request
 
 from reef.containers.interface import ContainerError
-from reef.core.deployment import Deployment, ServingSection
+from reef.core.deployment import PUBLISHING_ENGINES, Deployment, ServingSection
 from reef.core.harbor import HarborTask, HarborTaskError
 from reef.plugins import Plugins
 from reef.record2sample.generator.service import GeneratorService
@@ -47,6 +47,7 @@ __all__ = [
     "ServerOptions",
     "Service",
     "check_trainer",
+    "engine_address",
     "service_of",
 ]
 
@@ -56,6 +57,13 @@ LOCAL_ENGINE: Final = "local"
 GENERATED_TASKS_STORE: Final = "generated-tasks"
 #: The task store (of the deployment's own storage, scenario ``""``) that holds data items.
 ITEMS_STORE: Final = "reef.data-items"
+
+
+def engine_address(url: str) -> str:
+    """A vLLM or SGLang server's address (``serving.url``) without a trailing ``/`` or
+    ``/v1``: its chat calls go to ``<address>/v1``, its weight-loading calls beside."""
+    address = url.rstrip("/")
+    return address.removesuffix("/v1")
 
 
 @attrs.frozen
@@ -161,9 +169,13 @@ class Service:
                     " none for it"
                 )
             return FunctionEngine(local)
+        base_url = serving.engine
+        if serving.engine in PUBLISHING_ENGINES:
+            assert serving.url is not None  # ServingSection requires it for these engines
+            base_url = f"{engine_address(serving.url)}/v1"
         try:
             return HttpEngine(
-                serving.engine,
+                base_url,
                 api_key=serving.api_key,
                 model=serving.model,
                 timeout=self.options.engine_timeout,
