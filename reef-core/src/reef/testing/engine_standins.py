@@ -1,0 +1,269 @@
+"""Stand-ins for a vLLM and an SGLang server, for tests on a machine without a GPU.
+
+They are stand-ins, not the engines: they implement exactly the endpoints Reef uses, with the
+request and answer shapes of the engines' own serving code, and nothing else. No model runs:
+an answer says which model (adapter or weights) the call reached, which is what Reef checks.
+
+:func:`vllm_standin` (vLLM's OpenAI server with ``--enable-lora`` and
+``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``):
+
+- ``POST /v1/load_lora_adapter {lora_name, lora_path, load_inplace?}``: 200 with the text
+  ``Success: LoRA adapter '<name>' added successfully.``; 400 ``InvalidUserInput`` when a field
+  is missing or the name is loaded (unless ``load_inplace``); 404 ``NotFoundError`` when
+  ``lora_path`` holds no adapter (no ``adapter_config.json``). Errors are
+  ``{"error": {"message", "type", "code"}}``.
+- ``POST /v1/unload_lora_adapter {lora_name}``: 200 with the text ``Success: LoRA adapter
+  '<name>' removed successfully.``; 404 when no such adapter is loaded.
+- ``POST /v1/chat/completions``: ``model`` is the served model name or a loaded adapter's
+  (404 otherwise); the answer's ``model`` is that name. Streams when asked.
+
+:func:`sglang_standin` (SGLang's server with ``--enable-lora``):
+
+- ``POST /load_lora_adapter {lora_name, lora_path, pinned?}`` and ``POST /unload_lora_adapter
+  {lora_name}``: ``{success, error_message, loaded_adapters}``, 400 when not ``success`` (a
+  name loaded twice: ``Failed to load LoRA adapter <name> because it is already loaded``);
+- ``POST /update_weights_from_disk {model_path, weight_version?, ...}``: ``{success, message,
+  num_paused_requests}``, 400 when not ``success`` (no model folder at ``model_path``); the
+  weight version becomes ``weight_version`` when given;
+- ``POST /v1/chat/completions``: ``model`` is the served model name or
+  ``<served name>:<adapter>``; the answer's ``model`` repeats the request's, and a whole answer
+  carries ``metadata.weight_version`` (a streamed one does not, as in SGLang).
+
+Both count the calls they received (:attr:`StandInState.calls`) and fail on request: the next
+``n`` weight loads answer 500 (:meth:`StandInState.refuse_loads`), to test retries.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from reef.core.records import JSON
+
+__all__ = ["StandInState", "sglang_standin", "vllm_standin"]
+
+
+@attrs.define
+class StandInState:
+    """What a stand-in holds: its served name, loaded adapters (name → path), weights version,
+    the calls it received (path → count) and the weight loads it is told to refuse."""
+
+    served_model: str
+    adapters: dict[str, str] = attrs.field(factory=dict)
+    weight_version: str = "default"
+    weights_path: str | None = None
+    calls: dict[str, int] = attrs.field(factory=dict)
+    refused_loads: int = 0
+    #: (path, monotonic time) of each weight load that succeeded, in order.
+    loads: list[tuple[str, float]] = attrs.field(factory=list)
+
+    def refuse_loads(self, count: int) -> None:
+        """Answer the next ``count`` weight loads with a 500, as an engine that is down."""
+        self.refused_loads = count
+
+    def _count(self, path: str) -> None:
+        self.calls[path] = self.calls.get(path, 0) + 1
+
+    def _refuse(self) -> bool:
+        if self.refused_loads > 0:
+            self.refused_loads -= 1
+            return True
+        return False
+
+
+def _reply(model: str, body: JSON) -> JSON:
+    messages = body.get("messages") or []
+    last = messages[-1] if messages and isinstance(messages[-1], dict) else {}
+    return {
+        "role": "assistant",
+        "content": f"{model} answers {str(last.get('content'))[:40]}",
+    }
+
+
+def _completion(request: JSON, model: str, metadata: JSON | None, *, stream: bool) -> Response:
+    head = {"id": f"chatcmpl-{time.monotonic_ns()}", "created": int(time.time()), "model": model}
+    message = _reply(model, request)
+    usage = {"prompt_tokens": 4, "completion_tokens": 3, "total_tokens": 7}
+    if not stream:
+        body: JSON = {
+            **head,
+            "object": "chat.completion",
+            "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+            "usage": usage,
+        }
+        if metadata is not None:
+            body["metadata"] = metadata
+        return JSONResponse(body)
+
+    async def chunks() -> AsyncIterator[bytes]:
+        for delta, reason in (({"role": "assistant", "content": message["content"]}, None),
+                              ({}, "stop")):  # fmt: skip
+            chunk = {
+                **head,
+                "object": "chat.completion.chunk",
+                "choices": [{"index": 0, "delta": delta, "finish_reason": reason}],
+            }
+            yield f"data: {json.dumps(chunk)}\n\n".encode()
+        yield b"data: [DONE]\n\n"
+
+    return StreamingResponse(chunks(), media_type="text/event-stream")
+
+
+def _vllm_error(message: str, kind: str, code: int) -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": kind, "code": code}}, code)
+
+
+async def _json(request: Request) -> dict[str, Any]:
+    body = await request.json()
+    return body if isinstance(body, dict) else {}
+
+
+def vllm_standin(served_model: str) -> tuple[Starlette, StandInState]:
+    """The vLLM stand-in (see the module documentation) serving ``served_model``."""
+    state = StandInState(served_model)
+
+    async def load(request: Request) -> Response:
+        state._count("/v1/load_lora_adapter")
+        body = await _json(request)
+        name, path = body.get("lora_name"), body.get("lora_path")
+        if not name or not path:
+            return _vllm_error(
+                "Both 'lora_name' and 'lora_path' must be provided.", "InvalidUserInput", 400
+            )
+        if state._refuse():
+            return _vllm_error("the engine is not ready", "InternalServerError", 500)
+        if not body.get("load_inplace") and name in state.adapters:
+            return _vllm_error(
+                f"The lora adapter '{name}' has already been loaded. If you want to load the"
+                " adapter in place, set 'load_inplace' to True.",
+                "InvalidUserInput",
+                400,
+            )
+        if not (Path(path) / "adapter_config.json").is_file():
+            return _vllm_error(f"No adapter found for {path}", "NotFoundError", 404)
+        state.adapters[name] = path
+        state.loads.append((path, time.monotonic()))
+        return PlainTextResponse(f"Success: LoRA adapter '{name}' added successfully.")
+
+    async def unload(request: Request) -> Response:
+        state._count("/v1/unload_lora_adapter")
+        name = (await _json(request)).get("lora_name")
+        if not name:
+            return _vllm_error(
+                "'lora_name' needs to be provided to unload a LoRA adapter.",
+                "InvalidUserInput",
+                400,
+            )
+        if name not in state.adapters:
+            return _vllm_error(f"The lora adapter '{name}' cannot be found.", "NotFoundError", 404)
+        del state.adapters[name]
+        return PlainTextResponse(f"Success: LoRA adapter '{name}' removed successfully.")
+
+    async def complete(request: Request) -> Response:
+        state._count("/v1/chat/completions")
+        body = await _json(request)
+        model = body.get("model") or served_model
+        if model != served_model and model not in state.adapters:
+            return _vllm_error(f"The model `{model}` does not exist.", "NotFoundError", 404)
+        return _completion(body, model, None, stream=bool(body.get("stream")))
+
+    app = Starlette(
+        routes=[
+            Route("/v1/load_lora_adapter", load, methods=["POST"]),
+            Route("/v1/unload_lora_adapter", unload, methods=["POST"]),
+            Route("/v1/chat/completions", complete, methods=["POST"]),
+        ]
+    )
+    return app, state
+
+
+def sglang_standin(served_model: str) -> tuple[Starlette, StandInState]:
+    """The SGLang stand-in (see the module documentation) serving ``served_model``."""
+    state = StandInState(served_model)
+
+    def lora_answer(error: str | None) -> JSONResponse:
+        loaded = {
+            name: {"lora_id": name, "lora_name": name, "lora_path": path, "pinned": False}
+            for name, path in state.adapters.items()
+        }
+        content = {"success": error is None, "error_message": error, "loaded_adapters": loaded}
+        return JSONResponse(content, 200 if error is None else 400)
+
+    async def load(request: Request) -> Response:
+        state._count("/load_lora_adapter")
+        body = await _json(request)
+        name, path = str(body.get("lora_name") or ""), str(body.get("lora_path") or "")
+        if state._refuse():
+            return JSONResponse({"detail": "the engine is not ready"}, 500)
+        if name in state.adapters:
+            return lora_answer(f"Failed to load LoRA adapter {name} because it is already loaded")
+        if not (Path(path) / "adapter_config.json").is_file():
+            return lora_answer(f"Failed to load LoRA adapter {name}: no adapter at {path}")
+        state.adapters[name] = path
+        state.loads.append((path, time.monotonic()))
+        return lora_answer(None)
+
+    async def unload(request: Request) -> Response:
+        state._count("/unload_lora_adapter")
+        name = str((await _json(request)).get("lora_name") or "")
+        if name not in state.adapters:
+            return lora_answer(f"LoRA adapter {name} is not loaded")
+        del state.adapters[name]
+        return lora_answer(None)
+
+    async def update(request: Request) -> Response:
+        state._count("/update_weights_from_disk")
+        body = await _json(request)
+        path = str(body.get("model_path") or "")
+        if state._refuse():
+            return JSONResponse({"detail": "the engine is not ready"}, 500)
+        if not (Path(path) / "config.json").is_file():
+            content = {
+                "success": False,
+                "message": f"Failed to get weights iterator: no model at {path}",
+                "num_paused_requests": 0,
+            }
+            return JSONResponse(content, 400)
+        state.weights_path = path
+        if isinstance(body.get("weight_version"), str):
+            state.weight_version = body["weight_version"]
+        state.loads.append((path, time.monotonic()))
+        content = {
+            "success": True,
+            "message": "Succeeded to update model weights.",
+            "num_paused_requests": 0,
+        }
+        return JSONResponse(content)
+
+    async def complete(request: Request) -> Response:
+        state._count("/v1/chat/completions")
+        body = await _json(request)
+        model = str(body.get("model") or served_model)
+        base, _, adapter = model.partition(":")
+        if base != served_model or (adapter and adapter not in state.adapters):
+            return JSONResponse(
+                {"object": "error", "message": f"no model {model}", "type": "BadRequestError",
+                 "param": None, "code": 400},
+                400,
+            )  # fmt: skip
+        metadata = {"weight_version": state.weight_version}
+        return _completion(body, model, metadata, stream=bool(body.get("stream")))
+
+    app = Starlette(
+        routes=[
+            Route("/load_lora_adapter", load, methods=["POST"]),
+            Route("/unload_lora_adapter", unload, methods=["POST"]),
+            Route("/update_weights_from_disk", update, methods=["POST"]),
+            Route("/v1/chat/completions", complete, methods=["POST"]),
+        ]
+    )
+    return app, state
