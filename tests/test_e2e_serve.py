@@ -8,7 +8,9 @@
   lost and no sample trains twice;
 - two ``reef serve`` processes on one PostgreSQL store: the leader is killed, the other takes
   the trainer's lease over and training continues, nothing trained twice (needs
-  ``REEF_TEST_DATABASE_URL``).
+  ``REEF_TEST_DATABASE_URL``);
+- the loop with a vLLM stand-in taking LoRA adapters and an SGLang stand-in taking full weights
+  (:mod:`reef.testing.engine_standins`): every record names the artifact that answered.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from sqlalchemy import create_engine, text
 
 from reef.testing.serve import TINY_GPT_OPTIONS, tiny_local_deployment
 from reef.testing.serve import ServeProcess as Serve
+from reef.testing.service import serve_on_loopback
 from reef.testing.storage import DATABASE_URL_VARIABLE, postgres_schema_url
 
 SCENARIO = "word"
@@ -34,6 +37,9 @@ GROUP = 4
 HF_LORA = """\
         model_path: "{folder}"
         lora: {{r: 4, alpha: 8}}
+        chat_template_args: {{enable_thinking: false}}"""
+HF_FULL = """\
+        model_path: "{folder}"
         chat_template_args: {{enable_thinking: false}}"""
 
 
@@ -199,6 +205,83 @@ def test_the_quickstart_loop_in_small_trains_and_serves_new_weights(
     if model == "hf-lora":
         assert (artifacts / served / "adapter_config.json").exists()
         assert not (artifacts / served / "model.safetensors").exists()
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_trained_weights_reach_a_vllm_or_sglang_server_and_every_record_names_them(
+    workdir: Path, engine: str
+) -> None:
+    """vLLM takes each LoRA adapter the trainer publishes (``/v1/load_lora_adapter``) and the
+    calls name it; SGLang takes full weights (``/update_weights_from_disk``). Every record
+    answered after the first publication names the artifact the engine answered with, and the
+    adapters whose data no trainer trains any more (``max_staleness`` 1) are unloaded."""
+    pytest.importorskip("peft")
+    from reef.server.publication import adapter_name
+    from reef.testing.engine_standins import sglang_standin, vllm_standin
+    from reef.testing.hf_model import make_hf_model_folder
+
+    folder = make_hf_model_folder(workdir / "llama")
+    options = (HF_LORA if engine == "vllm" else HF_FULL).format(folder=folder)
+    app, state = (vllm_standin if engine == "vllm" else sglang_standin)("tiny-llama")
+    url = f"sqlite:///{workdir / 'reef.db'}"
+    agent = Agent()
+    with serve_on_loopback(app) as engine_url:
+        serving = f'  engine: {engine}\n  url: "{engine_url}"\n  model: tiny-llama'
+        deployment = tiny_local_deployment(
+            workdir, url, model=options, serving=serving, max_staleness=1
+        )
+        serve = Serve(deployment, workdir / "serve.log")
+        try:
+            first = _first_weights(serve)
+            for _ in range(6):
+                agent.round(serve.base_url)
+            _wait(
+                lambda: (_trainer_status(serve.base_url)["jobs_ended"] or 0) >= 2,
+                180,
+                "two jobs to train",
+                serve.base_url,
+            )
+            status = httpx.get(f"{serve.base_url}/reef/status", timeout=10).json()
+            assert serve.terminate() == 0
+        finally:
+            serve.stop()
+    publication = status["scenarios"][0]["engine"]
+    assert publication["failures"] == 0
+    assert publication["publications"] >= 3
+    artifacts = workdir / "state" / "artifacts"
+    loaded = [Path(path).name for path, _ in state.loads]
+    assert loaded[0] == first.removeprefix("sha256:")
+    assert len(loaded) >= 3
+    for name in loaded:  # what the engine took is what the component saved
+        kind = "adapter_config.json" if engine == "vllm" else "model.safetensors"
+        assert (artifacts / name / kind).exists()
+    records = _records(url)
+    assert len(records) == len(agent.records)
+    for record in records:
+        artifact = record["artifact_id"]
+        assert artifact is not None
+        assert artifact.removeprefix("sha256:") in loaded
+        if engine == "vllm":
+            assert record["response"]["model"] == adapter_name(SCENARIO, artifact)
+        else:
+            assert record["response"]["metadata"] == {"weight_version": artifact}
+    if engine == "vllm":  # keep 2: max_staleness 1
+        assert len(state.adapters) == 2
+        assert state.calls["/v1/unload_lora_adapter"] == len(set(loaded)) - 2
+
+
+def _records(url: str) -> list[dict[str, Any]]:
+    """The scenario's inference records, as stored."""
+    engine = create_engine(url)
+    try:
+        with engine.connect() as connection:
+            bodies = connection.execute(
+                text("SELECT body FROM reef_records WHERE scenario = :s AND kind = 'inference'"),
+                {"s": SCENARIO},
+            ).scalars()
+            return [json.loads(body) for body in bodies]
+    finally:
+        engine.dispose()
 
 
 def test_a_sigkill_in_the_middle_loses_nothing_and_trains_nothing_twice(workdir: Path) -> None:

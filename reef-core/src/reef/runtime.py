@@ -9,9 +9,16 @@ is ``local`` is answered by a :class:`~reef.components.local_engine.LocalEngine`
 artifacts of its ``local`` component (shared through the component's ``state_dir``, so every
 process serves what the trainer published last, wherever the trainer runs).
 
+A scenario served by ``vllm`` or ``sglang`` gets a :class:`~reef.server.publication.Publisher`
+that follows the same artifacts and puts each new one into the engine, in every process (an
+adapter already loaded by another process is loaded once). A trainer's publication waits for
+the engine to serve its new artifact (``serving.publish_timeout``), and the trainer then
+treats as served the artifact the engine really serves (P-STALE-5): the one every record of
+the scenario names.
+
 The runtime is also the HTTP service's :class:`~reef.server.service_runtime.ServiceRuntime`:
-it gives the service the local engines, and wakes a trainer when the service stored a change
-for it.
+it gives the service the local engines and the publishers, and wakes a trainer when the
+service stored a change for it.
 """
 
 from __future__ import annotations
@@ -23,14 +30,22 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from reef.components.interface import TrainingComponent
-from reef.core.deployment import Deployment, ScenarioSection
+from reef.components.interface import Artifact, JobHandle, TrainingComponent
+from reef.core.deployment import PUBLISHING_ENGINES, Deployment, ScenarioSection, ServingSection
+from reef.core.job_data import JobData, JobOutcome
 from reef.pipeline_context import TrainingMode
 from reef.plugins import Plugins
 from reef.plugins.scenarios import recipe_job_parameters, scenario_classes
 from reef.record2sample.generator.client import GENERATOR_URL
 from reef.server.engines import CompletionFunction
-from reef.server.service import LOCAL_ENGINE
+from reef.server.publication import (
+    EngineAdmin,
+    Publisher,
+    SglangAdapters,
+    SglangFullWeights,
+    VllmAdapters,
+)
+from reef.server.service import LOCAL_ENGINE, engine_address
 from reef.server.service_runtime import ServiceRuntime
 from reef.storage import Database
 from reef.train.stages import build_pipeline, scenario_trainers
@@ -42,7 +57,7 @@ from reef.train.trainer import (
     process_holder,
 )
 
-__all__ = ["ReefRuntime"]
+__all__ = ["PublishedComponent", "ReefRuntime"]
 
 logger = logging.getLogger(__name__)
 
@@ -75,12 +90,19 @@ class ReefRuntime(ServiceRuntime):
         self.holder = process_holder()
         self.trainers: dict[tuple[str, str], Trainer] = {}
         self._engines: dict[str, CompletionFunction] = {}
+        self.publishers: dict[str, Publisher] = {}
         for name, section in deployment.scenarios.items():
             classes = scenario_classes(name, section, plugins)
             assert classes is not None  # scenario_classes raises instead
             serving = deployment.serving_of(name)
             if serving is not None and serving.engine == LOCAL_ENGINE:
                 self._engines[name] = self._local_engine(name, section, classes.component)
+            elif (
+                serving is not None
+                and serving.engine in PUBLISHING_ENGINES
+                and section.training is not None
+            ):
+                self.publishers[name] = self._publisher(name, section, serving, classes.component)
             if not run_trainers or classes.component is None:
                 continue
             # Before any trainer of the scenario can build a job: an extension (Agent ECC)
@@ -128,10 +150,58 @@ class ReefRuntime(ServiceRuntime):
             base_model=None if settings.lora is None else Path(str(settings.model_path)),
         )
 
+    def _publisher(
+        self,
+        scenario: str,
+        section: ScenarioSection,
+        serving: ServingSection,
+        component: type[Any] | None,
+    ) -> Publisher:
+        """The publisher of the scenario's ``local`` component's artifacts into its vLLM or
+        SGLang server."""
+        from reef.components.artifacts import ArtifactStore
+        from reef.components.local import LocalComponent, LocalComponentSettings
+
+        assert section.training is not None
+        assert serving.url is not None
+        assert serving.model is not None  # ServingSection requires both for these engines
+        if component is None or not issubclass(component, LocalComponent):
+            raise ValueError(
+                f"scenario {scenario!r}: serving.engine {serving.engine!r} is given the weights"
+                " of the scenario's local training component; set training.component to local"
+                " (or serve the scenario by the engine's URL, without publication)"
+            )
+        settings = LocalComponentSettings.parse(section.training.options, plugin_class=component)
+        admin: EngineAdmin
+        if settings.lora is not None:
+            admin = VllmAdapters() if serving.engine == "vllm" else SglangAdapters(serving.model)
+        elif serving.engine == "vllm":
+            raise ValueError(
+                f"scenario {scenario!r}: vLLM takes trained weights at run time as LoRA adapters"
+                " only (its full-weight transfer needs the trainer's own GPU); set"
+                " training.options.lora, or serve with engine sglang"
+            )
+        else:
+            admin = SglangFullWeights(serving.model)
+        staleness = (section.pipeline.record2sample.config or {}).get("max_staleness", 0)
+        keep = staleness + 1 if isinstance(staleness, int) and staleness >= 0 else 1
+        return Publisher(
+            scenario,
+            admin,
+            serving.model,
+            url=engine_address(serving.url),
+            source=ArtifactStore(Path(settings.state_dir) / "artifacts"),
+            engine_path=serving.artifacts_path,
+            api_key=serving.admin_api_key or serving.api_key,
+            keep=keep,
+        )
+
     def _parts_factory(
         self, scenario: str, section: ScenarioSection, trainer: str, component_class: type[Any]
     ) -> PartsFactory:
         options = None if section.training is None else section.training.options
+        publisher = self.publishers.get(scenario)
+        serving = self.deployment.serving_of(scenario)
 
         def build(database: Database) -> TrainerParts:
             pipeline = build_pipeline(
@@ -140,11 +210,13 @@ class ReefRuntime(ServiceRuntime):
                 trainer,
                 plugins=self._plugins,
                 database=database,
-                has_runtime_loader=scenario in self._engines,
+                has_runtime_loader=scenario in self._engines or publisher is not None,
                 environ=self._environ,
                 replay_last_outcome=False,  # the trainer replays it once it knows no job runs
             )
             component: TrainingComponent = component_class.from_config(options, name=trainer)
+            if publisher is not None and serving is not None:
+                component = PublishedComponent(component, publisher, serving.publish_timeout)
             return TrainerParts(pipeline, component)
 
         return build
@@ -152,21 +224,29 @@ class ReefRuntime(ServiceRuntime):
     # -- lifecycle -------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Start every trainer's thread (each waits for its lease)."""
+        """Start every publisher, then every trainer's thread (each waits for its lease)."""
+        for publisher in self.publishers.values():
+            publisher.start()
         for trainer in self.trainers.values():
             trainer.start()
 
     def stop(self, timeout: float | None = None) -> None:
-        """Stop every trainer: running jobs end and commit, reserved data is released, leases
-        are given up."""
+        """Stop every trainer (running jobs end and commit, reserved data is released, leases
+        are given up), then every publisher."""
         for trainer in self.trainers.values():
             trainer.stop(timeout)
+        for publisher in self.publishers.values():
+            publisher.stop()
 
     # -- the service's hooks ---------------------------------------------------------------
 
     def local_engine(self, scenario: str) -> CompletionFunction | None:
         """The local engine of ``scenario``, if it is served by one."""
         return self._engines.get(scenario)
+
+    def publisher(self, scenario: str) -> Publisher | None:
+        """The publisher into the vLLM or SGLang server of ``scenario``, if it has one."""
+        return self.publishers.get(scenario)
 
     def _wake(self, scenario: str) -> None:
         for (name, _), trainer in self.trainers.items():
@@ -185,6 +265,39 @@ class ReefRuntime(ServiceRuntime):
     def manual_buffer_changed(self, scenario: str) -> None:
         """Wake the scenario's trainers: they read the manual buffer at once."""
         self._wake(scenario)
+
+
+class PublishedComponent:
+    """A training component whose :meth:`publish` waits (up to ``timeout`` seconds) for the
+    scenario's engine to serve the new artifact, and returns the artifact the engine serves
+    then: what the trainer hands its pipeline as served (P-STALE-5). Before the engine serves
+    any, it returns the component's own. Everything else is the component's."""
+
+    def __init__(self, component: TrainingComponent, publisher: Publisher, timeout: float) -> None:
+        self.component = component
+        self.publisher = publisher
+        self.timeout = timeout
+
+    @property
+    def name(self) -> str:
+        return self.component.name
+
+    def submit(self, data: JobData, parameters: Mapping[str, Any] | None = None) -> JobHandle:
+        return self.component.submit(data, parameters)
+
+    def poll(self, handle: JobHandle) -> JobOutcome | None:
+        return self.component.poll(handle)
+
+    def wait(self, handle: JobHandle, timeout: float | None = None) -> JobOutcome:
+        return self.component.wait(handle, timeout)
+
+    def publish(self) -> Artifact:
+        artifact = self.component.publish()
+        served = self.publisher.serve(artifact, self.timeout)
+        return artifact if served is None else served
+
+    def close(self) -> None:
+        self.component.close()
 
 
 def _client_host(host: str) -> str:

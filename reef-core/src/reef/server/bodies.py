@@ -224,6 +224,9 @@ class ScenarioStatus:
     drops: Mapping[str, int]
     bodies_held: int
     evicted_bodies: int
+    #: Publication into the scenario's vLLM or SGLang server, as this process sees it
+    #: (``Publisher.status``); ``None`` for any other engine.
+    engine: Mapping[str, Any] | None = None
 
 
 @attrs.frozen

@@ -22,11 +22,12 @@ import attrs
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from reef.core.records import TAG_HEADER_PREFIX, InferenceRecord
+from reef.core.records import JSON, TAG_HEADER_PREFIX, InferenceRecord
 from reef.server.bodies import ChatCompletionRequest, read_json, structure, unstructure
 from reef.server.engines import ChunkAssembler, EngineError
 from reef.server.errors import ApiError, ErrorBody, ErrorDetail
 from reef.server.openapi import ApiRoute
+from reef.server.publication import EngineRoute, Publisher
 from reef.server.service import ServedScenario, Service, service_of
 
 __all__ = ["RECORD_ID_HEADER", "ROUTES", "SCENARIO_HEADER"]
@@ -81,10 +82,17 @@ async def chat_completions(request: Request) -> Response:
         tags=tags,
         started_at=time.time(),
     )
+    publisher = service.runtime.publisher(scenario.name)
+    route = None if publisher is None else publisher.route()
+    forwarded = raw
+    if publisher is not None:
+        # Routed to the artifact that serves the scenario (the engine's name for it), or to the
+        # base model before the first publication, whatever model the agent named.
+        forwarded = {**raw, "model": publisher.base_model if route is None else route.model}
     if checked.stream:
-        return await _stream(service, scenario, record)
+        return await _stream(service, scenario, record, forwarded, publisher, route)
     try:
-        reply = await scenario.engine.complete(raw)
+        reply = await scenario.engine.complete(forwarded)
     except EngineError as exc:
         return _engine_failure(exc)
     # The answer as the client gets it, recorded so: its id is the record's.
@@ -92,7 +100,7 @@ async def chat_completions(request: Request) -> Response:
     record = attrs.evolve(
         record,
         response=body,
-        artifact_id=reply.artifact_id or service.runtime.served_artifact_id(scenario.name),
+        artifact_id=_answered_by(reply.artifact_id, reply.body, publisher, route),
         ended_at=time.time(),
     )
     await asyncio.wrap_future(service.ledger(scenario).append(record))
@@ -139,22 +147,41 @@ def _with_record_id(text: str, engine_id: object, record_id: str) -> str | None:
     return text.replace(quoted, json.dumps(record_id))
 
 
-async def _stream(service: Service, scenario: ServedScenario, record: InferenceRecord) -> Response:
+def _answered_by(
+    named: str | None, body: JSON, publisher: Publisher | None, route: EngineRoute | None
+) -> str | None:
+    """The artifact that answered: the one the engine names (``x-reef-artifact-id``), else the
+    one Reef routed to as far as the answer confirms it, else the local engine's
+    ``system_fingerprint``."""
+    if named is not None:
+        return named
+    if publisher is not None:
+        return publisher.answered(route, body)
+    fingerprint = body.get("system_fingerprint")
+    return fingerprint if isinstance(fingerprint, str) else None
+
+
+async def _stream(
+    service: Service,
+    scenario: ServedScenario,
+    record: InferenceRecord,
+    forwarded: JSON,
+    publisher: Publisher | None,
+    route: EngineRoute | None,
+) -> Response:
     assert scenario.engine is not None
     try:
-        started = await scenario.engine.stream(record.request)
+        started = await scenario.engine.stream(forwarded)
     except EngineError as exc:
         return _engine_failure(exc)
     ledger = service.ledger(scenario)
-    artifact = started.artifact_id or service.runtime.served_artifact_id(scenario.name)
 
     def finished(assembler: ChunkAssembler, *, aborted: bool) -> InferenceRecord:
         body = assembler.body()
-        fingerprint = body.get("system_fingerprint")
         return attrs.evolve(
             record,
             response=body,
-            artifact_id=artifact or (fingerprint if isinstance(fingerprint, str) else None),
+            artifact_id=_answered_by(started.artifact_id, body, publisher, route),
             ended_at=time.time(),
             aborted=aborted,
         )

@@ -3,14 +3,16 @@
 The routes never call a trainer: a mode change, an instruction or a manual-buffer edit is
 stored, and the trainer reads the store (``docs/service.md``). A process that runs trainers
 beside the service may still want to hear of a change at once instead of at its next poll, and
-it owns the local engine and knows which artifact each engine serves. :class:`ServiceRuntime`
-is that seam: every method has a default that does nothing, so the service runs without one.
+it owns the local engine and the publication of trained weights into vLLM or SGLang.
+:class:`ServiceRuntime` is that seam: every method has a default that does nothing, so the
+service runs without one.
 """
 
 from __future__ import annotations
 
 from reef.pipeline_context import TrainingMode
 from reef.server.engines import CompletionFunction
+from reef.server.publication import Publisher
 
 __all__ = ["ServiceRuntime"]
 
@@ -28,9 +30,10 @@ class ServiceRuntime:
         del scenario
         return None
 
-    def served_artifact_id(self, scenario: str) -> str | None:
-        """The artifact the scenario's engine serves now, for an engine that does not name it
-        in its answer (``x-reef-artifact-id``); ``None`` when unknown."""
+    def publisher(self, scenario: str) -> Publisher | None:
+        """What puts trained artifacts into the scenario's vLLM or SGLang server and routes its
+        calls to them (:class:`~reef.server.publication.Publisher`); ``None`` when this
+        process has none for it."""
         del scenario
         return None
 

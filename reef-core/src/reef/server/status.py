@@ -20,9 +20,11 @@ import anyio.to_thread
 from starlette.requests import Request
 from starlette.responses import Response
 
+from reef.core.records import JSON
 from reef.server.admission import TrainerAdmission
 from reef.server.bodies import ScenarioStatus, StatusDocument, TrainerStatus, answer
 from reef.server.openapi import ApiRoute
+from reef.server.publication import Publisher
 from reef.server.service import service_of
 from reef.storage import DropCounters, RecordStore, ScenarioSettings, TrainerSamples
 from reef.train.trainer import TRAINING_MODE_SETTING, snapshot_key, stored_training_mode
@@ -87,12 +89,14 @@ def scenario_status(
     samples: TrainerSamples,
     settings: ScenarioSettings,
     trainers: Mapping[str, TrainerAdmission],
+    engine: Mapping[str, Any] | None = None,
 ) -> ScenarioStatus:
     """One scenario's status.
 
     :param trainers: each trainer's stages as admission knows them
         (:attr:`reef.server.admission.ScenarioAdmission.trainers`), for the values before its
         first snapshot.
+    :param engine: the publication status of its vLLM or SGLang server, if it has one.
     """
     stored = settings.items()
     counts = DropCounters(samples.database, scenario).counts()
@@ -114,6 +118,7 @@ def scenario_status(
         drops=counts.get(None, {}),
         bodies_held=held,
         evicted_bodies=evicted,
+        engine=engine,
     )
 
 
@@ -163,10 +168,23 @@ def status_table(document: Mapping[str, Any]) -> str:
             f"{name}: bodies held {scenario.get('bodies_held')}, evicted"
             f" {scenario.get('evicted_bodies')}; scenario drops: {scenario_drops or 'none'}"
         )
+        engine = scenario.get("engine")
+        if engine:
+            error = (engine.get("last_error") or {}).get("error")
+            notes.append(
+                f"{name}: {engine.get('engine')} serves {shown(engine.get('served_artifact'))}"
+                f" ({engine.get('publications')} published, {engine.get('failures')} failed;"
+                f" pending {shown(engine.get('pending_artifact'))})"
+                + (f"; last error: {error}" if error else "")
+            )
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
              for row in rows]  # fmt: skip
     return "\n".join(lines + notes)
+
+
+def _publication(publisher: Publisher | None) -> JSON | None:
+    return None if publisher is None else publisher.status()
 
 
 async def get_status(request: Request) -> Response:
@@ -184,6 +202,7 @@ async def get_status(request: Request) -> Response:
                     samples=scenario.samples,
                     settings=scenario.settings,
                     trainers=scenario.admission.trainers,
+                    engine=_publication(service.runtime.publisher(scenario.name)),
                 )
                 for scenario in service.scenarios.values()
                 if caller.sees(scenario.name)

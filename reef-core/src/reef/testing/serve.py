@@ -32,12 +32,12 @@ _TINY_LOCAL: Final = """
 storage:
   url: "{url}"
 serving:
-  engine: local
+{serving}
 {auth}scenarios:
   word:
     recipe: grouped
     pipeline:
-      record2sample: {{config: {{group_size: 4, max_staleness: 3}}}}
+      record2sample: {{config: {{group_size: 4, max_staleness: {max_staleness}}}}}
       sample2job: {{config: {{job_samples: 8}}}}
     training:
       component: local
@@ -63,11 +63,14 @@ def tiny_local_deployment(
     *,
     tokens: Mapping[str, tuple[str, Sequence[str]]] | None = None,
     model: str = TINY_GPT_OPTIONS,
+    serving: str = "  engine: local",
+    max_staleness: int = 3,
 ) -> Path:
     """Write ``folder/deployment.yaml``: scenario ``word`` (the ``grouped`` recipe, groups of 4,
-    jobs of 8 samples) trained by a ``local`` component whose state is ``folder/state`` and
-    whose model is ``model`` (its option lines, indented as options), stored at ``url``, with
-    ``tokens`` (name → (secret, scopes)) or without auth."""
+    jobs of 8 samples, ``max_staleness``) trained by a ``local`` component whose state is
+    ``folder/state`` and whose model is ``model`` (its option lines, indented as options),
+    served as ``serving`` says (its lines, indented under ``serving:``; the local engine by
+    default), stored at ``url``, with ``tokens`` (name → (secret, scopes)) or without auth."""
     auth = ""
     if tokens:
         auth = "auth:\n  tokens:\n" + "".join(
@@ -77,7 +80,14 @@ def tiny_local_deployment(
     (folder / "state").mkdir(exist_ok=True)
     path = folder / "deployment.yaml"
     path.write_text(
-        _TINY_LOCAL.format(url=url, state=folder / "state", auth=auth, model=model),
+        _TINY_LOCAL.format(
+            url=url,
+            state=folder / "state",
+            auth=auth,
+            model=model,
+            serving=serving,
+            max_staleness=max_staleness,
+        ),
         encoding="utf-8",
     )
     return path

@@ -1,0 +1,517 @@
+"""Publication: the trainer's newest artifact put into a vLLM or SGLang server, and the
+scenario's calls routed to it.
+
+A :class:`Publisher` follows a scenario's artifact store (the ``LATEST`` its trainer writes, in
+this process or another) on its own thread. When a new artifact appears it loads it into the
+engine through the engine's documented endpoints (:class:`EngineAdmin`); once the engine took
+it, the scenario's calls go to it (:meth:`Publisher.route`). A publication that fails (the
+engine is down, it refuses the adapter) is tried again with a growing pause and shows in
+:meth:`Publisher.status`; until it succeeds the calls go, and are labelled, as before.
+
+How each engine takes weights (its request and answer shapes, as its serving code defines
+them):
+
+- vLLM, LoRA adapters: ``POST /v1/load_lora_adapter {lora_name, lora_path}`` (its server runs
+  with ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`` and ``--enable-lora``), answered 200 with a
+  text body, or an error object; ``POST /v1/unload_lora_adapter {lora_name}``. A call names the
+  adapter as its ``model``, and vLLM's answer names it back in ``model``. vLLM updates full
+  weights only through its NCCL/IPC weight transfer, which needs the trainer's own GPU: with
+  full weights the runtime refuses a ``vllm`` engine (docs/decisions.md#artifacts).
+- SGLang, LoRA adapters: ``POST /load_lora_adapter {lora_name, lora_path}`` and
+  ``POST /unload_lora_adapter {lora_name}``, answered ``{success, error_message,
+  loaded_adapters}`` (400 when not ``success``); a call names ``<base model>:<adapter>`` as its
+  ``model``, which the answer repeats.
+- SGLang, full weights: ``POST /update_weights_from_disk {model_path, weight_version}``,
+  answered ``{success, message, num_paused_requests}``; SGLang finishes the calls it runs
+  before it swaps the weights. A whole answer names the weights that answered
+  (``metadata.weight_version``: Reef sets it to the artifact id); a streamed one does not, so
+  it is labelled only when no swap ran while it was answered.
+
+An adapter's name is ``reef-<scenario>-<first 16 hex digits of the artifact id>``: the same
+weights get the same name in every process, so two processes that publish the same artifact
+load one adapter (an engine's "already loaded" answer is a success). Adapters older than the
+``keep`` newest (``max_staleness`` + 1: no trainer trains their data any more) are unloaded.
+
+Every answer is labelled with the artifact Reef routed it to only when the engine's answer
+agrees (:meth:`Publisher.answered`); otherwise the record says ``null`` and the reason is
+counted in the status (``unlabelled_answers``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import Any, Final, Literal, Protocol
+
+import attrs
+import httpx
+
+from reef.components.interface import Artifact
+from reef.core.records import JSON
+from reef.errors import ReefError
+
+__all__ = [
+    "ArtifactSource",
+    "EngineAdmin",
+    "EngineRoute",
+    "PublicationError",
+    "Publisher",
+    "SglangAdapters",
+    "SglangFullWeights",
+    "VllmAdapters",
+    "adapter_name",
+]
+
+logger = logging.getLogger(__name__)
+
+#: The longest pause between two tries of a failed publication, in seconds.
+MAX_BACKOFF: Final = 30.0
+#: The first pause after a failed publication, in seconds (doubled at each failure).
+FIRST_BACKOFF: Final = 0.5
+
+
+class PublicationError(ReefError):
+    """The engine did not take an artifact (or did not let an adapter go)."""
+
+
+def adapter_name(scenario: str, artifact_id: str) -> str:
+    """The engine's name for the adapter ``artifact_id`` of ``scenario``."""
+    return f"reef-{scenario}-{artifact_id.partition(':')[2][:16]}"
+
+
+@attrs.frozen
+class EngineRoute:
+    """Where a call goes: the artifact that serves the scenario and the request's ``model``
+    that reaches it; ``switch`` is the publisher's count of weight swaps when the route was
+    taken (odd while a full-weight swap runs)."""
+
+    artifact_id: str
+    model: str
+    switch: int
+
+
+class ArtifactSource(Protocol):
+    """Where the trainer publishes: :class:`reef.components.artifacts.ArtifactStore`."""
+
+    def latest(self) -> Artifact | None:
+        """The artifact published last."""
+        ...
+
+
+class EngineAdmin(Protocol):
+    """How one engine takes weights (see the module documentation)."""
+
+    @property
+    def kind(self) -> str:
+        """The engine's kind (``vllm``, ``sglang``)."""
+        ...
+
+    @property
+    def weights(self) -> Literal["adapter", "full"]:
+        """``adapter`` (loaded beside the base model, named per call) or ``full`` (swapped
+        in)."""
+        ...
+
+    def load(self, client: httpx.Client, name: str, path: str, artifact_id: str) -> None:
+        """Put the artifact at ``path`` (as the engine sees it) into the engine.
+
+        :raises PublicationError: when the engine does not take it.
+        """
+        ...
+
+    def unload(self, client: httpx.Client, name: str) -> None:
+        """Let the adapter ``name`` go. :raises PublicationError: when the engine refuses."""
+        ...
+
+    def model(self, name: str) -> str:
+        """The request's ``model`` that reaches the loaded weights ``name``."""
+        ...
+
+
+def _post(client: httpx.Client, path: str, body: JSON) -> tuple[int, Any, str]:
+    """POST ``body``; the status, the answer as JSON (``None`` when it is not JSON) and as
+    text. :raises PublicationError: when the engine cannot be reached."""
+    try:
+        response = client.post(path, json=body)
+    except httpx.HTTPError as exc:
+        raise PublicationError(f"POST {path}: the engine did not answer: {exc!r}") from exc
+    try:
+        parsed: Any = response.json()
+    except ValueError:
+        parsed = None
+    return response.status_code, parsed, response.text
+
+
+def _error_message(parsed: Any, text: str) -> str:
+    """The message of an engine's error answer (vLLM ``{error: {message}}``, SGLang
+    ``{error_message}`` or ``{message}``), else its text."""
+    if isinstance(parsed, dict):
+        error = parsed.get("error")
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            return str(error["message"])
+        for key in ("error_message", "message", "detail"):
+            if isinstance(parsed.get(key), str):
+                return str(parsed[key])
+    return text[:300]
+
+
+@attrs.frozen
+class VllmAdapters:
+    """vLLM's run-time LoRA endpoints."""
+
+    kind: str = "vllm"
+    weights: Literal["adapter", "full"] = "adapter"
+
+    def load(self, client: httpx.Client, name: str, path: str, artifact_id: str) -> None:
+        del artifact_id
+        status, parsed, text = _post(
+            client, "/v1/load_lora_adapter", {"lora_name": name, "lora_path": path}
+        )
+        message = _error_message(parsed, text)
+        # Another process published the same artifact: the adapter is there.
+        if status == 200 or (status == 400 and "already been loaded" in message):
+            return
+        raise PublicationError(f"vLLM refused adapter {name} ({path}): {status} {message}")
+
+    def unload(self, client: httpx.Client, name: str) -> None:
+        status, parsed, text = _post(client, "/v1/unload_lora_adapter", {"lora_name": name})
+        if status not in (200, 404):  # 404: already gone
+            raise PublicationError(
+                f"vLLM did not unload adapter {name}: {status} {_error_message(parsed, text)}"
+            )
+
+    def model(self, name: str) -> str:
+        return name
+
+
+@attrs.frozen
+class SglangAdapters:
+    """SGLang's run-time LoRA endpoints; calls name ``<base model>:<adapter>``."""
+
+    base_model: str
+    kind: str = "sglang"
+    weights: Literal["adapter", "full"] = "adapter"
+
+    def load(self, client: httpx.Client, name: str, path: str, artifact_id: str) -> None:
+        del artifact_id
+        status, parsed, text = _post(
+            client, "/load_lora_adapter", {"lora_name": name, "lora_path": path}
+        )
+        message = _error_message(parsed, text)
+        succeeded = isinstance(parsed, dict) and parsed.get("success") is True
+        if (status == 200 and succeeded) or "already loaded" in message:
+            return
+        raise PublicationError(f"SGLang refused adapter {name} ({path}): {status} {message}")
+
+    def unload(self, client: httpx.Client, name: str) -> None:
+        status, parsed, text = _post(client, "/unload_lora_adapter", {"lora_name": name})
+        if not (status == 200 and isinstance(parsed, dict) and parsed.get("success") is True):
+            raise PublicationError(
+                f"SGLang did not unload adapter {name}: {status} {_error_message(parsed, text)}"
+            )
+
+    def model(self, name: str) -> str:
+        return f"{self.base_model}:{name}"
+
+
+@attrs.frozen
+class SglangFullWeights:
+    """SGLang's ``/update_weights_from_disk``; the weight version is the artifact id."""
+
+    base_model: str
+    kind: str = "sglang"
+    weights: Literal["adapter", "full"] = "full"
+
+    def load(self, client: httpx.Client, name: str, path: str, artifact_id: str) -> None:
+        del name
+        status, parsed, text = _post(
+            client,
+            "/update_weights_from_disk",
+            {"model_path": path, "weight_version": artifact_id},
+        )
+        if status == 200 and isinstance(parsed, dict) and parsed.get("success") is True:
+            return
+        raise PublicationError(
+            f"SGLang did not update its weights from {path}: {status}"
+            f" {_error_message(parsed, text)}"
+        )
+
+    def unload(self, client: httpx.Client, name: str) -> None:
+        del client, name  # full weights are replaced, never unloaded
+
+    def model(self, name: str) -> str:
+        del name
+        return self.base_model
+
+
+class Publisher:
+    """One scenario's publication into its engine (see the module documentation).
+
+    :param scenario: the scenario's name.
+    :param admin: how the engine takes weights.
+    :param base_model: the base model's name as the engine serves it (calls go to it before
+        the first publication).
+    :param url: the engine's address (``http://host:port``).
+    :param source: the artifact store the trainer publishes to.
+    :param engine_path: the artifacts' folder as the engine sees it (``None``: the store's own).
+    :param api_key: sent as a bearer token to the weight-loading endpoints.
+    :param keep: how many of the newest adapters stay loaded (``max_staleness`` + 1).
+    :param poll_interval: seconds between two looks at the store.
+    :param timeout: seconds one engine call may take.
+    """
+
+    def __init__(
+        self,
+        scenario: str,
+        admin: EngineAdmin,
+        base_model: str,
+        *,
+        url: str,
+        source: ArtifactSource,
+        engine_path: str | None = None,
+        api_key: str | None = None,
+        keep: int = 1,
+        poll_interval: float = 0.2,
+        timeout: float = 600.0,
+    ) -> None:
+        if keep < 1:
+            raise ValueError(f"keep must be at least 1, got {keep}")
+        self.scenario = scenario
+        self.admin = admin
+        self.base_model = base_model
+        self.url = url
+        self._source = source
+        self._engine_path = engine_path
+        self._keep = keep
+        self._poll_interval = poll_interval
+        headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+        self._client = httpx.Client(base_url=url, headers=headers, timeout=timeout)
+        self._changed = threading.Condition()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        # What serves, under ``_changed``.
+        self._served: Artifact | None = None
+        self._route: EngineRoute | None = None
+        self._switch = 0
+        self._loaded: list[str] = []  # adapter names, oldest first
+        self._published: set[str] = set()
+        self._unload_failed: list[str] = []
+        # Failures and counts, for the status.
+        self._attempts = 0
+        self._retry_at: float | None = None
+        self._failed_artifact: str | None = None
+        self._last_error: JSON | None = None
+        self._publications = 0
+        self._failures = 0
+        self._last_publication: JSON | None = None
+        self._unlabelled: dict[str, int] = {}
+
+    # -- the thread ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start following the store (publishing what it finds there)."""
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._run, name=f"reef-publish-{self.scenario}", daemon=True
+            )
+            self._thread.start()
+
+    def stop(self) -> None:
+        """Stop following the store and close the connections; what is loaded stays loaded."""
+        self._stop.set()
+        self._wake.set()
+        with self._changed:
+            self._changed.notify_all()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        self._client.close()
+
+    def wake(self) -> None:
+        """Look at the store now (a trainer of this process published)."""
+        self._wake.set()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.step()
+            except Exception:  # never ends the thread: the next look tries again
+                logger.exception("scenario %r: publication step failed", self.scenario)
+            self._wake.wait(self._poll_interval)
+            self._wake.clear()
+
+    def step(self) -> None:
+        """One look at the store: publish its newest artifact when it is new (and no pause after
+        a failure is running), then unload what is past ``keep``."""
+        latest = self._source.latest()
+        served = None if self._served is None else self._served.artifact_id
+        if latest is not None and latest.artifact_id != served:
+            retry_at = self._retry_at
+            if (
+                latest.artifact_id != self._failed_artifact
+                or retry_at is None
+                or (time.monotonic() >= retry_at)
+            ):
+                self._publish(latest)
+        self._unload_old()
+
+    # -- publishing ------------------------------------------------------------------------
+
+    def _engine_folder(self, artifact: Artifact) -> str:
+        if self._engine_path is None:
+            return str(artifact.path)
+        return str(Path(self._engine_path) / artifact.path.name)
+
+    def _publish(self, artifact: Artifact) -> None:
+        name = adapter_name(self.scenario, artifact.artifact_id)
+        full = self.admin.weights == "full"
+        started = time.monotonic()
+        if full:
+            with self._changed:
+                self._switch += 1  # odd: a swap runs; streamed answers cannot be labelled
+        try:
+            self.admin.load(self._client, name, self._engine_folder(artifact), artifact.artifact_id)
+        except PublicationError as exc:
+            with self._changed:
+                if full:
+                    self._switch += 1
+                self._note_failure(artifact.artifact_id, exc)
+                self._changed.notify_all()
+            return
+        seconds = time.monotonic() - started
+        with self._changed:
+            if full:
+                self._switch += 1
+            self._served = artifact
+            self._route = EngineRoute(artifact.artifact_id, self.admin.model(name), self._switch)
+            self._published.add(artifact.artifact_id)
+            if not full:
+                if name in self._loaded:
+                    self._loaded.remove(name)
+                self._loaded.append(name)
+            self._publications += 1
+            self._attempts = 0
+            self._retry_at = None
+            self._failed_artifact = None
+            self._last_publication = {
+                "artifact_id": artifact.artifact_id,
+                "at": time.time(),
+                "seconds": seconds,
+            }
+            self._changed.notify_all()
+        logger.info(
+            "scenario %s: %s serves %s (%.3f s)",
+            self.scenario,
+            self.admin.kind,
+            artifact.artifact_id,
+            seconds,
+        )
+
+    def _note_failure(self, artifact_id: str, exc: PublicationError) -> None:
+        if artifact_id != self._failed_artifact:
+            self._attempts = 0
+        self._attempts += 1
+        self._failures += 1
+        self._failed_artifact = artifact_id
+        pause = min(FIRST_BACKOFF * 2 ** (self._attempts - 1), MAX_BACKOFF)
+        self._retry_at = time.monotonic() + pause
+        self._last_error = {"at": time.time(), "artifact_id": artifact_id, "error": str(exc)}
+        logger.warning(
+            "scenario %s: publication of %s failed (attempt %d, next in %.1f s): %s",
+            self.scenario,
+            artifact_id,
+            self._attempts,
+            pause,
+            exc,
+        )
+
+    def _unload_old(self) -> None:
+        with self._changed:
+            excess = max(0, len(self._loaded) - self._keep)
+            old = self._unload_failed + self._loaded[:excess]
+            self._loaded = self._loaded[excess:]
+            self._unload_failed = []
+        for name in old:
+            try:
+                self.admin.unload(self._client, name)
+            except PublicationError as exc:
+                logger.warning("scenario %s: %s", self.scenario, exc)
+                with self._changed:
+                    self._unload_failed.append(name)
+                    self._last_error = {"at": time.time(), "error": str(exc)}
+
+    # -- what the trainer and the service ask --------------------------------------------------
+
+    def serve(self, artifact: Artifact, timeout: float) -> Artifact | None:
+        """Wait up to ``timeout`` seconds for the engine to serve ``artifact`` (the trainer
+        just published it); the artifact that serves then (``None`` before any)."""
+        self.wake()
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while not self._stop.is_set() and (
+                self._served is None or self._served.artifact_id != artifact.artifact_id
+            ):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._changed.wait(left)
+            return self._served
+
+    def route(self) -> EngineRoute | None:
+        """Where a call goes now; ``None`` before the first publication (to
+        :attr:`base_model`)."""
+        with self._changed:
+            return None if self._route is None else attrs.evolve(self._route, switch=self._switch)
+
+    def answered(self, route: EngineRoute | None, body: JSON) -> str | None:
+        """The artifact that answered a call sent by ``route``, as far as the engine's answer
+        ``body`` confirms it; ``None`` (and the reason counted) otherwise."""
+        answered, reason = self._confirmed(route, body)
+        if reason is not None:
+            with self._changed:
+                self._unlabelled[reason] = self._unlabelled.get(reason, 0) + 1
+        return answered
+
+    def _confirmed(self, route: EngineRoute | None, body: JSON) -> tuple[str | None, str | None]:
+        """The artifact the answer confirms, or ``None`` and why not."""
+        if route is None:
+            return None, "before_first_publication"
+        if self.admin.weights == "adapter":
+            if body.get("model") == route.model:
+                return route.artifact_id, None
+            return None, "model_differs"
+        metadata = body.get("metadata")
+        version = metadata.get("weight_version") if isinstance(metadata, dict) else None
+        with self._changed:
+            if isinstance(version, str):
+                known = version in self._published
+                return (version, None) if known else (None, "unknown_weight_version")
+            steady = route.switch % 2 == 0 and route.switch == self._switch
+        return (route.artifact_id, None) if steady else (None, "weights_swapped")
+
+    def status(self) -> JSON:
+        """What the engine serves and how publication goes (``GET /reef/status``)."""
+        latest = self._source.latest()
+        with self._changed:
+            served = None if self._served is None else self._served.artifact_id
+            pending = None if latest is None or latest.artifact_id == served else latest.artifact_id
+            retry_in = None if self._retry_at is None else self._retry_at - time.monotonic()
+            return {
+                "engine": self.admin.kind,
+                "url": self.url,
+                "weights": self.admin.weights,
+                "served_artifact": served,
+                "served_model": None if self._route is None else self._route.model,
+                "loaded_adapters": list(self._loaded),
+                "pending_artifact": pending,
+                "attempts": self._attempts,
+                "retry_in_seconds": None if pending is None else retry_in,
+                "publications": self._publications,
+                "failures": self._failures,
+                "last_publication": self._last_publication,
+                "last_error": self._last_error,
+                "unlabelled_answers": dict(self._unlabelled),
+            }

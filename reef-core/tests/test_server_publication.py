@@ -1,0 +1,396 @@
+"""Publication into vLLM and SGLang: the service routes a scenario's calls to the artifact its
+engine serves, and each record names the artifact that really answered.
+
+Against the stand-ins of :mod:`reef.testing.engine_standins` (the engines' own endpoints and
+answer shapes) on loopback, with the service in-process; ``tests/test_e2e_serve.py`` runs the
+same through ``reef serve`` with a trainer. A property test drives a publisher against an
+engine that fails at random and checks no answer is ever labelled with an artifact that did not
+give it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+import attrs
+import pytest
+
+pytest.importorskip("starlette")
+pytest.importorskip("httpx")
+
+import httpx
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from starlette.testclient import TestClient
+
+from reef.components.interface import Artifact
+from reef.core.deployment import DeploymentError
+from reef.plugins.scenarios import load_deployment
+from reef.server import ServerOptions, create_app
+from reef.server.publication import (
+    EngineRoute,
+    PublicationError,
+    Publisher,
+    SglangAdapters,
+    SglangFullWeights,
+    VllmAdapters,
+    adapter_name,
+)
+from reef.server.service_runtime import ServiceRuntime
+from reef.storage import Database, RecordStore
+from reef.testing.engine_standins import StandInState, sglang_standin, vllm_standin
+from reef.testing.service import serve_on_loopback, service_test_plugins
+
+pytest_plugins = ("reef.testing.storage",)
+
+BASE = "tiny-llama"
+SCENARIO = "support"
+
+DEPLOYMENT = """
+storage: {url: "%(url)s"}
+serving: {engine: %(engine)s, url: "%(engine_url)s", model: %(model)s}
+scenarios:
+  support:
+    recipe: servicetest
+    training: {component: noop}
+"""
+
+
+class Source:
+    """An artifact store as the publisher reads it: the artifact published last."""
+
+    def __init__(self) -> None:
+        self.current: Artifact | None = None
+
+    def latest(self) -> Artifact | None:
+        return self.current
+
+
+def artifact(folder: Path, number: int, *, adapter: bool = True) -> Artifact:
+    """A published artifact folder: a PEFT adapter's files, or a model folder's."""
+    artifact_id = f"sha256:{hashlib.sha256(str(number).encode()).hexdigest()}"
+    path = folder / artifact_id.partition(":")[2]
+    path.mkdir(parents=True, exist_ok=True)
+    (path / ("adapter_config.json" if adapter else "config.json")).write_text("{}")
+    return Artifact(artifact_id, path)
+
+
+class Runtime(ServiceRuntime):
+    def __init__(self, publisher: Publisher) -> None:
+        self.publisher_of = publisher
+
+    def publisher(self, scenario: str) -> Publisher | None:
+        return self.publisher_of if scenario == SCENARIO else None
+
+
+@attrs.define
+class Loop:
+    """A service in-process, its publisher and the stand-in engine it forwards to."""
+
+    client: TestClient
+    publisher: Publisher
+    engine: StandInState
+    source: Source
+    records: RecordStore
+
+    def call(self, *, stream: bool = False) -> dict[str, Any]:
+        """One chat call; its stored record."""
+        response = self.client.post(
+            f"/scenarios/{SCENARIO}/v1/chat/completions",
+            json={"model": "whatever", "messages": [{"role": "user", "content": "hi"}],
+                  "stream": stream},
+        )  # fmt: skip
+        assert response.status_code == 200, response.text
+        if stream:
+            assert response.text.endswith("data: [DONE]\n\n")
+        stored = self.records.get(response.headers["x-reef-record-id"])
+        assert stored is not None
+        assert stored.record is not None
+        return attrs.asdict(stored.record)
+
+    def status(self) -> dict[str, Any]:
+        document = self.client.get("/reef/status").json()
+        engine: dict[str, Any] = document["scenarios"][0]["engine"]
+        return engine
+
+
+@pytest.fixture
+def loop_of(storage_url: str, storage_database: Database, tmp_path: Path) -> Iterator[Any]:
+    """Makes a :class:`Loop` on a vllm or sglang stand-in, adapters or full weights."""
+    stack: list[Any] = []
+
+    def make(engine: Literal["vllm", "sglang"], *, full: bool = False, keep: int = 1) -> Loop:
+        app, state = (vllm_standin if engine == "vllm" else sglang_standin)(BASE)
+        server = serve_on_loopback(app)
+        url = server.__enter__()
+        stack.append(server)
+        deployment = load_deployment(
+            DEPLOYMENT % {"url": storage_url, "engine": engine, "engine_url": url, "model": BASE},
+            plugins=service_test_plugins(),
+        )
+        admin = (
+            VllmAdapters()
+            if engine == "vllm"
+            else SglangFullWeights(BASE)
+            if full
+            else SglangAdapters(BASE)
+        )
+        source = Source()
+        publisher = Publisher(SCENARIO, admin, BASE, url=url, source=source, keep=keep)
+        stack.append(publisher)
+        app = create_app(
+            deployment,
+            databases={storage_url: storage_database},
+            plugins=service_test_plugins(),
+            runtime=Runtime(publisher),
+            options=ServerOptions(allow_unauthenticated=True),
+        )
+        client = TestClient(app, client=("127.0.0.1", 50000))  # a loopback peer
+        client.__enter__()
+        stack.append(client)
+        return Loop(client, publisher, state, source, RecordStore(storage_database, SCENARIO))
+
+    yield make
+    for thing in reversed(stack):
+        if isinstance(thing, Publisher):
+            thing.stop()
+        else:
+            thing.__exit__(None, None, None)
+
+
+def test_vllm_adapters_are_loaded_and_each_record_names_the_one_that_answered(
+    loop_of: Any, tmp_path: Path
+) -> None:
+    loop: Loop = loop_of("vllm")
+    # Before the first publication the base model answers: no artifact to name.
+    assert loop.call()["artifact_id"] is None
+    first = artifact(tmp_path, 1)
+    loop.source.current = first
+    loop.publisher.step()
+    name = adapter_name(SCENARIO, first.artifact_id)
+    assert loop.engine.adapters == {name: str(first.path)}
+    record = loop.call()
+    assert record["artifact_id"] == first.artifact_id
+    assert record["response"]["model"] == name  # vLLM names the adapter that answered
+    streamed = loop.call(stream=True)
+    assert streamed["artifact_id"] == first.artifact_id
+    second = artifact(tmp_path, 2)
+    loop.source.current = second
+    loop.publisher.step()
+    assert loop.call()["artifact_id"] == second.artifact_id
+    # keep=1 (max_staleness 0): no trainer trains the first adapter's data any more.
+    assert set(loop.engine.adapters) == {adapter_name(SCENARIO, second.artifact_id)}
+    status = loop.status()
+    assert status["served_artifact"] == second.artifact_id
+    assert status["publications"] == 2
+    assert status["failures"] == 0
+    assert status["unlabelled_answers"] == {"before_first_publication": 1}
+
+
+def test_adapters_stay_loaded_while_a_trainer_may_still_train_their_data(
+    loop_of: Any, tmp_path: Path
+) -> None:
+    loop: Loop = loop_of("sglang", keep=3)  # max_staleness 2
+    published = [artifact(tmp_path, number) for number in range(1, 6)]
+    for current in published:
+        loop.source.current = current
+        loop.publisher.step()
+        record = loop.call()
+        assert record["artifact_id"] == current.artifact_id
+        name = adapter_name(SCENARIO, current.artifact_id)
+        assert record["response"]["model"] == f"{BASE}:{name}"  # SGLang repeats the request's
+    assert set(loop.engine.adapters) == {
+        adapter_name(SCENARIO, a.artifact_id) for a in published[-3:]
+    }
+    assert loop.engine.calls["/unload_lora_adapter"] == 2
+
+
+def test_a_failed_publication_is_retried_and_never_labels_what_did_not_answer(
+    loop_of: Any, tmp_path: Path
+) -> None:
+    loop: Loop = loop_of("vllm")
+    first, second = artifact(tmp_path, 1), artifact(tmp_path, 2)
+    loop.source.current = first
+    loop.publisher.step()
+    loop.engine.refuse_loads(2)  # the engine is down for two loads
+    loop.source.current = second
+    loop.publisher.step()
+    status = loop.status()
+    assert status["served_artifact"] == first.artifact_id
+    assert status["pending_artifact"] == second.artifact_id
+    assert status["failures"] == 1
+    assert status["attempts"] == 1
+    assert "500" in status["last_error"]["error"]
+    assert status["retry_in_seconds"] > 0
+    # The calls still go to the first adapter, and say so.
+    assert loop.call()["artifact_id"] == first.artifact_id
+    loop.publisher.step()  # within the pause: not tried again
+    assert loop.engine.calls["/v1/load_lora_adapter"] == 2
+    for attempt in (2, 3):
+        time.sleep(loop.status()["retry_in_seconds"] + 0.01)
+        loop.publisher.step()
+        assert loop.engine.calls["/v1/load_lora_adapter"] == attempt + 1
+    status = loop.status()
+    assert status["served_artifact"] == second.artifact_id
+    assert status["pending_artifact"] is None
+    assert status["attempts"] == 0
+    assert status["failures"] == 2
+    assert loop.call()["artifact_id"] == second.artifact_id
+
+
+def test_an_adapter_another_process_loaded_is_taken_as_loaded(loop_of: Any, tmp_path: Path) -> None:
+    loop: Loop = loop_of("vllm")
+    first = artifact(tmp_path, 1)
+    loop.engine.adapters[adapter_name(SCENARIO, first.artifact_id)] = str(first.path)
+    loop.source.current = first
+    loop.publisher.step()
+    assert loop.status()["failures"] == 0
+    assert loop.call()["artifact_id"] == first.artifact_id
+
+
+def test_sglang_full_weights_name_the_weight_version_that_answered(
+    loop_of: Any, tmp_path: Path
+) -> None:
+    loop: Loop = loop_of("sglang", full=True)
+    first = artifact(tmp_path, 1, adapter=False)
+    loop.source.current = first
+    loop.publisher.step()
+    assert loop.engine.weights_path == str(first.path)
+    assert loop.engine.weight_version == first.artifact_id
+    record = loop.call()
+    assert record["artifact_id"] == first.artifact_id
+    assert record["response"]["metadata"] == {"weight_version": first.artifact_id}
+    assert record["response"]["model"] == BASE
+    # A streamed answer carries no weight version: labelled as no swap ran meanwhile.
+    assert loop.call(stream=True)["artifact_id"] == first.artifact_id
+    assert loop.engine.adapters == {}
+
+
+def test_an_answer_that_names_other_weights_is_left_unlabelled_and_counted(
+    tmp_path: Path,
+) -> None:
+    source = Source()
+    full = Publisher(SCENARIO, SglangFullWeights(BASE), BASE, url="http://unused", source=source)
+    adapters = Publisher(SCENARIO, VllmAdapters(), BASE, url="http://unused", source=source)
+    try:
+        route = EngineRoute("sha256:" + "1" * 64, "reef-support-1111111111111111", 0)
+        assert adapters.answered(route, {"model": "reef-support-2222222222222222"}) is None
+        assert full.answered(route, {"metadata": {"weight_version": "default"}}) is None
+        swapping = attrs.evolve(route, switch=1)  # taken while a swap ran
+        assert full.answered(swapping, {"model": BASE}) is None
+        assert adapters.status()["unlabelled_answers"] == {"model_differs": 1}
+        assert full.status()["unlabelled_answers"] == {
+            "unknown_weight_version": 1,
+            "weights_swapped": 1,
+        }
+    finally:
+        full.stop()
+        adapters.stop()
+
+
+def test_a_trainer_waits_for_the_engine_to_serve_what_it_published(
+    loop_of: Any, tmp_path: Path
+) -> None:
+    loop: Loop = loop_of("vllm")
+    loop.publisher.start()
+    first = artifact(tmp_path, 1)
+    loop.source.current = first
+    assert loop.publisher.serve(first, timeout=30) == first
+    loop.engine.refuse_loads(1000)
+    second = artifact(tmp_path, 2)
+    loop.source.current = second
+    # Refused: after the timeout, the artifact that still serves.
+    assert loop.publisher.serve(second, timeout=0.3) == first
+
+
+@pytest.mark.parametrize(
+    ("serving", "problem"),
+    [
+        ("{engine: vllm, model: m}", "engine vllm needs url"),
+        ('{engine: sglang, url: "http://h:1"}', "engine sglang needs model"),
+        ('{engine: "http://h:1/v1", url: "http://h:2"}', "url and artifacts_path are for"),
+    ],
+)
+def test_a_publishing_engine_is_checked_when_the_deployment_loads(
+    serving: str, problem: str
+) -> None:
+    text = f"serving: {serving}\nscenarios: {{s: {{recipe: servicetest}}}}\n"
+    with pytest.raises(DeploymentError, match=problem):
+        load_deployment(text, plugins=service_test_plugins())
+
+
+# -- the invariant, against an engine that fails at random ------------------------------------
+
+
+@attrs.define
+class FlakyAdmin:
+    """An engine in memory: loads fail when told; a call reaches an adapter only while it is
+    loaded, and the answer names the model that answered (as vLLM's does)."""
+
+    weights: Literal["adapter", "full"] = "adapter"
+    kind: str = "flaky"
+    loaded: dict[str, str] = attrs.field(factory=dict)  # name -> artifact id
+    fail_next: bool = False
+
+    def load(self, client: httpx.Client, name: str, path: str, artifact_id: str) -> None:
+        if self.fail_next:
+            self.fail_next = False
+            raise PublicationError("refused")
+        self.loaded[name] = artifact_id
+
+    def unload(self, client: httpx.Client, name: str) -> None:
+        self.loaded.pop(name, None)
+
+    def model(self, name: str) -> str:
+        return name
+
+    def call(self, model: str) -> tuple[str | None, dict[str, Any]]:
+        """The artifact that really answers a call naming ``model``, and the answer."""
+        artifact_id = self.loaded.get(model)
+        return artifact_id, {"model": model if artifact_id is not None else BASE}
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    steps=st.lists(
+        st.sampled_from(["publish", "refuse", "step", "call", "call_after_step"]), max_size=40
+    ),
+    keep=st.integers(1, 3),
+)
+def test_no_answer_is_labelled_with_an_artifact_that_did_not_give_it(
+    steps: list[str], keep: int, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    folder = tmp_path_factory.mktemp("artifacts")
+    admin = FlakyAdmin()
+    source = Source()
+    publisher = Publisher(SCENARIO, admin, BASE, url="http://unused", source=source, keep=keep)
+    published = 0
+    try:
+        for action in steps:
+            if action == "publish":
+                published += 1
+                source.current = artifact(folder, published)
+            elif action == "refuse":
+                admin.fail_next = True
+            elif action == "step":
+                publisher._retry_at = None  # no waiting out the pause in a property test
+                publisher.step()
+            else:
+                route = publisher.route()
+                if action == "call_after_step":
+                    publisher.step()  # publication (and unloading) while the call runs
+                model = BASE if route is None else route.model
+                truth, body = admin.call(model)
+                labelled = publisher.answered(route, body)
+                assert labelled is None or labelled == truth
+                assert len(admin.loaded) <= keep
+        counts = publisher.status()["unlabelled_answers"]
+        assert all(count > 0 for count in counts.values())
+        json.dumps(publisher.status())
+    finally:
+        publisher.stop()
