@@ -7,8 +7,9 @@ in score and the group-relative policy gradient has something to follow from the
 Each round asks the same question ``group_size`` times; the reports of one round share a
 comparison group (``metadata.group``), which is what the grouped recipe trains on.
 
-Every answer names the artifact (weights) that gave it (``system_fingerprint``); the reward
-curve is the mean reward of the answers of each artifact, in the order they were served. The
+Every answer names the artifact (weights) that gave it (``system_fingerprint`` from the local
+engine; from vLLM, the adapter's name in ``model``); the reward curve is the mean reward of the
+answers of each artifact, in the order they were served. The
 run stops once the trainer has published ``--jobs`` new artifacts, prints the scenario's status
 and the curve, and writes the curve as a PNG.
 """
@@ -91,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
             record_id = raw.headers["x-reef-record-id"]
             answer = completion.choices[0].message.content or ""
             reward = score(answer)
-            artifact = completion.system_fingerprint or "unknown"
+            artifact = completion.system_fingerprint or completion.model or "unknown"
             if artifact not in rewards:
                 artifacts.append(artifact)
                 rewards[artifact] = []
