@@ -1,0 +1,259 @@
+"""The distilling recipes trained for real through ``reef serve``: the curve of each over jobs.
+
+Both runs start ``reef serve`` on a deployment whose scenario ``word`` is trained by the
+``local`` component (a TinyGPT small enough for a CPU) and served by the local engine; an
+agent calls it through the OpenAI client, and each round's samples make one job. After each
+job the run waits for the new weights to be served, so every reply is the current student's
+(on-policy). It prints one line per job and the last job's figure against the first's, the
+baseline measured in the same run.
+
+- ``--recipe distill``: a teacher that knows the answer (a TinyGPT trained beforehand to say
+  ``ok`` after the question with the answer as context) scores each reply; the agent reports
+  every reply with the answer as ``teacher_context``. The figure is the job metric
+  ``teacher_kl``, the mean reverse KL from the student to the teacher on the student's own
+  tokens at the job's start: it falls as the student learns the teacher's answer.
+- ``--recipe openclaw-rl``: two-turn conversations; a scripted judge (a stand-in of the judge
+  endpoint, ``reef.testing.engines.judge_engine``) votes +1 when the first reply (one token)
+  is printable ASCII, -1 otherwise; the second turn is the first one's next state. The figure is the
+  job's mean judged reward (``reward_mean``): it rises as the student learns what the judge
+  wants.
+
+    .venv/bin/python benchmarks/bench_distill.py --recipe distill --jobs 4
+    .venv/bin/python benchmarks/bench_distill.py --recipe openclaw-rl --jobs 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+
+from reef.components.local import LocalComponent
+from reef.core.job_data import JobData, TrajectorySample
+from reef.testing.engines import judge_engine
+from reef.testing.samples import exchange
+from reef.testing.serve import TINY_GPT_OPTIONS, ServeProcess
+from reef.testing.service import serve_on_loopback
+
+SCENARIO = "word"
+QUESTION = "Say the word."
+CONTEXT = "The word is ok."
+#: Samples per job, and the student's learning rate, of each recipe's run.
+PER_JOB = {"distill": 8, "openclaw-rl": 16}
+LEARNING_RATE = {"distill": 0.01, "openclaw-rl": 0.03}
+
+_DEPLOYMENT = """
+storage: {{url: "sqlite:///{folder}/reef.db"}}
+serving: {{engine: local}}
+scenarios:
+  word:
+    recipe: {recipe}
+    pipeline:
+      record2sample: {{config: {record2sample}}}
+      sample2job: {{config: {{job_samples: {per_job}}}}}
+    training:
+      component: local
+      options:
+        state_dir: "{folder}/state"
+        batch_size: 4
+        learning_rate: {learning_rate}
+{model}
+"""
+
+
+def _teacher(folder: Path) -> Path:
+    """A TinyGPT that knows the answer: trained to say ``ok`` after the question with the
+    answer as context (the teacher prompt ``DistillSamples`` composes)."""
+    local = LocalComponent.from_config(
+        {
+            "state_dir": str(folder),
+            "d_model": 32,
+            "n_layers": 1,
+            "n_heads": 2,
+            "max_seq_len": 128,
+            "batch_size": 8,
+            "learning_rate": 0.01,
+            "seed": 1,
+        }
+    )
+    samples = [TrajectorySample(exchange(f"{QUESTION}\n\n{CONTEXT}", "ok")) for _ in range(8)]
+    for job in range(30):
+        outcome = local.wait(local.submit(JobData(f"teacher:{job}", samples)), timeout=120)
+        assert outcome.event == "finished", outcome.error
+    local.close()
+    return local.publish().path
+
+
+def _jobs(base_url: str) -> list[dict[str, Any]]:
+    answer = httpx.get(f"{base_url}/reef/scenarios/{SCENARIO}/jobs", timeout=10)
+    answer.raise_for_status()
+    jobs: list[dict[str, Any]] = answer.json()["jobs"]
+    return jobs
+
+
+def _status(base_url: str) -> dict[str, Any]:
+    trainer: dict[str, Any] = httpx.get(f"{base_url}/reef/status", timeout=10).json()["scenarios"][
+        0
+    ]["trainers"][0]
+    return trainer
+
+
+def _wait_for(
+    condition: Callable[[], bool], what: str, base_url: str, timeout: float = 180
+) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}: {_status(base_url)}")
+        time.sleep(0.2)
+
+
+def _client(base_url: str) -> openai.OpenAI:
+    return openai.OpenAI(
+        base_url=f"{base_url}/scenarios/{SCENARIO}/v1", api_key="unused", max_retries=0
+    )
+
+
+def _ask(
+    client: openai.OpenAI, messages: list[dict[str, Any]], max_tokens: int = 3
+) -> tuple[str, str]:
+    raw = client.chat.completions.with_raw_response.create(
+        model="local",
+        messages=messages,  # type: ignore[arg-type]
+        max_tokens=max_tokens,
+        temperature=1.0,
+    )
+    return raw.parse().choices[0].message.content or "", raw.headers["x-reef-record-id"]
+
+
+def _distill_round(base_url: str, number: int) -> None:
+    client = _client(base_url)
+    for member in range(PER_JOB["distill"]):
+        _, record_id = _ask(client, [{"role": "user", "content": QUESTION}])
+        report = {
+            "id": f"r{number}-{member}",
+            "references": [record_id],
+            "metadata": {"teacher_context": CONTEXT},
+        }
+        answer = httpx.post(
+            f"{base_url}/reef/scenarios/{SCENARIO}/reports", json=report, timeout=30
+        )
+        assert answer.status_code in (200, 201), answer.text
+
+
+def _openclaw_round(base_url: str, number: int) -> None:
+    del number
+    client = _client(base_url)
+    for _ in range(PER_JOB["openclaw-rl"]):
+        messages: list[dict[str, Any]] = [{"role": "user", "content": QUESTION}]
+        reply, _ = _ask(client, messages, max_tokens=1)  # the judged token alone
+        # The second turn is the first one's next state: the judge reads it.
+        messages += [
+            {"role": "assistant", "content": reply},
+            {"role": "user", "content": "Thanks. Another one."},
+        ]
+        _ask(client, messages)
+
+
+def judged(messages: list[dict[str, Any]]) -> str:
+    """The scripted judge: +1 when the assistant's output is printable ASCII, -1 otherwise."""
+    found = re.search(
+        r"## The assistant's output\n(.*?)\n\n## The next state",
+        messages[-1]["content"],
+        re.DOTALL,
+    )
+    output = found.group(1) if found else ""
+    good = bool(output) and all(" " <= c <= "~" for c in output)
+    return "\\boxed{1}" if good else "\\boxed{-1}"
+
+
+def run(recipe: str, jobs: int, folder: Path, judge_url: str | None = None) -> list[float]:
+    """Train ``jobs`` jobs of ``recipe``; returns the figure of each job, in order."""
+    if recipe == "distill":
+        teacher = _teacher(folder / "teacher")
+        recipe_section = f'{{class: distill, config: {{teacher: {{model_path: "{teacher}"}}}}}}'
+        record2sample = "{max_staleness: 1}"
+        play, metric = _distill_round, "teacher_kl"
+    else:
+        recipe_section = "{class: openclaw-rl, config: {objective: binary}}"
+        record2sample = (
+            f'{{judge: {{base_url: "{judge_url}", model: judge, votes: 3, timeout_seconds: 10,'
+            " attempts: 2, deadline_seconds: 30}, next_state_timeout_seconds: 600,"
+            " max_staleness: 1}"
+        )
+        play, metric = _openclaw_round, "reward_mean"
+    (folder / "state").mkdir(parents=True, exist_ok=True)
+    deployment = folder / "deployment.yaml"
+    deployment.write_text(
+        _DEPLOYMENT.format(
+            folder=folder,
+            recipe=recipe_section,
+            record2sample=record2sample,
+            per_job=PER_JOB[recipe],
+            learning_rate=LEARNING_RATE[recipe],
+            model=TINY_GPT_OPTIONS,
+        ),
+        encoding="utf-8",
+    )
+    serve = ServeProcess(deployment, folder / "serve.log")
+    figures: list[float] = []
+    try:
+        _wait_for(
+            lambda: _status(serve.base_url)["served_artifact"] is not None,
+            "the first weights to be served",
+            serve.base_url,
+        )
+        for number in range(jobs):
+            served = _status(serve.base_url)["served_artifact"]
+            play(serve.base_url, number)
+            _wait_for(
+                lambda n=number + 1: len([j for j in _jobs(serve.base_url) if j["event"]]) >= n,
+                f"job {number + 1} to end",
+                serve.base_url,
+            )
+            job = _jobs(serve.base_url)[-1]
+            assert job["event"] == "finished", job
+            value = job["metrics"][metric] if metric != "reward_mean" else job["reward_mean"]
+            figures.append(float(value))
+            print(f"{recipe} job {number + 1}: {metric} {value:.4f}", flush=True)
+            # On-policy: the next round is answered by the weights this job trained.
+            _wait_for(
+                lambda s=served: _status(serve.base_url)["served_artifact"] != s,
+                "the new weights to be served",
+                serve.base_url,
+            )
+        assert serve.terminate() == 0
+    finally:
+        serve.stop()
+    return figures
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--recipe", choices=("distill", "openclaw-rl"), default="distill")
+    parser.add_argument("--jobs", type=int, default=4)
+    arguments = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory() as folder:
+        if arguments.recipe == "openclaw-rl":
+            with serve_on_loopback(judge_engine(judged)) as judge:
+                figures = run(arguments.recipe, arguments.jobs, Path(folder), f"{judge}/v1")
+        else:
+            figures = run(arguments.recipe, arguments.jobs, Path(folder))
+    name = "teacher_kl" if arguments.recipe == "distill" else "reward_mean"
+    print(
+        f"{arguments.recipe}: {name} first {figures[0]:.4f} last {figures[-1]:.4f}"
+        f" (last - first {figures[-1] - figures[0]:+.4f})"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
