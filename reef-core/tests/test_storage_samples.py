@@ -3,6 +3,8 @@ the manual buffer, instructions and job outcomes."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from reef.storage import (
@@ -234,6 +236,21 @@ def test_the_last_job_outcome_is_durable_per_trainer(storage_url: str) -> None:
     outcome = TrainerSamples(reopened, "sc").last_job_outcome("sft")
     reopened.dispose()
     assert outcome == {"job_id": "j2", "event": "finished", "error": None}
+
+
+def test_a_job_outcome_with_metrics_that_are_not_finite_reads_back_as_recorded(
+    store: TrainerSamples,
+) -> None:
+    """rule: P-PIPE-13 a diverged job's NaN or infinite metrics are stored, not refused (a
+    refusal would stop the trainer at every retry), and the outcome read back is the one
+    recorded, nested values included."""
+    metrics = {"loss": math.nan, "grad_norm": math.inf, "per_step": [-math.inf, 1.5]}
+    store.record_job_outcome("c", {"job_id": "j1", "event": "finished", "metrics": metrics})
+    outcome = store.last_job_outcome("c")
+    assert outcome is not None
+    read = outcome["metrics"]
+    assert math.isnan(read["loss"])
+    assert (read["grad_norm"], read["per_step"]) == (math.inf, [-math.inf, 1.5])
 
 
 def test_scenarios_do_not_see_each_others_samples(storage_database: Database) -> None:

@@ -6,6 +6,7 @@ PostgreSQL with REEF_TEST_DATABASE_URL)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -58,6 +59,14 @@ class ReportingComponent(RecordingComponent):
 
     def poll(self, handle: JobHandle) -> JobOutcome | None:
         metrics = {"loss": 0.25, "per_sample": [1, 2], "objective": "sft"}
+        return JobOutcome(handle.job_id, self.name, "finished", metrics=metrics)
+
+
+class DivergingComponent(RecordingComponent):
+    """Finishes each job with metrics that are not finite: a diverged loss."""
+
+    def poll(self, handle: JobHandle) -> JobOutcome | None:
+        metrics = {"loss": math.nan, "grad_norm": math.inf}
         return JobOutcome(handle.job_id, self.name, "finished", metrics=metrics)
 
 
@@ -139,6 +148,22 @@ def test_the_history_keeps_each_job_its_samples_rewards_and_what_extensions_said
     assert history.of_sample("g2-1")[0].sample.extensions == {}
     assert history.read(trainer="other") == []
     assert history.read(before=job.seq) == []
+
+
+def test_a_job_whose_metrics_are_not_finite_ends_and_the_trainer_goes_on(
+    storage_database: Database,
+) -> None:
+    """A diverged job (NaN loss) ends like any other: its outcome is durable and read back
+    as it was, and the history shows the numbers by name."""
+    samples = TrainerSamples(storage_database, "s")
+    store_groups(samples)
+    _run(storage_database, DivergingComponent())
+    [job] = JobHistory(storage_database, "s").read()
+    assert (job.event, job.metrics) == ("finished", {"loss": "nan", "grad_norm": "inf"})
+    last = samples.last_job_outcome("c")
+    assert last is not None
+    assert math.isnan(last["metrics"]["loss"])
+    assert samples.train_counts("c", ["g1-0", "g2-0"]) == {"g1-0": 1, "g2-0": 1}
 
 
 def test_a_job_the_component_refuses_ends_released_and_its_samples_wait(

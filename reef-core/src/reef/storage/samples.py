@@ -729,11 +729,15 @@ class TrainerSamples:
     # -- job outcomes ---------------------------------------------------------------------
 
     def record_job_outcome(self, trainer: str, outcome: JSON) -> None:
-        """Make ``trainer``'s last job outcome durable (before the trainer acts on it)."""
+        """Make ``trainer``'s last job outcome durable (before the trainer acts on it).
+
+        Metrics that are not finite (a NaN loss) are kept as they are: the outcome read back
+        is the outcome recorded.
+        """
         row = {
             "scenario": self.scenario,
             "trainer": trainer,
-            "body": json_values.dump(outcome),
+            "body": json_values.dump_numbers(outcome),
             "ended_at": time.time(),
         }
         with self._database.write() as connection:
