@@ -15,7 +15,8 @@ samples *mean* is the same everywhere, so it is computed here once:
 - :func:`consumed_lines` writes what one optimizer step's loss consumed, a line per sample (the
   ``consumed`` metric Agent ECC's plugin reads).
 - :class:`JobParameters` are the job parameters every built-in component takes, with
-  :class:`DistillationParameters` and its :class:`TeacherSettings` for a distilling objective.
+  :class:`DistillationParameters` and its :class:`TeacherSettings` for a distilling objective,
+  and the :class:`RolloutParameters` of a task job (how each task is rolled out).
 - :func:`job_metrics` names a finished job's metrics, so every component reports the same keys.
 
 Nothing here needs PyTorch.
@@ -23,6 +24,7 @@ Nothing here needs PyTorch.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
@@ -31,15 +33,17 @@ import attrs
 from reef.components.advantages import AdvantageSettings, group_advantages
 from reef.components.interface import Scheduling
 from reef.components.scheduling import StepPlan
+from reef.containers.agent import AnswerAgent
 from reef.core.chat_rendering import ChatRenderer, RenderedSample, RenderError, render_samples
 from reef.core.config import config_option
+from reef.core.deployment import ContainerSettings
 from reef.core.job_data import JobData, TrajectorySample, sample_reward
 from reef.core.plugins import PluginConfigError, PluginSettings
 from reef.core.records import JSON
 from reef.core.teacher_rendering import render_teacher, sample_teacher
 
 #: Every objective, as job parameters name them.
-OBJECTIVES: Final = ("cross_entropy", "importance_sampling", "ppo")
+OBJECTIVES: Final = ("cross_entropy", "importance_sampling", "ppo", "task_group")
 #: The objectives that train a per-token advantage, with the start weights' log probabilities.
 POLICY_OBJECTIVES: Final = ("importance_sampling", "ppo")
 #: How a reward becomes a sample's advantage: less its group's mean, or as it is.
@@ -292,14 +296,54 @@ class DistillationParameters(PluginSettings):
     )
 
 
+def _finite(_: object, attribute: attrs.Attribute[Any], value: float) -> None:
+    if not math.isfinite(value):
+        raise ValueError(f"{attribute.name} must be a finite number, got {value!r}")
+
+
+@attrs.frozen
+class RolloutParameters(PluginSettings):
+    """How a task job rolls out each of its tasks: the job parameters' ``rollout`` (P-TASK-13).
+
+    The generated-task recipe sets it from ``recipe.config.job_parameters.rollout``. The
+    component runs ``rollouts_per_task`` rollouts of each task on its own sampler, at the job's
+    start weights, scores each with the task's verifier, and trains each task's group.
+
+    :ivar rollouts_per_task: how many rollouts of each task run; a task's group trains only
+        with at least two samples, so 1 measures a task without training on it.
+    :ivar verifier_timeout_reward: the reward of a rollout whose verifier ran past its timeout
+        (P-TASK-7): the task's oracle passed the same verifier, so the timeout is the agent's.
+    :ivar agent: the agent that plays each rollout (a single chat turn whose reply is the
+        attempt the verifier reads).
+    :ivar sandbox: where each rollout's verifier runs, and its limits.
+    """
+
+    rollouts_per_task: int = config_option(
+        4,
+        help="how many rollouts of each task a task job runs (a task trains with at least 2)",
+        validator=attrs.validators.ge(1),
+    )
+    verifier_timeout_reward: float = config_option(
+        0.0, help="the reward of a rollout whose verifier timed out", validator=_finite
+    )
+    agent: AnswerAgent = config_option(
+        factory=AnswerAgent,
+        help="the agent that plays each rollout: answer_file, max_tokens, temperature",
+    )
+    sandbox: ContainerSettings = config_option(
+        factory=ContainerSettings,
+        help="where each rollout's verifier runs: backend (sandbox, docker) and limits",
+    )
+
+
 @attrs.frozen
 class JobParameters(PluginSettings):
     """The job parameters every built-in component takes (the recipe's ``job_parameters``)."""
 
     objective: str = config_option(
         "cross_entropy",
-        help="cross_entropy (SFT), importance_sampling (reported feedback) or ppo (clipped "
-        "importance sampling)",
+        help="cross_entropy (SFT), importance_sampling (reported feedback), ppo (clipped "
+        "importance sampling) or task_group (a task job: rollouts scored by their verifiers)",
         validator=_known_objective,
     )
     scheduling: Scheduling = config_option(
@@ -325,7 +369,16 @@ class JobParameters(PluginSettings):
         0.28, help="ppo: the ratio is clipped above at 1 + clip_high", validator=_non_negative
     )
 
+    rollout: RolloutParameters | None = config_option(
+        None, help="a task job's rollouts: how many of each task, the agent and the sandbox"
+    )
+
     def __attrs_post_init__(self) -> None:
+        if (self.objective == "task_group") != (self.rollout is not None):
+            raise ValueError(
+                "a task job trains the task_group objective with its rollout parameter: set "
+                "both, or neither"
+            )
         if self.distillation is not None and self.objective not in POLICY_OBJECTIVES:
             raise ValueError(
                 "distillation trains a per-token advantage: set objective to "

@@ -27,6 +27,12 @@ on the CPU or on CUDA where present (with bfloat16 autocast where the GPU has it
    links the artifact they will be published as, all or nothing and on the disk before the
    job's outcome is written (:mod:`reef.components.durable`).
 
+A job of tasks (objective ``task_group``) first rolls its tasks out on the model at the job's
+start weights and scores them with their verifiers (:mod:`reef.components.task_rollouts`),
+then trains each rollout's own tokens with ``importance_sampling`` against the log
+probabilities its sampler gave them, each advantage centred and scaled within its task's group
+(:mod:`reef.components.task_training`).
+
 Jobs run one at a time on the component's own thread (:class:`JobRunner`). A job id that ended
 before (in this process or an earlier one with the same ``state_dir``) is not trained again. A
 job that fails leaves the weights of the last finished job.
@@ -37,7 +43,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import traceback
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Final
 
@@ -59,7 +65,9 @@ from reef.components.job_samples import (
     prepare_job,
 )
 from reef.components.objectives import batch_logprobs, batch_loss, token_batch
-from reef.components.scheduling import SequenceRef, plan_steps
+from reef.components.scheduling import SequenceRef, StepPlan, plan_steps
+from reef.components.task_rollouts import roll_out_tasks
+from reef.components.task_training import RolloutBatch, model_sampler, task_metrics
 from reef.components.teacher import (
     EngineTeacher,
     ModelTeacher,
@@ -332,6 +340,8 @@ class LocalComponent:
         return teacher
 
     def _train(self, data: JobData, job: JobParameters) -> JSON:
+        if job.objective == "task_group":
+            return self._train_tasks(data, job)
         prepared = prepare_job(
             data,
             self._renderer,
@@ -346,9 +356,6 @@ class LocalComponent:
             batch_size=self.settings.batch_size,
             scheduling=job.scheduling,
         )
-        learning_rate = job.learning_rate or self.settings.learning_rate
-        for group in self._optimizer.param_groups:
-            group["lr"] = learning_rate
 
         def sequence(ref: SequenceRef) -> RenderedSequence:
             return prepared.rendered[ref[0]][1].sequences[ref[1]]
@@ -383,9 +390,74 @@ class LocalComponent:
             values = [prepared.advantage_of(r[0]) for r in refs]
             return torch.tensor(values, dtype=torch.float32, device=self.device)
 
+        step_losses, trained_tokens, step_tokens = self._optimize(
+            job, plan, sequence, job.objective, start, advantage_rows
+        )
+        consumed = [
+            line
+            for number, tokens in enumerate(step_tokens)
+            for line in consumed_lines(number, tokens, prepared)
+        ]
+        metrics = job_metrics(
+            prepared, plan, losses=step_losses, trained_tokens=trained_tokens, consumed=consumed
+        )
+        if job.distillation is not None:
+            metrics["teacher_kl"] = teacher_kl
+        return metrics
+
+    def _train_tasks(self, data: JobData, job: JobParameters) -> JSON:
+        """A task job (:mod:`reef.components.task_rollouts`): roll its tasks out at the start
+        weights, score them, and train each rollout's own tokens against the log probabilities
+        its sampler gave them (P-REND-6), with ``task_group`` advantages."""
+        if job.rollout is None:
+            raise ValueError("the task_group objective needs the rollout job parameter")
+        artifact_id = self._digest  # the weights the job starts from sample every rollout
+        done = roll_out_tasks(
+            data,
+            job.rollout,
+            sampler=model_sampler(self.model, self._renderer),
+            tasks_root=self.state_dir / "tasks",
+        )
+        batch = RolloutBatch.of(done, self.device)
+        plan = plan_steps(
+            [[len(s.token_ids)] for s in batch.sequences],
+            batch_size=self.settings.batch_size,
+            scheduling=job.scheduling,
+        )
+
+        def advantage_rows(refs: Sequence[SequenceRef]) -> torch.Tensor:
+            values = [batch.advantages[r[0]] for r in refs]
+            return torch.tensor(values, dtype=torch.float32, device=self.device)
+
+        losses, trained_tokens, _ = self._optimize(
+            job,
+            plan,
+            lambda ref: batch.sequences[ref[0]],
+            "importance_sampling",
+            {(i, 0): row for i, row in enumerate(batch.start)},
+            advantage_rows,
+        )
+        return task_metrics(
+            done, batch, plan, losses=losses, trained_tokens=trained_tokens, artifact_id=artifact_id
+        )
+
+    def _optimize(
+        self,
+        job: JobParameters,
+        plan: StepPlan,
+        sequence: Callable[[SequenceRef], RenderedSequence],
+        loss_family: str,
+        start: Mapping[SequenceRef, torch.Tensor],
+        advantage_rows: Callable[[Sequence[SequenceRef]], torch.Tensor | None],
+    ) -> tuple[list[float], int, list[dict[int, int]]]:
+        """One AdamW step per planned step, under ``loss_family``: each step's loss, the
+        tokens trained, and each step's trained tokens by unit."""
+        learning_rate = job.learning_rate or self.settings.learning_rate
+        for group in self._optimizer.param_groups:
+            group["lr"] = learning_rate
         losses: list[torch.Tensor] = []
         trained_tokens = 0
-        consumed: list[JSON] = []
+        step_tokens: list[dict[int, int]] = []
         self.model.module.train()
         for step in plan.steps:
             refs = step.sequences
@@ -406,7 +478,7 @@ class LocalComponent:
                 with self._autocast():
                     logprobs = batch_logprobs(self.model, batch)
                 loss = batch_loss(
-                    job.objective,
+                    loss_family,
                     logprobs,
                     batch.loss_mask,
                     start_logprobs=_padded_rows([start[r] for r in chunk]) if start else None,
@@ -417,17 +489,12 @@ class LocalComponent:
                 total = total + loss.detach()
             torch.nn.utils.clip_grad_norm_(self.model.trainable_parameters(), 1.0)
             self._optimizer.step()
-            consumed += consumed_lines(len(losses), loss_tokens, prepared)
+            step_tokens.append(loss_tokens)
             losses.append(total / divisor)
             trained_tokens += tokens
         self.model.module.eval()
         step_losses = [float(v) for v in torch.stack(losses).tolist()] if losses else []
-        metrics = job_metrics(
-            prepared, plan, losses=step_losses, trained_tokens=trained_tokens, consumed=consumed
-        )
-        if job.distillation is not None:
-            metrics["teacher_kl"] = teacher_kl
-        return metrics
+        return step_losses, trained_tokens, step_tokens
 
 
 def _trained_tokens(sequence: RenderedSequence) -> int:

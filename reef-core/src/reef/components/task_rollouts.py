@@ -1,0 +1,178 @@
+"""Task jobs: a job's tasks rolled out on the component's own sampler, scored, and grouped.
+
+A job of :class:`~reef.core.job_data.TaskSample` values trains on rollouts that the training
+component makes itself (P-TASK-14), at the job's start weights, before its first step:
+
+1. each task is staged under the component's tasks root (:mod:`reef.containers.staging`; the
+   job's data is the source, so a restarted component stages it again);
+2. the sampler plays it ``rollout.rollouts_per_task`` times with the rollout's agent
+   (:class:`~reef.containers.agent.AnswerAgent`: the instruction as one chat turn, the reply
+   left as the attempt), keeping each rollout's exact tokens and its sampler's log
+   probabilities, which the component trains as they are (P-REND-6);
+3. the task's verifier scores each rollout in the rollout's sandbox
+   (:mod:`reef.containers.verify`); a verifier that runs past its timeout scores
+   ``rollout.verifier_timeout_reward`` (P-TASK-7), a verifier that writes no reward scores 0;
+4. :func:`task_group_advantages` centres and scales the rewards within each task's group (the
+   ``task_group`` objective), on groups of at least two rollouts.
+
+The job reports ``rollout_rewards`` (each task's rewards, in rollout order, as the start
+weights scored them) and ``rollout_failures`` (a task none of whose rollouts ran: it could not
+be staged, or its sandbox failed: ``infrastructure_failure``). Each rollout names the artifact
+that sampled it in ``training.artifact_id`` (P-STALE-4). Nothing here needs PyTorch: the
+component gives the sampler.
+"""
+
+from __future__ import annotations
+
+import math
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Protocol
+
+import attrs
+
+from reef.containers.agent import AnswerAgent
+from reef.containers.backends import open_backend
+from reef.containers.interface import ContainerError
+from reef.containers.staging import StagingError, TaskStaging
+from reef.containers.verify import run_verifier
+from reef.core.deployment import ContainerSettings
+from reef.core.harbor import HarborTask, HarborTaskError
+from reef.core.job_data import JobData, TaskSample
+from reef.core.records import JSON
+
+__all__ = [
+    "Rollout",
+    "RolloutSettings",
+    "Sampled",
+    "Sampler",
+    "TaskRollouts",
+    "roll_out_tasks",
+    "task_group_advantages",
+]
+
+
+class RolloutSettings(Protocol):
+    """What a task job's ``rollout`` parameter gives (``RolloutParameters``)."""
+
+    @property
+    def rollouts_per_task(self) -> int: ...
+    @property
+    def verifier_timeout_reward(self) -> float: ...
+    @property
+    def agent(self) -> AnswerAgent: ...
+    @property
+    def sandbox(self) -> ContainerSettings: ...
+
+
+@attrs.frozen
+class Sampled:
+    """One sampled reply: its tokens, the sampler's log probability of each, and its text."""
+
+    token_ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    text: str
+
+
+#: Samples ``count`` replies to a chat-completions request at the start weights:
+#: ``(prompt tokens, replies)``.
+Sampler = Callable[[JSON, int], tuple[tuple[int, ...], list[Sampled]]]
+
+
+@attrs.frozen
+class Rollout:
+    """One rollout that ran and trains.
+
+    :ivar sample: the index of its task in the job's samples.
+    :ivar task: the task's name (its group).
+    :ivar prompt: the prompt's tokens.
+    :ivar reply: the reply's tokens, exactly as sampled.
+    :ivar logprobs: the sampler's log probability of each reply token.
+    :ivar reward: the verifier's reward.
+    """
+
+    sample: int
+    task: str
+    prompt: tuple[int, ...]
+    reply: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    reward: float
+
+
+@attrs.frozen
+class TaskRollouts:
+    """A job's rollouts, and what it reports of them."""
+
+    rollouts: tuple[Rollout, ...]
+    rewards: Mapping[str, list[float]]
+    failures: Mapping[str, JSON]
+
+
+def roll_out_tasks(
+    data: JobData,
+    rollout: RolloutSettings,
+    *,
+    sampler: Sampler,
+    tasks_root: Path,
+) -> TaskRollouts:
+    """Roll out every task of ``data`` (see the module's documentation).
+
+    :raises ValueError: for job data that holds a trajectory sample.
+    """
+    samples = [s for s in data.samples if isinstance(s, TaskSample)]
+    if len(samples) != len(data.samples):
+        raise ValueError("a task job trains task samples only; this job holds trajectories")
+    staging = TaskStaging(tasks_root)
+    rollouts: list[Rollout] = []
+    rewards: dict[str, list[float]] = {}
+    failures: dict[str, JSON] = {}
+    backend = None
+    for index, sample in enumerate(samples):
+        try:
+            task = HarborTask.from_json(sample.task)
+            staged = staging.stage(task)
+            if backend is None:
+                backend = open_backend(rollout.sandbox, tasks_root / ".runs")
+            prompt, replies = sampler(
+                rollout.agent.request(staged.instruction()), rollout.rollouts_per_task
+            )
+            for reply in replies:
+                attempt = rollout.agent.attempt(reply.text)
+                verdict = run_verifier(backend, staged, attempt, rollout.sandbox)
+                if verdict.timed_out:
+                    reward = rollout.verifier_timeout_reward
+                else:
+                    reward = 0.0 if verdict.reward is None else verdict.reward
+                rewards.setdefault(sample.name, []).append(reward)
+                rollouts.append(
+                    Rollout(index, sample.name, prompt, reply.token_ids, reply.logprobs, reward)
+                )
+        except (HarborTaskError, StagingError, ContainerError, OSError) as exc:
+            if sample.name not in rewards:
+                failures[sample.name] = {
+                    "error": traceback.format_exception_only(exc)[-1].strip(),
+                    "infrastructure_failure": True,
+                }
+    return TaskRollouts(tuple(rollouts), rewards, failures)
+
+
+def task_group_advantages(rollouts: Sequence[Rollout]) -> dict[int, float]:
+    """The ``task_group`` objective's advantage of each rollout, by its index in
+    ``rollouts``: its reward minus its task's mean, divided by the task's standard deviation
+    (1 when the rewards are all equal, so they give 0). A task with fewer than two rollouts
+    forms no group and does not train."""
+    groups: dict[str, list[int]] = {}
+    for index, rollout in enumerate(rollouts):
+        groups.setdefault(rollout.task, []).append(index)
+    advantages: dict[int, float] = {}
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        values = [rollouts[i].reward for i in members]
+        mean = sum(values) / len(values)
+        spread = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
+        scale = spread if spread > 1e-8 else 1.0
+        for i in members:
+            advantages[i] = (rollouts[i].reward - mean) / scale
+    return advantages
