@@ -47,7 +47,7 @@ GOAL_P99_MS = 50.0
 CONNECTIONS = 128
 #: How long the load generator waits for the answers still due after the window.
 DRAIN_SECONDS = 30.0
-TOKEN = "bench"
+TOKEN = "bench-token-0123456789"
 
 
 # -- the servers (child processes) -----------------------------------------------------------

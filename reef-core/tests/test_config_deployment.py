@@ -73,7 +73,7 @@ scenarios:
       sample2job: {{class: "{__name__}:TestJobData", config: {{job_samples: 8}}}}
     training: {{component: local}}
 """
-ENV = {"DATA": "/var/reef", "ENGINE_KEY": "k", "CI_TOKEN": "secret"}
+ENV = {"DATA": "/var/reef", "ENGINE_KEY": "k", "CI_TOKEN": "ci-secret-for-tests"}
 
 
 def load(text: str, plugins: Plugins, environ: Mapping[str, str] = ENV) -> Any:
@@ -90,7 +90,7 @@ def test_a_good_deployment_loads_with_env_references(plugins: Plugins) -> None:
     deployment = load(GOOD, plugins)
     assert deployment.storage.url == "sqlite:////var/reef/reef.db"
     assert deployment.serving_of("support").api_key == "k"
-    assert deployment.auth.tokens["ci"].token == "secret"
+    assert deployment.auth.tokens["ci"].token == "ci-secret-for-tests"
     assert deployment.auth.tokens["ci"].scopes == ("feedback",)
     scenario = deployment.scenarios["support"]
     assert scenario.recipe.class_ == "weights"

@@ -26,8 +26,8 @@ pytestmark = pytest.mark.skipif(
     shutil.which("bwrap") is None, reason="bubblewrap is not installed (scripts/setup does)"
 )
 
-ADMIN = {"authorization": "Bearer admin-secret"}
-AGENT = {"authorization": "Bearer agent-secret"}
+ADMIN = {"authorization": "Bearer admin-secret-for-tests"}
+AGENT = {"authorization": "Bearer agent-secret-for-tests"}
 BASE = "/reef/scenarios/support/generator"
 
 DEPLOYMENT = """
@@ -35,8 +35,8 @@ storage: {url: "%(url)s"}
 serving: {engine: "%(engine)s/v1"}
 auth:
   tokens:
-    admin: {token: admin-secret, scopes: [infer, feedback, admin]}
-    agent: {token: agent-secret, scopes: [infer]}
+    admin: {token: admin-secret-for-tests, scopes: [infer, feedback, admin]}
+    agent: {token: agent-secret-for-tests, scopes: [infer]}
 %(generator)sscenarios:
   support:
     recipe: servicetest

@@ -45,18 +45,18 @@ from reef.testing.engines import scripted_engine
 from reef.testing.service import serve_on_loopback, service_test_plugins
 from reef.train.trainer import snapshot_key
 
-ADMIN = {"authorization": "Bearer admin-secret"}
-AGENT = {"authorization": "Bearer agent-secret"}
-GRADER = {"authorization": "Bearer grader-secret"}
+ADMIN = {"authorization": "Bearer admin-secret-for-tests"}
+AGENT = {"authorization": "Bearer agent-secret-for-tests"}
+GRADER = {"authorization": "Bearer grader-secret-for-tests"}
 
 DEPLOYMENT = """
 storage: {url: "%(url)s"}
 serving: {engine: "%(engine)s/v1"}
 auth:
   tokens:
-    admin: {token: admin-secret, scopes: [infer, feedback, admin]}
-    agent: {token: agent-secret, scopes: [infer]}
-    grader: {token: grader-secret, scopes: [feedback], scenarios: [support]}
+    admin: {token: admin-secret-for-tests-for-tests, scopes: [infer, feedback, admin]}
+    agent: {token: agent-secret-for-tests-for-tests, scopes: [infer]}
+    grader: {token: grader-secret-for-tests-for-tests, scopes: [feedback], scenarios: [support]}
 scenarios:
   support:
     recipe: servicetest

@@ -28,18 +28,18 @@ from reef.storage import Database, JobHistory, NewSample, SampleOfJob, StaleSamp
 from reef.testing.engines import scripted_engine
 from reef.testing.service import serve_on_loopback, service_test_plugins
 
-ADMIN = {"authorization": "Bearer admin-secret"}
-BILLING_ADMIN = {"authorization": "Bearer billing-secret"}
-GRADER = {"authorization": "Bearer grader-secret"}
+ADMIN = {"authorization": "Bearer admin-secret-for-tests"}
+BILLING_ADMIN = {"authorization": "Bearer billing-secret-for-tests"}
+GRADER = {"authorization": "Bearer grader-secret-for-tests"}
 
 DEPLOYMENT = """
 storage: {url: "%(url)s"}
 serving: {engine: "%(engine)s/v1"}
 auth:
   tokens:
-    admin: {token: admin-secret, scopes: [infer, feedback, admin]}
-    billing: {token: billing-secret, scopes: [admin], scenarios: [billing]}
-    grader: {token: grader-secret, scopes: [infer, feedback]}
+    admin: {token: admin-secret-for-tests-for-tests, scopes: [infer, feedback, admin]}
+    billing: {token: billing-secret-for-tests-for-tests, scopes: [admin], scenarios: [billing]}
+    grader: {token: grader-secret-for-tests-for-tests, scopes: [infer, feedback]}
 scenarios:
   support:
     recipe: servicetest

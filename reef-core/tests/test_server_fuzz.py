@@ -31,7 +31,7 @@ from reef.testing.service import serve_on_loopback, service_test_plugins
 DEPLOYMENT = """
 storage: {url: "%(url)s"}
 serving: {engine: "%(engine)s/v1"}
-auth: {tokens: {admin: {token: admin-secret, scopes: [infer, feedback, admin]}}}
+auth: {tokens: {admin: {token: admin-secret-for-tests, scopes: [infer, feedback, admin]}}}
 scenarios:
   support: {recipe: servicetest, training: {component: noop}}
   billing:
@@ -39,7 +39,7 @@ scenarios:
     pipeline: {sample2job: {class: "reef.testing.service:AutoOnlyJobData"}}
     training: {component: noop}
 """
-HEADERS = {"authorization": "Bearer admin-secret", "x-reef-scenario": "support"}
+HEADERS = {"authorization": "Bearer admin-secret-for-tests", "x-reef-scenario": "support"}
 
 JSON_VALUES = st.recursive(
     st.none()

@@ -49,7 +49,7 @@ scenarios:
     recipe: servicetest
     training: {component: noop}
 """
-AUTH = "auth: {tokens: {agent: {token: agent-secret, scopes: [infer, feedback]}}}"
+AUTH = "auth: {tokens: {agent: {token: agent-secret-for-tests, scopes: [infer, feedback]}}}"
 
 
 class LocalFunction:
@@ -190,10 +190,12 @@ def test_openai_client_conversations_link_into_trajectories(
     that answered and the tags."""
     _, opened = database
     with serve(database, engine_url) as reef:
-        by_path = openai.OpenAI(base_url=f"{reef}/scenarios/support/v1", api_key="agent-secret")
+        by_path = openai.OpenAI(
+            base_url=f"{reef}/scenarios/support/v1", api_key="agent-secret-for-tests"
+        )
         by_header = openai.OpenAI(
             base_url=f"{reef}/v1",
-            api_key="agent-secret",
+            api_key="agent-secret-for-tests",
             default_headers={"x-reef-scenario": "support", "x-reef-tag-episode": "7"},
         )
         first, _ = agent_turns(by_path, ["weather in Oslo", "and in Rome"], stream=stream)
@@ -220,7 +222,7 @@ def test_openai_client_conversations_link_into_trajectories(
         answer = httpx.post(
             f"{reef}/reef/scenarios/support/reports",
             json=body,
-            headers={"authorization": "Bearer agent-secret"},
+            headers={"authorization": "Bearer agent-secret-for-tests"},
         )
     assert answer.status_code == 201, answer.text
 
@@ -232,7 +234,9 @@ def test_engine_breaking_off_a_stream_is_recorded_as_aborted(
     aborted, with what had arrived; the client sees the error."""
     _, opened = database
     with serve(database, engine_url) as reef:
-        client = openai.OpenAI(base_url=f"{reef}/scenarios/support/v1", api_key="agent-secret")
+        client = openai.OpenAI(
+            base_url=f"{reef}/scenarios/support/v1", api_key="agent-secret-for-tests"
+        )
         raw = client.chat.completions.with_raw_response.create(
             model="m", messages=[{"role": "user", "content": "BREAK now"}], stream=True
         )
@@ -247,6 +251,27 @@ def test_engine_breaking_off_a_stream_is_recorded_as_aborted(
     assert record.response is not None
     assert record.response["choices"][0]["finish_reason"] is None
     assert records(opened, later)
+
+
+def test_a_stream_the_engine_ends_without_done_is_an_error_to_the_openai_client(
+    database: tuple[str, Database], engine_url: str
+) -> None:
+    """docs/decisions.md#engine-abort: a clean close without ``[DONE]`` is not a normal end;
+    the agent's client raises instead of handing it an empty turn."""
+    _, opened = database
+    with serve(database, engine_url) as reef:
+        client = openai.OpenAI(
+            base_url=f"{reef}/scenarios/support/v1", api_key="agent-secret-for-tests"
+        )
+        raw = client.chat.completions.with_raw_response.create(
+            model="m", messages=[{"role": "user", "content": "NODONE now"}], stream=True
+        )
+        cut = raw.headers[RECORD_ID_HEADER]
+        with pytest.raises(openai.APIError, match="without \\[DONE\\]"):
+            list(raw.parse())
+        agent_turns(client, ["after"], stream=False)
+    (record,) = records(opened, [cut])
+    assert record.aborted
 
 
 def test_a_whole_answer_reaches_the_client_byte_for_byte_as_the_engine_sent_it(
@@ -274,7 +299,7 @@ def test_a_whole_answer_reaches_the_client_byte_for_byte_as_the_engine_sent_it(
         reply = httpx.post(
             f"{reef}/scenarios/support/v1/chat/completions",
             json={"messages": [{"role": "user", "content": "hi"}]},
-            headers={"authorization": "Bearer agent-secret"},
+            headers={"authorization": "Bearer agent-secret-for-tests"},
         )
     assert reply.status_code == 200
     record_id = reply.headers[RECORD_ID_HEADER]
@@ -294,7 +319,9 @@ def test_an_agent_reports_on_a_call_by_the_id_its_openai_client_holds(
     _, opened = database
     question = [{"role": "user", "content": "open"}]
     with serve(database, engine_url) as reef:
-        client = openai.OpenAI(base_url=f"{reef}/scenarios/support/v1", api_key="agent-secret")
+        client = openai.OpenAI(
+            base_url=f"{reef}/scenarios/support/v1", api_key="agent-secret-for-tests"
+        )
         if stream:
             chunks = list(client.chat.completions.create(model="m", messages=question, stream=True))  # type: ignore[arg-type]  # fmt: skip
             (completion_id,) = {chunk.id for chunk in chunks}
@@ -305,7 +332,7 @@ def test_an_agent_reports_on_a_call_by_the_id_its_openai_client_holds(
         report = httpx.post(
             f"{reef}/reef/scenarios/support/reports",
             json={"id": f"report-{stream}", "references": [completion_id], "score": 1.0},
-            headers={"authorization": "Bearer agent-secret"},
+            headers={"authorization": "Bearer agent-secret-for-tests"},
         )
     assert report.status_code == 201, report.text
     assert report.json()["references"] == [completion_id]
@@ -321,7 +348,9 @@ def test_local_engine_answers_off_the_event_loop_and_names_its_artifact(
     the record carries the artifact the engine named."""
     _, opened = database
     with serve(database, "local", runtime=LocalRuntime()) as reef:
-        client = openai.OpenAI(base_url=f"{reef}/scenarios/support/v1", api_key="agent-secret")
+        client = openai.OpenAI(
+            base_url=f"{reef}/scenarios/support/v1", api_key="agent-secret-for-tests"
+        )
         whole, _ = agent_turns(client, ["one"], stream=False)
         streamed, messages = agent_turns(client, ["two"], stream=True)
     assert messages[-1]["content"] == "answer: found two"
@@ -374,12 +403,15 @@ def test_without_tokens_only_loopback_is_served(
 def test_reef_status_prints_a_table(database: tuple[str, Database], engine_url: str) -> None:
     """``reef status`` reads ``GET /reef/status`` of a running service and prints a row per
     scenario and trainer."""
-    admin = "auth: {tokens: {admin: {token: admin-secret, scopes: [admin]}}}"
+    admin = "auth: {tokens: {admin: {token: admin-secret-for-tests, scopes: [admin]}}}"
     with serve(database, engine_url, auth=admin) as reef:
         command = [sys.executable, "-m", "reef.cli", "status", "--url", reef]
         refused = subprocess.run(command, capture_output=True, text=True, check=False)
         printed = subprocess.run(
-            [*command, "--token", "admin-secret"], capture_output=True, text=True, check=False
+            [*command, "--token", "admin-secret-for-tests"],
+            capture_output=True,
+            text=True,
+            check=False,
         )
     assert refused.returncode == 1
     assert "401" in refused.stderr

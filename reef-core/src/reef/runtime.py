@@ -331,6 +331,7 @@ def serve(
     import uvicorn
 
     from reef.server import ServerOptions, check_bind_address, create_app, open_databases
+    from reef.server.connections import GuardedConfig, raise_open_file_limit
 
     check_bind_address(host, authenticated=bool(deployment.auth.tokens))
     databases = open_databases(deployment)
@@ -353,7 +354,11 @@ def serve(
         runtime=runtime,
         options=ServerOptions(allow_unauthenticated=allow_unauthenticated),
     )
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level=log_level))
+    raise_open_file_limit(deployment.service)
+    config = GuardedConfig(
+        app, limits=deployment.service, host=host, port=port, log_level=log_level
+    )
+    server = uvicorn.Server(config)
     # uvicorn re-raises the stop signal once the service shut down, to the handlers that were
     # there before it; these take it, so the trainers below still stop cleanly.
     stop_signals: list[int] = []

@@ -7,16 +7,23 @@ bodies), so that an error reads the same wherever it comes from: ``<reason> @ $.
 What a user wrote (a deployment, an upload, a request body) is read with
 :func:`strict_converter`: a scalar structures only from a value of its own type. cattrs alone
 would coerce (``"3"`` to 3, ``2.7`` to 2, ``true`` to 1), and a value of the wrong type is a
-mistake the user must see.
+mistake the user must see. Nor is a string, a mapping or bytes a list: cattrs would read
+``"abc"`` as ``["a", "b", "c"]``.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import cattrs
+from cattrs.cols import (
+    homogenous_tuple_structure_factory,
+    is_mutable_sequence,
+    is_sequence,
+    list_structure_factory,
+)
 from cattrs.errors import CattrsError
 from cattrs.preconf.json import make_converter as make_json_converter
 
@@ -58,7 +65,25 @@ def strict_converter(
                 as_float=not ints_stay_ints,
             ),
         )
+    converter.register_structure_hook_factory(
+        lambda t: is_sequence(t) or is_mutable_sequence(t), _lists_only
+    )
     return converter
+
+
+def _lists_only(kind: Any, converter: cattrs.Converter) -> Callable[[Any, Any], Any]:
+    """cattrs' own hook for the sequence type ``kind``, refusing a value that is not a list."""
+    factory = (
+        list_structure_factory if is_mutable_sequence(kind) else homogenous_tuple_structure_factory
+    )
+    inner = factory(kind, converter)
+
+    def structure(value: Any, target: Any) -> Any:
+        if isinstance(value, str | bytes | Mapping):
+            raise TypeError(f"expected a list, got {type(value).__name__}")
+        return inner(value, target)
+
+    return structure
 
 
 def _strict_scalar(

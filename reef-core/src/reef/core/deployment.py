@@ -157,11 +157,43 @@ class GeneratorSection(PluginSettings):
     )
 
 
+#: The shortest secret a token may have: a shorter one (or one whose ``${ENV}`` reference
+#: expanded to nothing) is refused when the deployment is read.
+MIN_TOKEN_LENGTH = 16
+
+
+def _long_enough(instance: object, attribute: attrs.Attribute[str], value: str) -> None:
+    del instance, attribute
+    if _ENV_REFERENCE.fullmatch(value):
+        return  # its variable is not set: that problem is reported already
+    if len(value) < MIN_TOKEN_LENGTH:
+        raise ValueError(
+            f"a token's secret needs at least {MIN_TOKEN_LENGTH} characters, this one has"
+            f" {len(value)} (is its ${{ENV}} variable empty?)"
+        )
+
+
+def _distinct_secrets(
+    instance: object, attribute: attrs.Attribute[Mapping[str, TokenSection]], value: Any
+) -> None:
+    del instance, attribute
+    owners: dict[str, str] = {}
+    for name, section in value.items():
+        first = owners.setdefault(section.token, name)
+        if first != name:
+            raise ValueError(
+                f"tokens {first!r} and {name!r} have the same secret; give each its own"
+            )
+
+
 @attrs.frozen
 class TokenSection(PluginSettings):
     """One bearer token of the service and what it may do."""
 
-    token: str = config_option(help="the secret; write it as a ${ENV} reference")
+    token: str = config_option(
+        help=f"the secret, at least {MIN_TOKEN_LENGTH} characters; write it as ${{ENV}}",
+        validator=_long_enough,
+    )
     scopes: tuple[Literal["infer", "feedback", "admin"], ...] = config_option(
         help="infer (inference), feedback (reports, uploads), admin (modes, instructions)",
         validator=attrs.validators.min_len(1),
@@ -176,7 +208,30 @@ class AuthSection(PluginSettings):
     """The tokens the service accepts, by name."""
 
     tokens: Mapping[str, TokenSection] = config_option(
-        factory=dict, help="tokens by name (the name shows in logs, never the secret)"
+        factory=dict,
+        help="tokens by name (the name shows in logs, never the secret); each its own secret",
+        validator=_distinct_secrets,
+    )
+
+
+@attrs.frozen
+class ServiceSection(PluginSettings):
+    """How the HTTP service treats its connections (``reef serve``)."""
+
+    header_timeout: float = config_option(
+        default=10.0,
+        help="seconds a connection may take to send a request's head (408 and closed after)",
+        validator=_positive,
+    )
+    body_timeout: float = config_option(
+        default=30.0,
+        help="seconds a request's body may take to arrive after its head (closed after)",
+        validator=_positive,
+    )
+    max_connections: int = config_option(
+        default=1000,
+        help="connections open at once; beyond, the longest-idle one is closed",
+        validator=_positive,
     )
 
 
@@ -257,6 +312,9 @@ class Deployment(PluginSettings):
     auth: AuthSection = config_option(factory=AuthSection, help="the service's tokens")
     generator: GeneratorSection | None = config_option(
         default=None, help="the generator service (staging, verifiers, hint plays) to start"
+    )
+    service: ServiceSection = config_option(
+        factory=ServiceSection, help="the HTTP service's timeouts and connection cap"
     )
 
     def storage_of(self, scenario: str) -> StorageSection:

@@ -22,6 +22,7 @@ import contextlib
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Final
 
+from sqlalchemy.exc import OperationalError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -37,6 +38,7 @@ from reef.server.errors import ApiError
 from reef.server.openapi import ApiRoute, openapi_document
 from reef.server.service import ServerOptions, Service
 from reef.server.service_runtime import ServiceRuntime
+from reef.server.store_health import failure_reason, store_unavailable
 from reef.storage import Database, open_database
 
 __all__ = ["API_ROUTES", "create_app", "open_databases"]
@@ -73,6 +75,13 @@ async def _http_error(request: Request, exc: Exception) -> Response:
         ApiError.one(exc.status_code, "not_found" if exc.status_code == 404 else "invalid_request",
                      field, f"{exc.detail}: {request.method} {request.url.path}")
     )  # fmt: skip
+
+
+async def _store_error(request: Request, exc: Exception) -> Response:
+    """A write the database could not take: 503 with its reason, and the stores are probed
+    before the next chat call reaches an engine (:mod:`reef.server.store_health`)."""
+    request.app.state.service.store_failed(exc)
+    return error_answer(store_unavailable(failure_reason(exc)))
 
 
 def create_app(
@@ -120,7 +129,12 @@ def create_app(
             *(Route(r.path, r.handler, methods=[r.method]) for r in API_ROUTES),
             console_mount(),
         ],
-        exception_handlers={ApiError: _api_error, HTTPException: _http_error},
+        exception_handlers={
+            ApiError: _api_error,
+            HTTPException: _http_error,
+            OperationalError: _store_error,
+            OSError: _store_error,
+        },
         lifespan=lifespan,
     )
     app.state.service = service

@@ -150,7 +150,11 @@ class Authenticator:
             return _EVERYONE
         if not authorization or not authorization.lower().startswith("bearer "):
             raise ApiError.one(401, "unauthorized", "authorization", "a bearer token is required")
-        presented = authorization[7:].strip().encode()
+        # Only ASCII spaces surround a token: str.strip() would also drop U+00A0, U+0085 and
+        # the like, which are not part of the header's syntax.
+        presented = authorization[7:].strip(" ").encode()
+        if not presented:
+            raise ApiError.one(401, "unauthorized", "authorization", "the bearer token is empty")
         # Compare against every token in constant time, so timing does not reveal a prefix.
         found: Caller | None = None
         for secret, caller in self._tokens.items():

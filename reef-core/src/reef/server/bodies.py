@@ -2,15 +2,14 @@
 service reads and writes them.
 
 Every body the service reads is structured with cattrs into one of these classes
-(:func:`read_json` then :func:`structure`: size-limited, unknown keys refused, JSON types
-strict, each problem with its JSON path), and every body it writes is unstructured from one
-(:func:`answer`, :func:`error_answer`), so the OpenAPI document (:mod:`reef.server.openapi`) is
-generated from the very types the routes use.
+(:func:`~reef.server.request_json.read_json` then :func:`structure`: size-limited and bounded,
+unknown keys refused, JSON types strict, each problem with its JSON path), and every body it
+writes is unstructured from one (:func:`answer`, :func:`error_answer`), so the OpenAPI
+document (:mod:`reef.server.openapi`) is generated from the very types the routes use.
 """
 
 from __future__ import annotations
 
-import json
 import re
 import typing
 from collections.abc import Mapping
@@ -538,32 +537,6 @@ def _query_value(value: str, kind: Any, field: str, problems: list[ErrorDetail])
             return int(value)
         problems.append(ErrorDetail(field, f"expected an integer, got {value!r}"))
     return value
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
-
-
-async def read_json(request: Request, limit: int) -> Any:
-    """The request's JSON body, read up to ``limit`` bytes (413 beyond, 400 when not JSON)."""
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise _too_large(limit)
-    size = 0
-    parts: list[bytes] = []
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise _too_large(limit)
-        parts.append(chunk)
-    try:
-        return json.loads(b"".join(parts), parse_constant=_refuse_constant)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ApiError.one(400, "invalid_request", "$", f"the body is not JSON: {exc}") from None
-
-
-def _too_large(limit: int) -> ApiError:
-    return ApiError.one(413, "too_large", "$", f"the body is larger than {limit} bytes")
 
 
 def unstructure(value: Any) -> Any:

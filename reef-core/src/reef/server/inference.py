@@ -19,15 +19,17 @@ from collections.abc import AsyncIterator
 from typing import Final
 
 import attrs
+from sqlalchemy.exc import OperationalError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from reef.core.records import JSON, TAG_HEADER_PREFIX, InferenceRecord
-from reef.server.bodies import ChatCompletionRequest, read_json, structure, unstructure
+from reef.server.bodies import ChatCompletionRequest, structure, unstructure
 from reef.server.engines import ChunkAssembler, EngineError
 from reef.server.errors import ApiError, ErrorBody, ErrorDetail
 from reef.server.openapi import ApiRoute
 from reef.server.publication import EngineRoute, Publisher
+from reef.server.request_json import read_json
 from reef.server.service import ServedScenario, Service, service_of
 
 __all__ = ["RECORD_ID_HEADER", "ROUTES", "SCENARIO_HEADER"]
@@ -57,7 +59,7 @@ async def chat_completions(request: Request) -> Response:
                 "name the scenario in this header, or post to"
                 " /scenarios/{scenario}/v1/chat/completions",
             )
-    scenario = service.scenario(name, field)
+    scenario = service.scenario(name, caller, field)
     caller.require("infer", scenario.name)
     raw = await read_json(request, service.options.max_body_bytes)
     checked = structure(raw, ChatCompletionRequest, open_keys=True)
@@ -82,6 +84,9 @@ async def chat_completions(request: Request) -> Response:
         tags=tags,
         started_at=time.time(),
     )
+    # An answer that cannot be recorded is not asked for
+    # (docs/service.md#when-the-store-cannot-write).
+    await scenario.health.require_writable()
     publisher = service.runtime.publisher(scenario.name)
     route = None if publisher is None else publisher.route()
     forwarded = raw
@@ -208,10 +213,15 @@ async def _stream(
                             relabelled
                         )
                 yield f"data: {data}\n\n".encode()
+            # The engine closed the stream cleanly but never said [DONE]: the answer may be
+            # cut short, and the client must hear so as when it breaks off.
+            _log.warning("scenario %r: the engine ended a stream without [DONE]", scenario.name)
+            yield _error_event("the engine ended the stream without [DONE]")
         except Exception as exc:
+            if isinstance(exc, OperationalError):
+                service.store_failed(exc)
             _log.warning("scenario %r: the engine broke off a stream: %r", scenario.name, exc)
-            error = {"error": {"message": f"the engine broke off: {exc}", "type": "aborted"}}
-            yield f"data: {json.dumps(error)}\n\n".encode()
+            yield _error_event(f"the engine broke off: {exc}")
         finally:
             if not stored:
                 # Broken off (by the engine, or the client left): the exchange is recorded
@@ -224,6 +234,11 @@ async def _stream(
         media_type="text/event-stream",
         headers={RECORD_ID_HEADER: record.id, "cache-control": "no-cache"},
     )
+
+
+def _error_event(message: str) -> bytes:
+    """The server-sent event that tells a streaming client its answer was broken off."""
+    return f"data: {json.dumps({'error': {'message': message, 'type': 'aborted'}})}\n\n".encode()
 
 
 def _engine_failure(exc: EngineError) -> Response:

@@ -17,9 +17,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from reef.core.records import Report, has_eligibility_flag
-from reef.server.bodies import ReportBody, ReportReceipt, answer, read_json, structure
+from reef.server.bodies import ReportBody, ReportReceipt, answer, structure
 from reef.server.errors import ReportRejected
 from reef.server.openapi import ApiRoute
+from reef.server.request_json import read_json
 from reef.server.service import service_of
 
 __all__ = ["ROUTES", "admissible_report"]

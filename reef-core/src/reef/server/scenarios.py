@@ -22,11 +22,11 @@ from reef.server.bodies import (
     ScenarioUpdate,
     ScenarioUpdated,
     answer,
-    read_json,
     structure,
 )
 from reef.server.errors import ApiError
 from reef.server.openapi import ApiRoute
+from reef.server.request_json import read_json
 from reef.server.service import ServedScenario, check_trainer, service_of
 from reef.storage import ConflictError, UnknownSampleError
 from reef.train.trainer import TRAINING_MODE_SETTING

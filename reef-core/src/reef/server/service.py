@@ -30,6 +30,7 @@ from reef.server.errors import ApiError, ServiceConfigError
 from reef.server.http_engine import HttpEngine
 from reef.server.ledger import ScenarioLedger
 from reef.server.service_runtime import ServiceRuntime
+from reef.server.store_health import StoreHealth
 from reef.storage import (
     Database,
     JobHistory,
@@ -92,6 +93,7 @@ class ServedScenario:
     :ivar engine: the engine that answers its chat calls; ``None`` without ``serving``.
     :ivar browser: its samples, as people browse them.
     :ivar history: its trainers' jobs, as people read them.
+    :ivar health: whether its store can write.
     """
 
     name: str
@@ -101,6 +103,7 @@ class ServedScenario:
     admission: ScenarioAdmission
     browser: SampleBrowser
     history: JobHistory
+    health: StoreHealth
     ledger: ScenarioLedger | None = None
     engine: ChatEngine | None = None
 
@@ -128,10 +131,13 @@ class Service:
             deployment.auth, allow_unauthenticated=options.allow_unauthenticated
         )
         self.items = TaskStorage(_database(databases, deployment.storage.url), "").open(ITEMS_STORE)
+        #: Whether each database can write, by storage URL.
+        self.health = {url: StoreHealth(database) for url, database in databases.items()}
         self.scenarios: dict[str, ServedScenario] = {}
         tasks: dict[str, TaskStorage] = {}
         for name, section in deployment.scenarios.items():
-            database = _database(databases, deployment.storage_of(name).url)
+            url = deployment.storage_of(name).url
+            database = _database(databases, url)
             tasks[name] = TaskStorage(database, name)
             serving = deployment.serving_of(name)
             self.scenarios[name] = ServedScenario(
@@ -142,6 +148,7 @@ class Service:
                 admission=ScenarioAdmission.build(name, section, plugins=plugins, environ=environ),
                 browser=SampleBrowser(database, name),
                 history=JobHistory(database, name),
+                health=self.health[url],
             )
             if serving is not None:
                 self.scenarios[name].engine = self._engine(name, serving)
@@ -204,6 +211,12 @@ class Service:
         for scenario in self.scenarios.values():
             scenario.admission.close()
 
+    def store_failed(self, exc: BaseException) -> None:
+        """A write failed for a reason of the database (which one the error does not say):
+        every store is probed before its next chat call is forwarded."""
+        for health in self.health.values():
+            health.failed(exc)
+
     # -- what every route asks ------------------------------------------------------------------
 
     def caller(self, request: Request) -> Caller:
@@ -211,16 +224,17 @@ class Service:
         client = request.client.host if request.client else None
         return self.auth.caller(request.headers.get("authorization"), client)
 
-    def scenario(self, name: str, field: str = "scenario") -> ServedScenario:
+    def scenario(self, name: str, caller: Caller, field: str = "scenario") -> ServedScenario:
         """The scenario ``name``. :raises ApiError: 404 naming ``field`` and the scenarios
-        there are."""
+        ``caller`` may see (never the others: their names are not the caller's to know)."""
         found = self.scenarios.get(name)
         if found is None:
+            visible = sorted(n for n in self.scenarios if caller.sees(n))
             raise ApiError.one(
                 404,
                 "not_found",
                 field,
-                f"no scenario {name!r}; the deployment has {', '.join(sorted(self.scenarios))}",
+                f"no scenario {name!r}; yours: {', '.join(visible) or 'none'}",
             )
         return found
 
@@ -228,7 +242,7 @@ class Service:
         """The caller and the scenario of the route's ``{scenario}``, once the caller is
         allowed ``scope`` in it. :raises ApiError: 401, 403 or 404."""
         caller = self.caller(request)
-        scenario = self.scenario(request.path_params["scenario"])
+        scenario = self.scenario(request.path_params["scenario"], caller)
         caller.require(scope, scenario.name)
         return caller, scenario
 

@@ -27,7 +27,7 @@ from typing import Any, Final, Literal
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Connection, Engine, create_engine, event, func, select
+from sqlalchemy import Connection, Engine, create_engine, event, func, select, text
 from sqlalchemy.engine import make_url
 
 __all__ = ["Database", "HeldWriter", "open_database"]
@@ -73,6 +73,13 @@ class Database:
             connection = connection.execution_options(**{_READ_ONLY: True})
             with connection.begin():
                 yield connection
+
+    def probe_write(self) -> None:
+        """Commit one write that changes nothing (the schema's version row, set to itself), to
+        learn whether the database can write now (a full disk, a file-size limit, a lost
+        server). :raises sqlalchemy.exc.DBAPIError: when it cannot."""
+        with self.write() as connection:
+            connection.execute(text("UPDATE alembic_version SET version_num = version_num"))
 
     def held_writer(self) -> HeldWriter:
         """A :class:`HeldWriter`: one connection kept for one thread's write transactions."""

@@ -3,10 +3,11 @@
 Asked with a user message last, :func:`scripted_engine` calls the ``lookup`` tool with that
 text; asked with a tool result last, it answers with the result. It streams too (tool-call
 arguments split across chunks, as real engines do), names the artifact that answered in
-``x-reef-artifact-id``, and breaks a stream off when the user asks it to (``BREAK`` in the
-message), so tests can see an engine abort. It is a stand-in for an inference engine (vLLM,
-SGLang, a hosted API): it implements only ``POST /v1/chat/completions``, the one endpoint the
-service calls. Serve it with :func:`reef.testing.service.serve_on_loopback`.
+``x-reef-artifact-id``, breaks a stream off when the user asks it to (``BREAK`` in the
+message) and ends one cleanly without ``[DONE]`` when asked (``NODONE``), so tests can see an
+engine abort. It counts the calls it was asked (``app.state.calls``). It is a stand-in for an
+inference engine (vLLM, SGLang, a hosted API): it implements only ``POST /v1/chat/completions``,
+the one endpoint the service calls. Serve it with :func:`reef.testing.service.serve_on_loopback`.
 
 :func:`judge_engine` is a stand-in for a judge model behind an OpenAI-compatible endpoint (a
 computed-feedback recipe's judge): it too implements only ``POST /v1/chat/completions``, and
@@ -59,6 +60,7 @@ def scripted_engine(artifact_id: str = SCRIPTED_ARTIFACT) -> Starlette:
     """The scripted OpenAI-compatible engine (see the module docstring) at ``/v1``."""
 
     async def complete(request: Request) -> Response:
+        request.app.state.calls += 1
         body = await request.json()
         messages = body.get("messages") or []
         if not isinstance(messages, list) or not messages:
@@ -106,12 +108,16 @@ def scripted_engine(artifact_id: str = SCRIPTED_ARTIFACT) -> Starlette:
             if content:
                 for piece in (content[: len(content) // 2], content[len(content) // 2 :]):
                     yield event({"content": piece})
+            if "NODONE" in text:
+                return
             yield event({}, finish)
             yield b"data: [DONE]\n\n"
 
         return StreamingResponse(chunks(), media_type="text/event-stream", headers=headers)
 
-    return Starlette(routes=[Route("/v1/chat/completions", complete, methods=["POST"])])
+    app = Starlette(routes=[Route("/v1/chat/completions", complete, methods=["POST"])])
+    app.state.calls = 0
+    return app
 
 
 def judge_engine(

@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 
 import uvicorn
 
+from reef.core.deployment import ServiceSection
 from reef.core.job_data import JobData, Sample, TrajectorySample
 from reef.core.records import JSON
 from reef.pipeline_context import TrainingMode
@@ -27,6 +28,7 @@ from reef.plugins import Plugins
 from reef.recipe import PipelineSpec, Recipe
 from reef.record2sample.stage import Record2Sample
 from reef.sample2job.stage import Sample2Job
+from reef.server.connections import GuardedConfig
 from reef.testing import inline_plugin
 
 __all__ = [
@@ -50,14 +52,24 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def serve_on_loopback(app: Any, *, log_level: str = "warning") -> Iterator[str]:
+def serve_on_loopback(
+    app: Any, *, log_level: str = "warning", limits: ServiceSection | None = None
+) -> Iterator[str]:
     """Run ``app`` with uvicorn on ``127.0.0.1`` in a thread; yield ``http://127.0.0.1:<port>``.
 
     Waits for uvicorn's own ``started`` flag (no sleep guesses), and on exit asks it to stop
     and joins its thread, so the lifespan's shutdown has run when the block ends.
+
+    :param limits: serve with ``reef serve``'s connection guard and these limits
+        (:mod:`reef.server.connections`); plain uvicorn without.
     """
     port = free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level=log_level, lifespan="on")
+    options: dict[str, Any] = {"host": "127.0.0.1", "port": port, "log_level": log_level}
+    config = (
+        uvicorn.Config(app, lifespan="on", **options)
+        if limits is None
+        else GuardedConfig(app, limits=limits, lifespan="on", **options)
+    )
     server = uvicorn.Server(config)
     ready = threading.Event()
     failure: list[BaseException] = []

@@ -1,0 +1,107 @@
+"""A store that cannot write, as a full disk leaves it: ``reef serve`` in a subprocess whose
+file-size limit is lowered to nothing while it runs (``prlimit``), then raised again. Every
+request that needs a write gets the documented 503 ``store_unavailable`` with a reason (never
+a plain 500); once that is known, chat calls are refused before their engine is called; and the
+service recovers without a restart once the store can write."""
+
+from __future__ import annotations
+
+import resource
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("starlette")
+pytest.importorskip("uvicorn")
+pytest.importorskip("httpx")
+
+import httpx
+
+from reef.storage import RecordStore, open_database
+from reef.testing.engines import scripted_engine
+from reef.testing.serve import ServeProcess
+from reef.testing.service import serve_on_loopback
+
+if not hasattr(resource, "prlimit"):
+    pytest.skip("needs resource.prlimit (Linux)", allow_module_level=True)
+
+TOKEN = "store-full-admin-secret"
+DEPLOYMENT = f"""
+storage: {{url: "sqlite:///%(db)s"}}
+serving: {{engine: "%(engine)s/v1"}}
+auth: {{tokens: {{admin: {{token: {TOKEN}, scopes: [infer, feedback, admin]}}}}}}
+scenarios:
+  support:
+    recipe: grouped
+    pipeline:
+      record2sample: {{config: {{group_size: 2}}}}
+      sample2job: {{config: {{job_samples: 4}}}}
+"""
+#: How long the test waits for the service to recover (never a measured bound).
+PATIENCE = 30.0
+
+
+@pytest.fixture
+def engine() -> Iterator[tuple[str, Any]]:
+    app = scripted_engine()
+    with serve_on_loopback(app) as url:
+        yield url, app
+
+
+def chat(client: httpx.Client, text: str) -> httpx.Response:
+    return client.post(
+        "/scenarios/support/v1/chat/completions",
+        json={"messages": [{"role": "user", "content": text}]},
+    )
+
+
+def test_a_store_that_cannot_write_answers_503_and_recovers(
+    tmp_path: Path, engine: tuple[str, Any]
+) -> None:
+    url, engine_app = engine
+    db = tmp_path / "reef.db"
+    deployment = tmp_path / "deployment.yaml"
+    deployment.write_text(DEPLOYMENT % {"db": db, "engine": url}, encoding="utf-8")
+    serve = ServeProcess(deployment, tmp_path / "serve.log", token=TOKEN)
+    try:
+        with httpx.Client(base_url=serve.base_url, headers=serve.headers, timeout=30) as client:
+            first = chat(client, "before")
+            assert first.status_code == 200, first.text
+            _, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+            resource.prlimit(serve.process.pid, resource.RLIMIT_FSIZE, (0, hard))
+
+            report = client.post(
+                "/reef/scenarios/support/reports",
+                json={"id": "r1", "references": [first.headers["x-reef-record-id"]]},
+            )
+            assert report.status_code == 503, report.text
+            body = report.json()
+            assert body["error"] == "store_unavailable"
+            assert body["problems"][0]["reason"]  # the database's own words
+            calls = engine_app.state.calls
+            for n in range(3):
+                refused = chat(client, f"while full {n}")
+                assert refused.status_code == 503, refused.text
+                assert refused.json()["error"] == "store_unavailable"
+            assert engine_app.state.calls == calls  # never forwarded
+
+            resource.prlimit(serve.process.pid, resource.RLIMIT_FSIZE, (hard, hard))
+            deadline = time.monotonic() + PATIENCE
+            while (after := chat(client, "after")).status_code == 503:
+                assert time.monotonic() < deadline, after.text
+                time.sleep(0.2)
+            assert after.status_code == 200, after.text
+            assert serve.process.poll() is None  # recovered without a restart
+    finally:
+        serve.stop()
+    database = open_database(f"sqlite:///{db}")
+    try:
+        stored = {r.id for r in RecordStore(database, "support").read_after(None)}
+    finally:
+        database.dispose()
+    assert first.headers["x-reef-record-id"] in stored
+    assert after.headers["x-reef-record-id"] in stored
+    assert "r1" not in stored
