@@ -54,9 +54,9 @@ storage: {url: "%(url)s"}
 serving: {engine: "%(engine)s/v1"}
 auth:
   tokens:
-    admin: {token: admin-secret-for-tests-for-tests, scopes: [infer, feedback, admin]}
-    agent: {token: agent-secret-for-tests-for-tests, scopes: [infer]}
-    grader: {token: grader-secret-for-tests-for-tests, scopes: [feedback], scenarios: [support]}
+    admin: {token: admin-secret-for-tests, scopes: [infer, feedback, admin]}
+    agent: {token: agent-secret-for-tests, scopes: [infer]}
+    grader: {token: grader-secret-for-tests, scopes: [feedback], scenarios: [support]}
 scenarios:
   support:
     recipe: servicetest

@@ -28,8 +28,6 @@ from reef.storage import Database
 from reef.testing.engines import scripted_engine
 from reef.testing.service import serve_on_loopback, service_test_plugins
 
-pytest_plugins = ("reef.testing.storage",)
-
 TOKEN = "agent-secret-for-tests"
 HEADERS = {"authorization": f"Bearer {TOKEN}"}
 DEPLOYMENT = f"""

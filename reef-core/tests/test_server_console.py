@@ -37,9 +37,9 @@ storage: {url: "%(url)s"}
 serving: {engine: "%(engine)s/v1"}
 auth:
   tokens:
-    admin: {token: admin-secret-for-tests-for-tests, scopes: [infer, feedback, admin]}
-    billing: {token: billing-secret-for-tests-for-tests, scopes: [admin], scenarios: [billing]}
-    grader: {token: grader-secret-for-tests-for-tests, scopes: [infer, feedback]}
+    admin: {token: admin-secret-for-tests, scopes: [infer, feedback, admin]}
+    billing: {token: billing-secret-for-tests, scopes: [admin], scenarios: [billing]}
+    grader: {token: grader-secret-for-tests, scopes: [infer, feedback]}
 scenarios:
   support:
     recipe: servicetest

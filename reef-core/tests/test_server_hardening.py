@@ -30,8 +30,6 @@ from reef.storage import Database, RecordStore
 from reef.testing.engines import scripted_engine
 from reef.testing.service import serve_on_loopback, service_test_plugins
 
-pytest_plugins = ("reef.testing.storage",)
-
 ADMIN = {"authorization": "Bearer admin-secret-for-tests"}
 SUPPORT = {"authorization": "Bearer support-feeder-secret"}
 BILLING = {"authorization": "Bearer billing-feeder-secret"}
