@@ -37,6 +37,7 @@ from reef.core.chat_rendering import ChatRenderer  # noqa: E402
 from reef.core.job_data import JobData, TrajectorySample  # noqa: E402
 from reef.core.plugins import PluginConfigError  # noqa: E402
 from reef.core.teacher_rendering import render_teacher, trained_tokens  # noqa: E402
+from reef.testing.components import tiny_local_component  # noqa: E402
 from reef.testing.samples import exchange  # noqa: E402
 
 RENDERER = ChatRenderer(ByteTokenizer())
@@ -125,7 +126,10 @@ def test_a_model_teacher_scores_exactly_the_students_trained_tokens() -> None:
     assert values == pytest.approx(expected, abs=1e-5)
 
 
-@given(st.lists(st.tuples(st.floats(-20, 0), st.floats(-20, 0)), max_size=8), st.floats(0, 4))
+@given(
+    st.lists(st.tuples(st.floats(-20, 0), st.floats(-20, 0)), max_size=8),
+    st.just(0.0) | st.floats(0.01, 4),
+)
 def test_the_advantage_is_the_negative_reverse_kl(
     pairs: list[tuple[float, float]], coef: float
 ) -> None:
@@ -135,7 +139,8 @@ def test_the_advantage_is_the_negative_reverse_kl(
     for a, s, t in zip(advantages, student, teacher, strict=True):
         assert a == pytest.approx(-coef * (s - t))
         # a token the teacher finds likelier than the student is pushed up, and back
-        assert (a > 0) == (coef > 0 and t > s)
+        if abs(t - s) > 1e-6:
+            assert (a > 0) == (coef > 0 and t > s)
 
 
 def test_a_teacher_that_scores_another_number_of_tokens_is_refused() -> None:
@@ -295,25 +300,10 @@ def test_an_engine_teacher_that_never_answers_fails_the_job_in_bounded_time(
 # -- training --------------------------------------------------------------------------------
 
 
-def _component(state_dir: Path, **settings: Any) -> LocalComponent:
-    return LocalComponent.from_config(
-        {
-            "state_dir": str(state_dir),
-            "d_model": 32,
-            "n_layers": 1,
-            "n_heads": 2,
-            "max_seq_len": 96,
-            "batch_size": 4,
-            "learning_rate": 3e-3,
-            **settings,
-        }
-    )
-
-
 def test_distillation_moves_the_student_toward_a_teacher(tmp_path: Path) -> None:
     teacher_folder = tmp_path / "teacher"
     save_model_folder(teacher_folder, tiny_model(7))
-    local = _component(tmp_path / "student")
+    local = tiny_local_component(tmp_path / "student")
     samples = [distil_sample(f"q{n}", "blue red", None) for n in range(4)]
     parameters = {
         "objective": "importance_sampling",
@@ -327,12 +317,30 @@ def test_distillation_moves_the_student_toward_a_teacher(tmp_path: Path) -> None
     assert abs(kls[-1]) < abs(kls[0])
 
 
+def test_the_student_is_its_own_teacher_only_through_more_context(tmp_path: Path) -> None:
+    # The self teacher (no model_path, no base_url: SDPO, OpenClaw-RL's hindsight default):
+    # without more context its KL is exactly 0, with a hint it is not.
+    local = tiny_local_component(tmp_path)
+    hinted = {"messages": [{"role": "user", "content": "q? The answer is blue red."}]}
+    parameters = {"objective": "ppo", "distillation": {"teacher": {}}}
+    plain = local.wait(
+        local.submit(JobData("d:0", [distil_sample("q?", "blue red", None)]), parameters)
+    )
+    assert plain.event == "finished", plain.error
+    assert plain.metrics["teacher_kl"] == 0.0
+    taught = local.wait(
+        local.submit(JobData("d:1", [distil_sample("q?", "blue red", hinted)]), parameters)
+    )
+    assert taught.event == "finished", taught.error
+    assert taught.metrics["teacher_kl"] != 0.0
+
+
 def test_a_teacher_with_another_tokenizer_fails_the_job(tmp_path: Path) -> None:
     pytest.importorskip("transformers")
     from reef.testing.hf_model import make_hf_model_folder
 
     folder = make_hf_model_folder(tmp_path / "llama")  # a byte-level BPE of its own
-    local = _component(tmp_path / "student")
+    local = tiny_local_component(tmp_path / "student")
     parameters = {"objective": "ppo", "distillation": {"teacher": {"model_path": str(folder)}}}
     outcome = local.wait(local.submit(JobData("d:0", [distil_sample("q", "a", None)]), parameters))
     assert outcome.event == "failed"

@@ -17,21 +17,8 @@ from reef.components.advantages import group_advantages  # noqa: E402
 from reef.components.artifacts import load_model_folder  # noqa: E402
 from reef.components.local import LocalComponent  # noqa: E402
 from reef.core.job_data import JobData, TaskSample  # noqa: E402
+from reef.testing.components import tiny_local_component  # noqa: E402
 from reef.testing.samples import colour_samples  # noqa: E402
-
-
-def component(state_dir: Path, **settings: Any) -> LocalComponent:
-    config = {
-        "state_dir": str(state_dir),
-        "d_model": 32,
-        "n_layers": 1,
-        "n_heads": 2,
-        "max_seq_len": 96,
-        "batch_size": 4,
-        "learning_rate": 3e-3,
-        **settings,
-    }
-    return LocalComponent.from_config(config)
 
 
 def run(local: LocalComponent, job_id: str, samples: list[Any], **parameters: Any) -> Any:
@@ -55,23 +42,23 @@ def test_same_seed_same_jobs_same_artifact(tmp_path: Path) -> None:
     (docs/decisions.md#artifacts)."""
     ids = []
     for name in ("a", "b"):
-        local = component(tmp_path / name)
+        local = tiny_local_component(tmp_path / name)
         run(local, "toy:data:0", colour_samples())
         ids.append(local.publish().artifact_id)
     assert ids[0] == ids[1]
-    other_seed = component(tmp_path / "c", seed=1)
+    other_seed = tiny_local_component(tmp_path / "c", seed=1)
     assert other_seed.publish().artifact_id != ids[0]
 
 
 def test_artifact_id_is_the_same_in_another_process_and_after_a_restart(tmp_path: Path) -> None:
     """docs/decisions.md#artifacts: the same weights have the same artifact_id everywhere."""
-    local = component(tmp_path)
+    local = tiny_local_component(tmp_path)
     handle = local.submit(JobData("toy:data:0", colour_samples()))
     local.wait(handle)
     artifact = local.publish()
     assert artifact.artifact_id.startswith("sha256:")
     local.close()
-    restarted = component(tmp_path)
+    restarted = tiny_local_component(tmp_path)
     assert restarted.publish() == artifact
     assert restarted.poll(handle) == local.poll(handle)  # the outcome survives the restart
     script = (
@@ -90,7 +77,7 @@ def test_artifact_id_is_the_same_in_another_process_and_after_a_restart(tmp_path
 
 
 def test_a_failed_jobs_artifact_folder_holds_the_last_finished_weights(tmp_path: Path) -> None:
-    local = component(tmp_path)
+    local = tiny_local_component(tmp_path)
     run(local, "toy:data:0", colour_samples())
     before = local.publish().artifact_id
     outcome = run(local, "task:data:0", [TaskSample("t1", {"instruction": "x"})])
@@ -104,12 +91,12 @@ def test_a_crash_between_the_renames_of_a_save_keeps_the_last_weights(tmp_path: 
     """Replacing ``current/`` moves the old folder aside before renaming the new one in; a
     start that finds only the old one (the process died in between) puts it back, instead of
     starting over from fresh weights."""
-    local = component(tmp_path)
+    local = tiny_local_component(tmp_path)
     run(local, "toy:data:0", colour_samples())
     trained = local.model.digest()
     local.close()
     (tmp_path / "current").rename(tmp_path / ".current.retired")
-    restarted = component(tmp_path)
+    restarted = tiny_local_component(tmp_path)
     assert restarted.model.digest() == trained
     assert not (tmp_path / ".current.retired").exists()
 
@@ -119,7 +106,7 @@ def test_a_save_that_fails_fails_the_job_and_keeps_the_last_weights(
 ) -> None:
     """A job whose weights cannot be saved did not finish: its outcome says so, and the
     weights and artifact stay those of the last finished job."""
-    local = component(tmp_path)
+    local = tiny_local_component(tmp_path)
     run(local, "toy:data:0", colour_samples())
     before = local.publish().artifact_id
 

@@ -174,6 +174,7 @@ def test_a_judge_that_never_answers_leaves_the_turn_untrained_and_counted(judge_
     settle(samples)
     assert made(samples) == []
     assert samples.ended_records()["c0"] == "judge_failed"
+    assert samples.status()["ended_records"]["judge_failed"] == 1  # counted, visible in status
     assert not samples.background_jobs_running()
     samples.close(5.0)
 
@@ -265,7 +266,7 @@ def test_the_recipes_give_the_methods_objectives() -> None:
     assert distill["objective"] == "importance_sampling"
     assert distill["distillation"]["teacher"]["model_path"] == "/t"
     assert distill["distillation"]["kl_coef"] == 2.0
-    with pytest.raises(PluginConfigError, match="objective must be one of"):
+    with pytest.raises(PluginConfigError, match="objective"):
         OpenClawRLRecipe.Settings.parse({"objective": "combine"}, plugin_class=OpenClawRLRecipe)
 
 

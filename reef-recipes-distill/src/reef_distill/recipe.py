@@ -29,11 +29,6 @@ from reef import (
 _LOSSES = ("importance_sampling", "ppo")
 
 
-def _known_loss(_: object, __: attrs.Attribute[Any], value: str) -> None:
-    if value not in _LOSSES:
-        raise ValueError(f"loss must be one of {', '.join(_LOSSES)}, got {value!r}")
-
-
 @attrs.frozen
 class DistillRecipeSettings(PluginSettings):
     """The ``distill`` recipe's config (``scenarios.<name>.recipe.config``): its objective."""
@@ -54,7 +49,7 @@ class DistillRecipeSettings(PluginSettings):
     loss: str = config_option(
         "importance_sampling",
         help="importance_sampling (tinker-cookbook's form) or ppo (clipped)",
-        validator=_known_loss,
+        validator=attrs.validators.in_(_LOSSES),
     )
 
 

@@ -1,14 +1,15 @@
 """For tests of the trainer loop: a training component that trains nothing and finishes each
 job at once, keeping every job's data so that a test can read what was submitted;
-:func:`store_groups`, the samples such a test trains; and :func:`grouped_parts`, how its
-trainer builds a grouped pipeline around the component."""
+:func:`store_groups`, the samples such a test trains; :func:`grouped_parts`, how its
+trainer builds a grouped pipeline around the component; and :func:`tiny_local_component`, the
+``local`` component with a TinyGPT small enough to train in a test (needs ``reef-core[torch]``)."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from reef.components.interface import Artifact, JobHandle
 from reef.core.job_data import JobData, JobOutcome, TrajectorySample, sample_body
@@ -19,6 +20,9 @@ from reef.sample2job import GroupedJobData
 from reef.storage import Database, NewSample, TrainerSamples
 from reef.train.pipeline import TrainingPipeline
 from reef.train.trainer import TrainerParts
+
+if TYPE_CHECKING:
+    from reef.components.local import LocalComponent
 
 
 class RecordingComponent:
@@ -91,3 +95,21 @@ def grouped_parts(
         return TrainerParts(pipeline, component)
 
     return build
+
+
+def tiny_local_component(state_dir: Path, **settings: Any) -> LocalComponent:
+    """The ``local`` component at ``state_dir`` with a TinyGPT of width 32, one layer, a context
+    of 96 tokens, batches of 4 and a learning rate of 3e-3; ``settings`` override any of them."""
+    from reef.components.local import LocalComponent  # torch: only a test that trains needs it
+
+    config = {
+        "state_dir": str(state_dir),
+        "d_model": 32,
+        "n_layers": 1,
+        "n_heads": 2,
+        "max_seq_len": 96,
+        "batch_size": 4,
+        "learning_rate": 3e-3,
+        **settings,
+    }
+    return LocalComponent.from_config(config)

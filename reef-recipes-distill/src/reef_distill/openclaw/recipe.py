@@ -31,11 +31,6 @@ from reef import (
 _OBJECTIVES = ("binary", "hindsight")
 
 
-def _known_objective(_: object, __: attrs.Attribute[Any], value: str) -> None:
-    if value not in _OBJECTIVES:
-        raise ValueError(f"objective must be one of {', '.join(_OBJECTIVES)}, got {value!r}")
-
-
 @attrs.frozen
 class OpenClawRLRecipeSettings(PluginSettings):
     """The ``openclaw-rl`` recipe's config: which of the method's objectives trains."""
@@ -43,7 +38,7 @@ class OpenClawRLRecipeSettings(PluginSettings):
     objective: str = config_option(
         "binary",
         help="binary (the judged reward) or hindsight (distil the hinted teacher)",
-        validator=_known_objective,
+        validator=attrs.validators.in_(_OBJECTIVES),
     )
     teacher: TeacherSettings = config_option(
         factory=TeacherSettings,
