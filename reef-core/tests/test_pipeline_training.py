@@ -18,7 +18,7 @@ from reef.core.job_data import (
 from reef.pipeline_context import PipelineContext
 from reef.record2sample import ReportGroups, ReportSamples
 from reef.sample2job import GroupedJobData
-from reef.storage import Database, NewSample, TrainerSamples
+from reef.storage import Database, NewSample, StaleSamples, TrainerSamples
 from reef.storage.tables import sample_trains
 from reef.storage.tables import samples as samples_table
 from reef.testing.records import call, report
@@ -368,3 +368,40 @@ def test_a_reservation_carries_its_data_to_commit_or_release(storage_database: D
     with pytest.raises(KeyError):
         replaced.commit()
     assert [s.sample_id for s in pipeline.buffer()] == ["c:0"]
+
+
+def test_staleness_is_judged_once_per_sample_and_again_when_a_new_artifact_is_served(
+    storage_database: Database,
+) -> None:
+    """rule: P-BUF-4 P-STALE-6 the pipeline keeps each verdict: computing the buffer again asks
+    nothing of the stage; a new served artifact has every untrained sample judged again (a
+    rollback makes a stale sample fresh). What changed is written to the stale marks."""
+
+    class Counted(ReportSamples):
+        asked: list[str] = []
+
+        def is_stale(self, sample: Sample) -> bool:
+            Counted.asked.append(str(sample.sample_id))
+            return super().is_stale(sample)
+
+    pipeline = build(storage_database, job_samples=1, buffer_size=10, stage=Counted)
+    marks = StaleSamples(storage_database, "s")
+    pipeline.observe_serving_artifact_id("old")
+    feed(pipeline, "a", artifact="old")
+    feed(pipeline, "b", artifact="new")
+    assert [s.sample_id for s in pipeline.buffer()] == ["a:0"]  # b's artifact is unknown
+    pipeline.buffer()
+    pipeline.status()
+    assert sorted(Counted.asked) == ["a:0", "b:0"]
+    pipeline.write_stale_marks()
+    assert marks.marked(["a:0", "b:0"]) == {"b:0": ("c",)}
+    pipeline.observe_serving_artifact_id("new")
+    assert [s.sample_id for s in pipeline.buffer()] == ["b:0"]  # a is 1 behind, b is fresh
+    assert sorted(Counted.asked) == ["a:0", "a:0", "b:0", "b:0"]
+    pipeline.observe_serving_artifact_id("old")  # a rollback: a is fresh again
+    assert [s.sample_id for s in pipeline.buffer()] == ["a:0"]
+    pipeline.write_stale_marks()
+    assert marks.marked(["a:0", "b:0"]) == {"b:0": ("c",)}
+    pipeline.observe_serving_artifact_id("new")
+    pipeline.write_stale_marks()
+    assert marks.marked(["a:0", "b:0"]) == {"a:0": ("c",)}

@@ -316,6 +316,9 @@ class Record2Sample:
 
         No check runs without a runtime loader or before the first served artifact; a sample
         naming no artifact, or one the stage did not see, is stale.
+
+        The pipeline keeps the verdict: it asks again only after a new artifact is served or
+        the context changed, so an override depends on nothing else.
         """
         if not self.context.has_runtime_loader or not self._artifacts:
             return False

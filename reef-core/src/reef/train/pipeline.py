@@ -60,6 +60,8 @@ from reef.sample2job.validation import validate_job_data
 from reef.storage.drops import DropCounters
 from reef.storage.positions import Position
 from reef.storage.samples import NewSample, StoredSample, TrainerSamples
+from reef.storage.stale_samples import StaleSamples
+from reef.train.buffer import Entry, UntrainedSamples
 from reef.train.reservation import JobReservation
 
 logger = logging.getLogger(__name__)
@@ -72,15 +74,6 @@ _ID_PROBE = 16
 class GivenBackError(ReefError, ValueError):
     """A submission gives back samples it may not: ones its job data did not reserve, or part
     of a group whose other members it consumes (a group trains in one job, P-BUF-5)."""
-
-
-@attrs.frozen
-class _Entry:
-    """One untrained sample as the pipeline reads it: where it is, where it came from."""
-
-    position: Position
-    origin: str
-    sample: Sample
 
 
 class TrainingPipeline:
@@ -119,7 +112,9 @@ class TrainingPipeline:
             last = self.last_job_outcome()
             if last is not None:
                 record2sample.job_ended(last)
-        self._untrained: dict[str, _Entry] = {}
+        self._untrained = UntrainedSamples(record2sample.is_stale, self._counts)
+        self._serving: str | None = None
+        self._stale_marks = StaleSamples(samples.database, context.scenario)
         self._cursor: Position | None = None
         # Samples refused at read time (unreadable, or uploads uploaded_sample refuses): they
         # stay untrained in the store; kept to warn once and to show in status.
@@ -183,9 +178,9 @@ class TrainingPipeline:
             self._cursor = stored.position
             entry = self._entry(stored)
             if entry is not None:
-                self._untrained[stored.id] = entry
+                self._untrained.add(entry)
 
-    def _entry(self, stored: StoredSample) -> _Entry | None:
+    def _entry(self, stored: StoredSample) -> Entry | None:
         try:
             sample = sample_from_body(
                 stored.kind, stored.body, sample_id=stored.id, group_id=stored.group_id
@@ -205,9 +200,9 @@ class TrainingPipeline:
                     self._refused.add(stored.id)
                 return None
             sample = attrs.evolve(uploaded, sample_id=stored.id, group_id=stored.group_id)
-        return _Entry(stored.position, stored.origin, sample)
+        return Entry(stored.position, stored.origin, sample)
 
-    def _counts(self, entry: _Entry) -> bool:
+    def _counts(self, entry: Entry) -> bool:
         sample = entry.sample
         if isinstance(sample, TaskSample):
             if sample.split != "train":
@@ -216,70 +211,37 @@ class TrainingPipeline:
                 return False
         return True
 
-    def _compute_buffer(self, entries: Sequence[_Entry], *, limit: int | None) -> list[_Entry]:
-        """Steps 2-4 of the buffer over ``entries`` (step 1's samples, in store order)."""
-        kinds = self.sample2job.job_parameter_kinds
-        # Step 2: the kind of the first sample; in auto a kind without job parameters does
-        # not count.
-        counting = [e for e in entries if self._mode == "manual" or e.sample.kind in kinds]
-        if not counting:
-            return []
-        kind = counting[0].sample.kind
-        same_kind = [e for e in counting if e.sample.kind == kind]
-        # Step 3: a stale sample made from records leaves out its whole group.
-        stale_ids, stale_groups = self._stale(same_kind)
-        fresh = [
-            e
-            for e in same_kind
-            if e.sample.sample_id not in stale_ids and e.sample.group_id not in stale_groups
-        ]
-        if limit is None or len(fresh) <= limit:
-            return fresh
-        # Step 4: the first `limit` samples and the rest of each group they touch.
-        head = fresh[:limit]
-        touched = {e.sample.group_id for e in head if e.sample.group_id is not None}
-        rest = [e for e in fresh[limit:] if e.sample.group_id in touched]
-        return head + rest
+    def _handed_out(self) -> set[str]:
+        return {sid for r in self._reserved.values() for sid in r.sample_ids}
 
-    def _stale(self, entries: Iterable[_Entry]) -> tuple[set[str], set[str]]:
-        """The stale samples made from records among ``entries``, and their groups (P-BUF-4)."""
-        stale_ids: set[str] = set()
-        stale_groups: set[str] = set()
-        for entry in entries:
-            if entry.origin == "record" and self.record2sample.is_stale(entry.sample):
-                stale_ids.add(str(entry.sample.sample_id))
-                if entry.sample.group_id is not None:
-                    stale_groups.add(entry.sample.group_id)
-        return stale_ids, stale_groups
+    def _auto_buffer(self) -> list[Entry]:
+        # In auto a kind without job parameters does not count (P-BUF-3).
+        return self._untrained.auto_buffer(
+            self.sample2job.job_parameter_kinds,
+            handed_out=self._handed_out(),
+            limit=self.sample2job.buffer_size,
+        )
 
-    def _auto_buffer(self) -> list[_Entry]:
-        handed_out = {sid for r in self._reserved.values() for sid in r.sample_ids}
-        entries = [
-            e for sid, e in self._untrained.items() if sid not in handed_out and self._counts(e)
-        ]
-        return self._compute_buffer(entries, limit=self.sample2job.buffer_size)
-
-    def _manual_buffer(self) -> list[_Entry]:
+    def _manual_buffer(self) -> list[Entry]:
         # The client's choice, limited to what this trainer has not trained (a sample trains
         # once per trainer, whoever chose it), plus the rest of each group it touches: a
         # unit's samples train in the same job (P-SET-19, P-BUF-5).
-        handed_out = {sid for r in self._reserved.values() for sid in r.sample_ids}
+        handed_out = self._handed_out()
         chosen = [
-            self._untrained[stored.id]
+            entry
             for stored in self.samples.manual_buffer(self._trainer)
-            if stored.id in self._untrained and stored.id not in handed_out
+            if stored.id not in handed_out and (entry := self._untrained.get(stored.id))
         ]
         groups = {e.sample.group_id for e in chosen if e.sample.group_id is not None}
-        ids = {str(e.sample.sample_id) for e in chosen}
+        ids = {e.sample_id for e in chosen}
         mates = [
             e
-            for sid, e in self._untrained.items()
-            if e.sample.group_id in groups and sid not in ids and sid not in handed_out
+            for e in self._untrained.group_mates(groups)
+            if e.sample_id not in ids and e.sample_id not in handed_out
         ]
-        entries = sorted(chosen + mates, key=lambda e: e.position)
-        return self._compute_buffer([e for e in entries if self._counts(e)], limit=None)
+        return self._untrained.buffer_of(sorted(chosen + mates, key=lambda e: e.position))
 
-    def _without_removed_uploads(self, buffer: list[_Entry]) -> list[_Entry]:
+    def _without_removed_uploads(self, buffer: list[Entry]) -> list[Entry]:
         # An upload whose item left the scenario is forgotten (P-UP-2): check the buffer's
         # uploads against the store, a query bounded by the buffer's size.
         uploads = [e.sample.sample_id for e in buffer if e.origin == "upload"]
@@ -287,8 +249,7 @@ class TrainingPipeline:
             return buffer
         present = {s.id for s in self.samples.get([str(u) for u in uploads])}
         gone = {u for u in uploads if u not in present}
-        for sample_id in gone:
-            self._untrained.pop(str(sample_id), None)
+        self._untrained.remove(str(sample_id) for sample_id in gone)
         return [e for e in buffer if e.sample.sample_id not in gone] if gone else buffer
 
     def buffer(self) -> tuple[Sample, ...]:
@@ -345,7 +306,8 @@ class TrainingPipeline:
         if instruction is not None:
             data_id = f"{self.context.scenario}:instruction:{instruction.request_id}"
         else:
-            first = self._untrained[str(samples[0].sample_id)]
+            first = self._untrained.get(str(samples[0].sample_id))
+            assert first is not None  # the buffer holds untrained samples only
             data_id = self._unused_data_id(f"{self.context.scenario}:data:{first.position.seq}")
         data = self.sample2job.make_job_data(samples, data_id)
         if data.id != data_id:
@@ -452,8 +414,7 @@ class TrainingPipeline:
         del self._reserved[data_id]
         # The commit made these ends durable: forget them, so no later commit counts them again.
         self.record2sample.release_records(released)
-        for sample_id in consumed:
-            self._untrained.pop(sample_id, None)
+        self._untrained.remove(consumed)
         ids = tuple(f"sample:{sample_id}" for sample_id in consumed)
         if instruction is not None:
             self._instructions.remove(instruction)
@@ -572,8 +533,12 @@ class TrainingPipeline:
     # -- the stages' other hooks -----------------------------------------------------------
 
     def observe_serving_artifact_id(self, artifact_id: str) -> None:
-        """The scenario serves ``artifact_id`` now (P-STALE-5)."""
+        """The scenario serves ``artifact_id`` now (P-STALE-5): a new one ages the untrained
+        samples, so each is judged again."""
         self.record2sample.observe_serving_artifact_id(artifact_id)
+        if artifact_id != self._serving:
+            self._serving = artifact_id
+            self._untrained.rejudge()
 
     def made_samples(self) -> None:
         """Store the samples the stage made from no record set (P-PIPE-11)."""
@@ -601,6 +566,7 @@ class TrainingPipeline:
         self.context = context
         self.record2sample.context_changed(context)
         self.sample2job.context = context
+        self._untrained.rejudge()
 
     def status(self) -> JSON:
         """The stages' status merged, with ``ready_samples`` and ``buffer_size`` (P-BUF-8), and
@@ -616,12 +582,6 @@ class TrainingPipeline:
         ready = len(self.buffer())
         counts = DropCounters(self.samples.database, self.context.scenario).counts()
         ending = Counter(self.record2sample.ended_records().values())
-        stale_ids, stale_groups = self._stale(self._untrained.values())
-        held = sum(
-            1
-            for sample_id, entry in self._untrained.items()
-            if sample_id not in stale_ids and entry.sample.group_id in stale_groups
-        )
         return {
             **self.record2sample.status(),
             **self.sample2job.status(),
@@ -633,15 +593,25 @@ class TrainingPipeline:
             "dropped": dict(sorted(counts.get(self._trainer, {}).items())),
             "scenario_dropped": dict(sorted(counts.get(None, {}).items())),
             "ending_records": dict(sorted(ending.items())),
-            "stale_samples": len(stale_ids),
-            "held_with_stale_group": held,
+            "stale_samples": self._untrained.stale_count,
+            "held_with_stale_group": self._untrained.held_with_stale_group,
             "refused_samples": len(self._refused),
         }
 
     def stale_sample_ids(self) -> frozenset[str]:
-        """The untrained samples this trainer leaves out of its buffer as stale, as they are
-        now (P-BUF-4); the trainer writes them for others to see (``StaleSamples``)."""
-        return frozenset(self._stale(self._untrained.values())[0])
+        """The untrained samples this trainer leaves out of its buffer as stale, as judged now
+        (P-BUF-4)."""
+        return self._untrained.stale_ids()
+
+    def write_stale_marks(self) -> None:
+        """Write what changed in the stale set since the last call to the store's stale marks
+        (``StaleSamples``), for other processes to show; the first call of a pipeline
+        replaces every mark of its trainer. The cost is that of the change."""
+        changes = self._untrained.take_stale_changes()
+        if changes.whole is not None:
+            self._stale_marks.replace(self._trainer, changes.whole)
+        elif changes:
+            self._stale_marks.change(self._trainer, added=changes.added, removed=changes.removed)
 
     def metrics(self) -> dict[str, float]:
         """The stages' metrics, merged."""

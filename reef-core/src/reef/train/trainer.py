@@ -65,7 +65,6 @@ from reef.storage import (
     RecordStore,
     SampleOfJob,
     ScenarioSettings,
-    StaleSamples,
     TrainerLeases,
     TrainerState,
 )
@@ -308,8 +307,6 @@ class Trainer:
         state = TrainerState(fenced, self.scenario)
         settings = ScenarioSettings(fenced, self.scenario)
         history = JobHistory(fenced, self.scenario)
-        stale_marks = StaleSamples(fenced, self.scenario)
-        stale: frozenset[str] | None = None  # the marks written in this tenure
         cursor: Position | None = None
         try:
             with self.lock:
@@ -336,7 +333,7 @@ class Trainer:
                             running = None
                     snapshot = self.snapshot(pipeline, running, serving)
                     settings.set(snapshot_key(self.name), snapshot)
-                    stale = self._mark_stale(stale_marks, stale, pipeline.stale_sample_ids())
+                    pipeline.write_stale_marks()
                 if not busy or running is not None:
                     self._wake.wait(self.settings.poll_interval)
                     self._wake.clear()
@@ -518,16 +515,6 @@ class Trainer:
         return artifact.artifact_id
 
     # -- status ----------------------------------------------------------------------------
-
-    def _mark_stale(
-        self, marks: StaleSamples, written: frozenset[str] | None, now: frozenset[str]
-    ) -> frozenset[str]:
-        """Write the samples left out as stale when they changed; returns what is written."""
-        if written is None:
-            marks.replace(self.name, now)
-        elif now != written:
-            marks.change(self.name, added=now - written, removed=written - now)
-        return now
 
     def _note_error(self, where: str, exc: BaseException) -> None:
         detail = traceback.format_exception_only(exc)[-1].strip()
