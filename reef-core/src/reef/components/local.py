@@ -315,7 +315,7 @@ class LocalComponent:
         return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
 
     def _micro_batches(self, refs: Sequence[SequenceRef]) -> Iterator[Sequence[SequenceRef]]:
-        size = self.settings.micro_batch_size or len(refs)
+        size = self.settings.micro_batch_size or max(len(refs), 1)  # none: a job of no sample
         for start in range(0, len(refs), size):
             yield refs[start : start + size]
 
