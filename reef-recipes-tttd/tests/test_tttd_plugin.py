@@ -10,9 +10,9 @@ from pathlib import Path
 
 from reef import PluginKind, Plugins, load_deployment
 from reef.testing import ENTRY_POINT_GROUP
-from reef_tttd.grid import TTTDSamples
-from reef_tttd.job_data import TTTDJobData
-from reef_tttd.recipe import TTTDRecipe
+from reef_tttd.recipe import SDPORecipe, TTTDRecipe
+from reef_tttd.sdpo import SDPOJobData, SDPOSamples
+from reef_tttd.tttd import TTTDJobData, TTTDSamples
 
 
 def test_entry_point_is_declared_by_this_distribution() -> None:
@@ -29,6 +29,9 @@ def test_loading_it_registers_the_recipe_and_its_stages() -> None:
     assert plugins.resolve(PluginKind.RECIPE, "tttd") is TTTDRecipe
     assert plugins.resolve(PluginKind.RECORD2SAMPLE, "TTTDSamples") is TTTDSamples
     assert plugins.resolve(PluginKind.SAMPLE2JOB, "TTTDJobData") is TTTDJobData
+    assert plugins.resolve(PluginKind.RECIPE, "sdpo") is SDPORecipe
+    assert plugins.resolve(PluginKind.RECORD2SAMPLE, "SDPOSamples") is SDPOSamples
+    assert plugins.resolve(PluginKind.SAMPLE2JOB, "SDPOJobData") is SDPOJobData
     registration = plugins.registration(PluginKind.RECIPE, "tttd")
     assert registration is not None
     assert registration.distribution == "reef-recipes-tttd"
@@ -48,6 +51,14 @@ def test_a_deployment_names_the_recipe_without_job_samples() -> None:
         environ={},
     )
     assert deployment.scenarios["discover"].recipe.class_ == "tttd"
+    deployment = load_deployment(
+        "scenarios:\n  learn:\n    recipe: {class: sdpo, config: {distillation_weight: 0.5}}\n"
+        "    pipeline:\n"
+        "      record2sample: {config: {steps: 4, groups_per_step: 2, rollouts_per_group: 4}}\n",
+        plugins=plugins,
+        environ={},
+    )
+    assert deployment.scenarios["learn"].recipe.class_ == "sdpo"
 
 
 def test_reef_plugins_lists_them() -> None:
@@ -55,7 +66,7 @@ def test_reef_plugins_lists_them() -> None:
     listing = subprocess.run(
         [str(reef), "plugins"], capture_output=True, text=True, timeout=60, check=True
     ).stdout
-    for name in ("tttd", "TTTDSamples", "TTTDJobData"):
+    for name in ("tttd", "TTTDSamples", "TTTDJobData", "sdpo", "SDPOSamples", "SDPOJobData"):
         assert any(
             line.split()[:1] == [name] and "reef-recipes-tttd" in line
             for line in listing.splitlines()

@@ -1,4 +1,4 @@
-"""TTTD and SDPO for Reef (the step grid); the ``tttd`` plugin."""
+"""TTTD and SDPO for Reef, on a runner's step grid; the ``tttd`` plugin."""
 
 from reef_tttd.version import __version__
 

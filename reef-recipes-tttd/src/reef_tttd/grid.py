@@ -1,31 +1,37 @@
-"""TTTD's record-to-sample stage: reports of an external runner, collected into a step grid.
+"""The step grid both recipes collect: reports of an external runner, one fixed unit per step.
 
-A TTTD run is a grid: ``steps`` steps, each of ``groups_per_step`` comparison groups of
-``rollouts_per_group`` rollouts. The runner (the discovery loop: it picks a state from its
-archive, asks the served policy for attempts, scores them) reports each rollout with its cell
-in ``metadata.tttd``: ``{"step": s, "group": g, "rollout": i}``, zero-based. The grid is
-configured once, here (:class:`TTTDSamples`); the sample-to-job stage reads it from this stage
-(P-STG-9).
+A run is a grid: ``steps`` steps, each of ``groups_per_step`` comparison groups of
+``rollouts_per_group`` rollouts. The runner reports each rollout with its cell in the report's
+metadata, under the recipe's key (``metadata.tttd`` or ``metadata.sdpo``):
+``{"step": s, "group": g, "rollout": i}``, zero-based. The grid is configured once, on the
+record-to-sample stage (:class:`StepGridSamples`); the sample-to-job stage reads it from that
+stage (P-STG-9, :class:`StepGridJobData`).
 
 The collection group is the step: it spans every comparison group of the step (P-REP-10), so a
 step trains as one unit, in one job. :class:`StepGrid` decides:
 
 - a step is READY when every cell is in and every call of it was answered by one artifact;
 - a complete step of mixed artifacts is DISCARDED and listed in ``status()`` under
-  ``tttd.invariant_failures``: it will never train, and the runner must stop waiting for it
+  ``<key>.invariant_failures``: it will never train, and the runner must stop waiting for it
   (P-BUF-8);
 - a step the runner left is abandoned: when a report opens a step ``open_steps`` or more ahead
-  of an open step, that step can no longer complete (TTT-Discover samples each step from the
+  of an open step, that step can no longer complete (both methods sample each step from the
   weights the previous step trained) and its reports end as ``step_abandoned``;
 - a report without a valid cell, outside the grid, without a score, or for a step that was
-  decided or abandoned ends without training, counted by reason in ``tttd.refused_reports``.
+  decided or abandoned ends without training, counted by reason in ``<key>.refused_reports``.
+
+A step is one fixed unit, so a job's data is one step: :class:`StepGridJobData` passes the
+step's size as ``max_job_samples`` and a larger ``job_samples`` (or ``buffer_size``) is refused
+with ``PluginConfigError`` (P-SIZE-4); without ``job_samples`` a job is one step. Each sample's
+group becomes its comparison group within the step (the store groups the whole step), so the
+component compares a rollout with the others of its group only.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Hashable, Mapping
-from typing import Any, ClassVar
+from collections.abc import Hashable, Mapping, Sequence
+from typing import Any, ClassVar, Self
 
 import attrs
 
@@ -33,21 +39,23 @@ from reef import (
     JSON,
     GroupDecision,
     PipelineContext,
+    PluginConfigError,
     PluginSettings,
     Record,
+    Record2Sample,
     Record2SampleSettings,
     Report,
     ReportContext,
     ReportGrouping,
     ReportSamples,
     Sample,
+    Sample2Job,
+    Sample2JobSettings,
     SampleAssembly,
     SkippedReport,
     config_option,
 )
 
-#: The report metadata key that holds a rollout's cell.
-CELL_KEY = "tttd"
 #: The reason a step's reports end when the runner left the step.
 STEP_ABANDONED = "step_abandoned"
 
@@ -65,7 +73,7 @@ class Cell:
 
 
 @attrs.frozen
-class TTTDSamplesSettings(Record2SampleSettings):
+class StepGridSettings(Record2SampleSettings):
     """The step grid (configured once, P-STG-9), beside ``max_staleness``."""
 
     steps: int = config_option(
@@ -92,11 +100,20 @@ def _index(value: object) -> int | None:
 
 
 class StepGrid(ReportGrouping):
-    """TTTD's grouping (see the module's documentation): the step is the collection group."""
+    """The grid's grouping (see the module's documentation): the step is the collection group.
+
+    :param cell_key: the report metadata key of a rollout's cell.
+    """
 
     def __init__(
-        self, steps: int, groups_per_step: int, rollouts_per_group: int, open_steps: int
+        self,
+        cell_key: str,
+        steps: int,
+        groups_per_step: int,
+        rollouts_per_group: int,
+        open_steps: int,
     ) -> None:
+        self.cell_key = cell_key
         self.steps = steps
         self.groups_per_step = groups_per_step
         self.rollouts_per_group = rollouts_per_group
@@ -118,7 +135,7 @@ class StepGrid(ReportGrouping):
 
     def cell(self, report: Report) -> Cell | str:
         """The report's cell, or the reason it has none."""
-        raw = report.metadata.get(CELL_KEY)
+        raw = report.metadata.get(self.cell_key)
         if not isinstance(raw, Mapping):
             return "no_cell"
         step, group, rollout = (_index(raw.get(k)) for k in ("step", "group", "rollout"))
@@ -210,13 +227,15 @@ class StepGrid(ReportGrouping):
         }
 
 
-class TTTDSamples(ReportSamples):
-    """TTTD's record-to-sample stage: each report one sample, each step one unit.
+class StepGridSamples(ReportSamples):
+    """The record-to-sample stage of a grid: each report one sample, each step one unit.
 
-    :param steps: see :class:`TTTDSamplesSettings`; so are the other keyword arguments.
+    :param steps: see :class:`StepGridSettings`; so are the other keyword arguments.
     """
 
-    Settings: ClassVar[type[PluginSettings]] = TTTDSamplesSettings
+    Settings: ClassVar[type[PluginSettings]] = StepGridSettings
+    #: Extension point: the report metadata key of a rollout's cell, and of the stage's status.
+    cell_key: ClassVar[str]
 
     def __init__(
         self,
@@ -228,7 +247,7 @@ class TTTDSamples(ReportSamples):
         open_steps: int = 1,
         max_staleness: int = 0,
     ) -> None:
-        self.grid = StepGrid(steps, groups_per_step, rollouts_per_group, open_steps)
+        self.grid = StepGrid(self.cell_key, steps, groups_per_step, rollouts_per_group, open_steps)
         super().__init__(context, self.grid, max_staleness=max_staleness)
 
     def push(self, record: Record) -> None:
@@ -240,12 +259,117 @@ class TTTDSamples(ReportSamples):
                 self.discard_open_group(step, STEP_ABANDONED)
 
     def make_sample(self, context: ReportContext) -> Sample | SkippedReport:
-        """The rollout's trajectory (every reply trains) with its score and its cell."""
+        """The rollout's trajectory (every reply trains) with its score, and its cell (and what
+        :meth:`cell_metadata` adds) in the sample's metadata under :attr:`cell_key`."""
         cell = self.grid.cell(context.report)
         assert isinstance(cell, Cell)
         sample = SampleAssembly(accept_multi_turn_policy_samples=True).build(context)
-        return attrs.evolve(sample, metadata={**sample.metadata, CELL_KEY: cell.as_json()})
+        entry = {**cell.as_json(), **self.cell_metadata(context)}
+        return attrs.evolve(sample, metadata={**sample.metadata, self.cell_key: entry})
+
+    def cell_metadata(self, context: ReportContext) -> JSON:
+        """Extension point: what the method keeps of the report beside its cell; none."""
+        del context
+        return {}
 
     def status(self) -> dict[str, Any]:
-        """The base status, with the grid's under ``tttd``."""
-        return {**super().status(), CELL_KEY: self.grid.status()}
+        """The base status, with the grid's under :attr:`cell_key`."""
+        return {**super().status(), self.cell_key: self.grid.status()}
+
+
+@attrs.frozen
+class StepGridJobSettings(Sample2JobSettings):
+    """The job size keys; ``job_samples`` defaults to one step of the grid."""
+
+
+class StepGridJobData(Sample2Job):
+    """The sample-to-job stage of a grid (see the module's documentation).
+
+    :param max_job_samples: the samples of one step of the grid.
+    :raises PluginConfigError: for a ``job_samples`` or ``buffer_size`` above one step.
+    """
+
+    Settings: ClassVar[type[PluginSettings]] = StepGridJobSettings
+    #: Extension point: the record-to-sample stage that owns this stage's grid.
+    samples_class: ClassVar[type[StepGridSamples]]
+
+    def __init__(
+        self,
+        context: PipelineContext,
+        *,
+        job_samples: int,
+        max_job_samples: int,
+        buffer_size: int | None = None,
+    ) -> None:
+        super().__init__(
+            context,
+            job_samples=job_samples,
+            buffer_size=buffer_size,
+            max_job_samples=max_job_samples,
+        )
+        if self.buffer_size > max_job_samples:
+            raise PluginConfigError(
+                type(self).__name__,
+                "$.buffer_size",
+                f"{self.buffer_size} is more than one step of the grid ({max_job_samples}):"
+                " a job trains one step",
+            )
+
+    @classmethod
+    def grid_of(cls, record2sample: Record2Sample) -> StepGrid:
+        """The step grid of ``record2sample``, the stage that owns it (P-STG-9).
+
+        :raises PluginConfigError: when the record-to-sample stage is not :attr:`samples_class`.
+        """
+        if not isinstance(record2sample, cls.samples_class):
+            raise PluginConfigError(
+                cls.__name__,
+                "$",
+                f"reads the step grid from {cls.samples_class.__name__}, but the record-to-sample"
+                f" stage is {type(record2sample).__name__}: name {cls.samples_class.__name__}"
+                " in pipeline.record2sample",
+            )
+        return record2sample.grid
+
+    @classmethod
+    def max_job_samples_for(cls, record2sample: Record2Sample) -> int | None:
+        """One step of the grid (P-SIZE-4)."""
+        return cls.grid_of(record2sample).step_samples
+
+    @classmethod
+    def from_settings(
+        cls,
+        settings: Sample2JobSettings,
+        *,
+        context: PipelineContext,
+        record2sample: Record2Sample,
+        environ: Mapping[str, str],
+    ) -> Self:
+        """The stage with the grid's step size read from ``record2sample``; each other settings
+        field is a keyword argument of the constructor."""
+        del environ
+        step = cls.grid_of(record2sample).step_samples
+        keywords = settings.as_keywords()
+        keywords["job_samples"] = settings.job_samples or step
+        return cls(context, max_job_samples=step, **keywords)
+
+    def cell_of(self, sample: Sample) -> Mapping[str, Any]:
+        """The sample's cell (and what its stage kept beside it).
+
+        :raises ValueError: for a sample another stage made.
+        """
+        key = self.samples_class.cell_key
+        cell = sample.metadata.get(key)
+        if not isinstance(cell, Mapping) or "group" not in cell:
+            raise ValueError(
+                f"sample {sample.sample_id} has no {key} cell in its metadata: only"
+                f" {self.samples_class.__name__} makes {type(self).__name__}'s samples"
+            )
+        return cell
+
+    def in_comparison_groups(self, samples: Sequence[Sample]) -> list[Sample]:
+        """Each sample in its comparison group within its step: ``<store group>/<group>``."""
+        return [
+            attrs.evolve(sample, group_id=f"{sample.group_id}/{self.cell_of(sample)['group']}")
+            for sample in samples
+        ]

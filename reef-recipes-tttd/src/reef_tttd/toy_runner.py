@@ -45,12 +45,12 @@ serving:
   engine: local
 scenarios:
   {scenario}:
-    recipe: tttd
+    recipe: {recipe}
     pipeline:
       record2sample:
         config: {{steps: {steps}, groups_per_step: {groups}, rollouts_per_group: {rollouts}}}
       sample2job:
-        config: {{advantage: {{estimator: {estimator}}}}}
+        config: {sample2job}
     training:
       component: local
       options:
@@ -60,7 +60,7 @@ scenarios:
         d_model: 32
         n_layers: 1
         n_heads: 2
-        max_seq_len: 128
+        max_seq_len: 384
 """
 
 
@@ -71,19 +71,29 @@ def toy_deployment(
     steps: int,
     groups: int,
     rollouts: int,
+    recipe: str = "tttd",
     scenario: str = "discover",
     estimator: str = "entropic",
+    distillation_weight: float = 0.5,
     learning_rate: float = 0.05,
 ) -> str:
-    """A deployment (YAML) whose scenario runs TTTD on a small TinyGPT, trained by the local
-    component and served by the local engine: what the toy runner runs against."""
+    """A deployment (YAML) whose scenario runs ``recipe`` (``tttd`` with ``estimator``, or
+    ``sdpo`` with ``distillation_weight``; a sibling scoring 0.5 succeeds) on a small TinyGPT,
+    trained by the local component and served by the local engine: what the toy runner runs
+    against."""
+    if recipe == "sdpo":
+        recipe = f"{{class: sdpo, config: {{distillation_weight: {distillation_weight}}}}}"
+        sample2job = "{success_threshold: 0.5}"
+    else:
+        sample2job = f"{{advantage: {{estimator: {estimator}}}}}"
     return _DEPLOYMENT.format(
         url=url,
         scenario=scenario,
+        recipe=recipe,
         steps=steps,
         groups=groups,
         rollouts=rollouts,
-        estimator=estimator,
+        sample2job=sample2job,
         state_dir=state_dir,
         batch=groups * rollouts,
         learning_rate=learning_rate,
@@ -93,6 +103,11 @@ def toy_deployment(
 def vowel_score(text: str) -> float:
     """The share of ``text``'s characters that are vowels (0 for an empty text)."""
     return sum(c in VOWELS for c in text) / len(text) if text else 0.0
+
+
+def vowel_feedback(text: str) -> str:
+    """What the toy environment says of an attempt, for SDPO's teacher."""
+    return f"{vowel_score(text):.0%} of your characters are vowels; write only vowels: aeiou."
 
 
 class StepFailed(RuntimeError):
@@ -123,6 +138,8 @@ class ToyRunner:
     :param scenario: a scenario whose recipe is ``tttd``, with this grid.
     :param run: the prefix of every report id, so that two runs never share one.
     :param archive_size: how many of the best attempts the archive keeps as states.
+    :param cell_key: the recipe's report metadata key of a cell: ``tttd`` or ``sdpo``.
+    :param feedback: gives each report textual feedback on its attempt (SDPO's teacher reads it).
     :param timeout: the longest wait for one step to train, in seconds.
     """
 
@@ -138,6 +155,8 @@ class ToyRunner:
         archive_size: int = 4,
         timeout: float = 120.0,
         token: str | None = None,
+        cell_key: str = "tttd",
+        feedback: bool = False,
     ) -> None:
         self.url = url.rstrip("/")
         self.scenario = scenario
@@ -147,6 +166,8 @@ class ToyRunner:
         self.max_tokens = max_tokens
         self.archive_size = archive_size
         self.timeout = timeout
+        self.cell_key = cell_key
+        self.feedback = feedback
         self.headers = {"content-type": "application/json"}
         if token is not None:
             self.headers["authorization"] = f"Bearer {token}"
@@ -188,15 +209,19 @@ class ToyRunner:
         record = {k.lower(): v for k, v in headers.items()}["x-reef-record-id"]
         return reply["choices"][0]["message"]["content"] or "", record
 
-    def report(self, step: int, group: int, rollout: int, record: str, score: float) -> None:
-        """Report one rollout with its cell."""
-        body = {
+    def report(self, step: int, group: int, rollout: int, record: str, reply: str) -> float:
+        """Score one rollout and report it with its cell (and feedback); returns the score."""
+        score = vowel_score(reply)
+        body: dict[str, Any] = {
             "id": f"{self.run}-s{step}-g{group}-r{rollout}",
             "references": [record],
             "score": score,
-            "metadata": {"tttd": {"step": step, "group": group, "rollout": rollout}},
+            "metadata": {self.cell_key: {"step": step, "group": group, "rollout": rollout}},
         }
+        if self.feedback:
+            body["feedback"] = vowel_feedback(reply)
         self._request("POST", f"/reef/scenarios/{self.scenario}/reports", body)
+        return score
 
     def step(self, step: int) -> StepResult:
         """Run, report and wait for one step of the grid."""
@@ -207,8 +232,7 @@ class ToyRunner:
             state = states[group % len(states)]
             for rollout in range(self.rollouts):
                 reply, record = self.attempt(state)
-                score = vowel_score(reply)
-                self.report(step, group, rollout, record, score)
+                score = self.report(step, group, rollout, record, reply)
                 scores.append(score)
                 self.archive.append((score, reply))
         self.archive = sorted(self.archive, key=lambda entry: -entry[0])[: self.archive_size]
@@ -238,7 +262,7 @@ class ToyRunner:
         deadline = time.monotonic() + self.timeout
         while time.monotonic() < deadline:
             trainer = self.trainer_status()
-            grid = trainer["pipeline"].get("tttd") or {}
+            grid = trainer["pipeline"].get(self.cell_key) or {}
             failures = [f for f in grid.get("invariant_failures", ()) if f["step"] == step]
             if failures or step in grid.get("abandoned_steps", ()):
                 raise StepFailed(f"step {step} will not train: {failures or 'abandoned'}")
@@ -246,6 +270,12 @@ class ToyRunner:
                 return
             time.sleep(0.2)
         raise TimeoutError(f"step {step} did not train within {self.timeout}s")
+
+    def job_metrics(self) -> list[Mapping[str, Any]]:
+        """The metrics of the scenario's jobs that ended, oldest first (``GET
+        /reef/scenarios/<scenario>/jobs``)."""
+        page, _ = self._request("GET", f"/reef/scenarios/{self.scenario}/jobs")
+        return [job["metrics"] or {} for job in page["jobs"] if job["event"] == "finished"]
 
     def run_steps(self, steps: int) -> list[StepResult]:
         """Every step of the run, in order."""
@@ -261,6 +291,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--groups", type=int, required=True)
     parser.add_argument("--rollouts", type=int, required=True)
     parser.add_argument("--run", default="toy")
+    parser.add_argument("--recipe", choices=("tttd", "sdpo"), default="tttd")
     parser.add_argument("--token")
     args = parser.parse_args(argv)
     runner = ToyRunner(
@@ -270,6 +301,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         rollouts=args.rollouts,
         run=args.run,
         token=args.token,
+        cell_key=args.recipe,
+        feedback=args.recipe == "sdpo",
     )
     try:
         for step in range(args.steps):
