@@ -1,0 +1,246 @@
+"""Rules that a hand-made mutant of the code once broke while the whole suite still passed: each
+test here fails with that mutant (recorded beside it) and passes with the code as it is.
+
+- P-STALE-5: the trainer tells the pipeline what it serves before each reservation, so a sample
+  made under an artifact the trainer has since replaced is left out (mutant: the trainer never
+  calls ``observe_serving_artifact_id``).
+- P-SET-10: an abort in *any* call of a record set rejects the set (mutant: only the last call's
+  abort counts).
+- P-BUF-3: the buffer keeps the first sample's kind when two kinds both count (mutant: the last
+  sample's kind).
+- P-SET-13: a record holds the exchange with the provider and nothing made for training.
+- P-STG-15: the stages compute nothing numeric: rewards reach the job as they were given
+  (mutant: a stage centres a group's rewards, an advantage), and no stage module imports a
+  numeric library.
+"""
+
+from __future__ import annotations
+
+import ast
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+
+from reef.components.interface import Artifact, JobHandle
+from reef.core.job_data import JobData, JobOutcome, TaskSample, TrajectorySample, sample_body
+from reef.core.records import InferenceRecord, RecordFormatError, from_json, to_json
+from reef.pipeline_context import PipelineContext
+from reef.record2sample import ReportSamples
+from reef.record2sample.no_samples import NoSamples
+from reef.sample2job import GroupedJobData
+from reef.storage import Database, NewSample, TrainerSamples
+from reef.testing.components import RecordingComponent
+from reef.testing.records import call, report
+from reef.train.pipeline import TrainingPipeline
+from reef.train.trainer import Trainer, TrainerParts, TrainerSettings
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "reef"
+
+
+# -- P-STALE-5 ---------------------------------------------------------------------------------
+
+
+class PublishingComponent(RecordingComponent):
+    """Publishes a new artifact after each finished job: ``art-0`` before any, then ``art-1``..."""
+
+    def __init__(self, expected_jobs: int) -> None:
+        super().__init__(expected_jobs)
+        self.finished = 0
+        self._lock = threading.Lock()
+
+    def poll(self, handle: JobHandle) -> JobOutcome | None:
+        with self._lock:
+            self.finished += 1
+        return JobOutcome(handle.job_id, self.name, "finished")
+
+    def publish(self) -> Artifact:
+        with self._lock:
+            return Artifact(f"art-{self.finished}", Path("."))
+
+
+def made_under(artifact: str, reward: float) -> dict[str, Any]:
+    """A trajectory sample's body whose last call was answered by ``artifact``."""
+    trajectory = {
+        "steps": [],
+        "extra": {"reef": {"records": [{"id": "c", "artifact_id": artifact}]}},
+    }
+    return sample_body(TrajectorySample(trajectory, reward=reward))
+
+
+def test_the_trainer_leaves_out_samples_of_an_artifact_it_no_longer_serves(
+    storage_database: Database,
+) -> None:
+    """rule: P-STALE-5 -- at each reservation the trainer gives the pipeline the artifact it
+    serves. Group g1 trains under art-0; the job's end publishes art-1; g2, made under art-0,
+    is now one artifact behind (max_staleness 0) and is left out, while g3, made under art-1,
+    trains."""
+    samples = TrainerSamples(storage_database, "s")
+    samples.register_trainer("c", reads_uploads=False)
+    for group, artifact in (("g1", "art-0"), ("g2", "art-0"), ("g3", "art-1")):
+        unit = [
+            NewSample(f"{group}-{i}", "trajectory", made_under(artifact, float(i)))
+            for i in range(2)
+        ]
+        samples.add_record_samples("c", unit, [f"record-{group}"])
+    component = PublishingComponent(expected_jobs=2)
+
+    def build(database: Database) -> TrainerParts:
+        context = PipelineContext("s", "c", has_runtime_loader=True)
+        pipeline = TrainingPipeline(
+            NoSamples(context, max_staleness=0),
+            GroupedJobData(context, job_samples=2, buffer_size=2),
+            samples=TrainerSamples(database, "s"),
+            context=context,
+        )
+        return TrainerParts(pipeline, component)
+
+    trainer = Trainer(
+        "s",
+        "c",
+        database=storage_database,
+        build=build,
+        settings=TrainerSettings(poll_interval=0.05),
+    )
+    trainer.start()
+    try:
+        assert component.all_submitted.wait(30)
+    finally:
+        trainer.stop(30)
+    jobs = [[str(s.sample_id) for s in data.samples] for data in component.submitted]
+    assert jobs[:2] == [["g1-0", "g1-1"], ["g3-0", "g3-1"]]
+    assert {s.id for s in samples.untrained("c")} == {"g2-0", "g2-1"}
+
+
+# -- P-SET-10 ----------------------------------------------------------------------------------
+
+
+def test_an_abort_in_an_earlier_call_rejects_the_whole_set() -> None:
+    """rule: P-SET-10 -- the first call of the trajectory was broken off by the engine, the last
+    one was not: the report and both calls still end as engine aborts."""
+    stage = ReportSamples(PipelineContext("s", "c"))
+    for record in (call("c1", 1, finish="abort"), call("c2", 2), report("r", "c2")):
+        stage.push(record)
+    assert stage.ready_units() == ()
+    assert stage.ended_records() == {
+        "c1": "engine_abort",
+        "c2": "engine_abort",
+        "r": "engine_abort",
+    }
+
+
+# -- P-BUF-3 -----------------------------------------------------------------------------------
+
+
+class BothKinds(GroupedJobData):
+    """A sample-to-job stage with job parameters for trajectories and for tasks."""
+
+    job_parameter_kinds = frozenset({"trajectory", "task"})
+
+
+def test_the_buffer_keeps_the_first_kind_when_both_count(storage_database: Database) -> None:
+    """rule: P-BUF-3 -- two kinds that both count: the buffer is of the first sample's kind,
+    whichever kind that is."""
+    for trainer, first in (("traj-first", "trajectory"), ("task-first", "task")):
+        context = PipelineContext("s", trainer)
+        store = TrainerSamples(storage_database, "s")
+        store.register_trainer(trainer, reads_uploads=False)
+        pipeline = TrainingPipeline(
+            NoSamples(context),
+            BothKinds(context, job_samples=1, buffer_size=10),
+            samples=TrainerSamples(storage_database, "s"),
+            context=context,
+        )
+        trajectory = NewSample(
+            f"{trainer}-t", "trajectory", sample_body(TrajectorySample({"steps": []}, reward=1.0))
+        )
+        task = TaskSample(f"{trainer}-k", {"instruction": "x"})
+        as_task = NewSample(f"{trainer}-k", "task", sample_body(task))
+        ordered = [trajectory, as_task] if first == "trajectory" else [as_task, trajectory]
+        for sample in ordered:
+            store.add_samples(trainer, [sample])
+        assert [s.kind for s in pipeline.buffer()] == [first], trainer
+        pipeline.close(1)
+
+
+# -- P-SET-13 ----------------------------------------------------------------------------------
+
+
+def test_a_record_holds_the_exchange_and_nothing_made_for_training() -> None:
+    """rule: P-SET-13 -- an inference record is the request and the response as the provider
+    gave them, with where and when: no token ids, no log-probabilities of its own, no tensors.
+    Its stored JSON has exactly these keys, the response comes back as it was, and a body
+    carrying training data is not a record."""
+    response = {
+        "choices": [
+            {
+                "message": {"role": "assistant", "content": "hi"},
+                "logprobs": {"content": [{"token": "hi", "logprob": -0.1}]},
+            }
+        ]
+    }
+    record = InferenceRecord("c1", "s", {"messages": [{"role": "user", "content": "q"}]}, response)
+    exchange = {"id", "scenario", "api_format", "request", "response", "tags", "artifact_id",
+                "started_at", "ended_at", "aborted"}  # fmt: skip
+    assert {field.name for field in attrs.fields(InferenceRecord)} == exchange | {"kind"}
+    stored = to_json(record)
+    assert set(stored) == exchange | {"kind"}
+    assert stored["response"] == response
+    assert from_json(stored) == record
+    for tensor in ("token_ids", "logprobs", "advantages", "loss_mask"):
+        with pytest.raises(RecordFormatError, match=tensor):
+            from_json({**stored, tensor: [1, 2, 3]})
+
+
+# -- P-STG-15 ----------------------------------------------------------------------------------
+
+
+def test_stages_hand_rewards_on_as_given(storage_database: Database) -> None:
+    """rule: P-STG-15 -- a group's rewards reach the job as the feedback gave them: no centring,
+    scaling or advantage is computed before the training component's objective."""
+    context = PipelineContext("s", "c")
+    store = TrainerSamples(storage_database, "s")
+    store.register_trainer("c", reads_uploads=False)
+    rewards = [0.0, 1.0, 1.0, 0.25]
+    unit = [
+        NewSample(f"g-{i}", "trajectory", sample_body(TrajectorySample({"steps": []}, reward=r)))
+        for i, r in enumerate(rewards)
+    ]
+    store.add_record_samples("c", unit, ["record-g"])
+    pipeline = TrainingPipeline(
+        NoSamples(context),
+        GroupedJobData(context, job_samples=4, buffer_size=10),
+        samples=store,
+        context=context,
+    )
+    data = pipeline.build_job_data(1)
+    assert isinstance(data, JobData)
+    assert [s.reward for s in data.samples] == rewards
+    assert all(not _numeric_keys(s.metadata) for s in data.samples)
+    pipeline.close(1)
+
+
+def _numeric_keys(metadata: Mapping[str, Any]) -> list[str]:
+    return [k for k in metadata if k in {"advantage", "advantages", "loss", "baseline"}]
+
+
+def test_no_stage_module_imports_a_numeric_library() -> None:
+    """rule: P-STG-15 -- the stage packages import no numeric library (advantages and losses
+    are the component's objective, which may use them)."""
+    numeric = {"numpy", "torch", "scipy", "statistics", "jax", "pandas"}
+    found = []
+    for package in ("record2sample", "sample2job", "recipe"):
+        for path in sorted((SRC / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                names = []
+                if isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.module:
+                    names = [node.module]
+                found += [
+                    f"{path.relative_to(SRC)}: {n}" for n in names if n.split(".")[0] in numeric
+                ]
+    assert found == []
