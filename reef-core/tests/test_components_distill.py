@@ -328,11 +328,13 @@ def test_the_student_is_its_own_teacher_only_through_more_context(tmp_path: Path
     )
     assert plain.event == "finished", plain.error
     assert plain.metrics["teacher_kl"] == 0.0
+    assert plain.metrics["samples_without_teacher"] == 1  # visible: it learned nothing
     taught = local.wait(
         local.submit(JobData("d:1", [distil_sample("q?", "blue red", hinted)]), parameters)
     )
     assert taught.event == "finished", taught.error
     assert taught.metrics["teacher_kl"] != 0.0
+    assert taught.metrics["samples_without_teacher"] == 0
 
 
 def test_a_teacher_with_another_tokenizer_fails_the_job(tmp_path: Path) -> None:

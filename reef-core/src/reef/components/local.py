@@ -59,7 +59,6 @@ from reef.components.job_runner import JobRunner
 from reef.components.job_samples import (
     POLICY_OBJECTIVES,
     JobParameters,
-    TeacherSettings,
     consumed_lines,
     job_metrics,
     prepare_job,
@@ -68,13 +67,7 @@ from reef.components.objectives import batch_logprobs, batch_loss, token_batch
 from reef.components.scheduling import SequenceRef, StepPlan, plan_steps
 from reef.components.task_rollouts import roll_out_tasks
 from reef.components.task_training import RolloutBatch, model_sampler, task_metrics
-from reef.components.teacher import (
-    EngineTeacher,
-    ModelTeacher,
-    TeacherError,
-    TeacherScorer,
-    distillation_rows,
-)
+from reef.components.teacher import Teachers, distillation_rows, samples_without_teacher
 from reef.components.tiny_gpt import TinyGPT, TinyGPTConfig, TinyGPTModel
 from reef.core.chat_rendering import ChatRenderer, RenderedSequence, Tokenizer
 from reef.core.config import config_option
@@ -180,7 +173,7 @@ class LocalComponent:
             # to the weights of the last finished one by reading them back.
             save_model_folder(current, self._initial_model())
         self._lock = threading.Lock()
-        self._teacher_models: dict[str, ModelTeacher] = {}
+        self._teachers = Teachers(self.device)
         self._load_current()
 
     @classmethod
@@ -319,26 +312,6 @@ class LocalComponent:
         for start in range(0, len(refs), size):
             yield refs[start : start + size]
 
-    def _teacher(self, settings: TeacherSettings) -> TeacherScorer:
-        """The teacher of a distilling job; a local teacher model is loaded once."""
-        if settings.base_url is not None:
-            return EngineTeacher(settings)
-        if settings.model_path is None:
-            return ModelTeacher(self.model, self.device)  # the student at its start weights
-        teacher = self._teacher_models.get(settings.model_path)
-        if teacher is None:
-            model = load_model_folder(Path(settings.model_path), trainable=False)
-            if model.tokenizer.vocab_size != self.model.tokenizer.vocab_size:
-                raise TeacherError(
-                    f"the teacher {settings.model_path} has a vocabulary of "
-                    f"{model.tokenizer.vocab_size} tokens, the student "
-                    f"{self.model.tokenizer.vocab_size}: a teacher scores the student's tokens, "
-                    "so it needs the student's tokenizer"
-                )
-            model.module.to(self.device)
-            teacher = self._teacher_models[settings.model_path] = ModelTeacher(model, self.device)
-        return teacher
-
     def _train(self, data: JobData, job: JobParameters) -> JSON:
         if job.objective == "task_group":
             return self._train_tasks(data, job)
@@ -378,7 +351,7 @@ class LocalComponent:
             token_rows, teacher_kl = distillation_rows(
                 prepared,
                 start,
-                self._teacher(job.distillation.teacher),
+                self._teachers.scorer(job.distillation.teacher, self.model),
                 kl_coef=job.distillation.kl_coef,
             )
 
@@ -403,6 +376,7 @@ class LocalComponent:
         )
         if job.distillation is not None:
             metrics["teacher_kl"] = teacher_kl
+            metrics["samples_without_teacher"] = samples_without_teacher(prepared)
         return metrics
 
     def _train_tasks(self, data: JobData, job: JobParameters) -> JSON:

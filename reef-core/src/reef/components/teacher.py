@@ -27,15 +27,18 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, Protocol
 
 import torch
 
+from reef.components.artifacts import load_model_folder
 from reef.components.causal_lm import CausalLM
 from reef.components.job_samples import PreparedJob, TeacherSettings
 from reef.components.objectives import token_logprobs
 from reef.components.scheduling import SequenceRef
 from reef.core.chat_rendering import RenderedSample, RenderedSequence
+from reef.core.teacher_rendering import sample_teacher
 from reef.errors import ReefError
 
 
@@ -176,6 +179,53 @@ class EngineTeacher:
     def logprobs(self, samples: Sequence[RenderedSample]) -> list[list[float]]:
         """See :class:`TeacherScorer`; one engine call per sequence."""
         return [[v for s in sample.sequences for v in self._score(s)] for sample in samples]
+
+
+class Teachers:
+    """The teachers of a component's distilling jobs; a local teacher model is loaded once.
+
+    :param device: where the component's (and its teachers') forward passes run.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self._models: dict[str, ModelTeacher] = {}
+
+    def scorer(self, settings: TeacherSettings, student: CausalLM) -> TeacherScorer:
+        """The teacher ``settings`` name, for a job of ``student`` (the component's model, at
+        the job's start weights: the teacher when the settings name no other).
+
+        :raises TeacherError: for a teacher folder whose tokenizer is not the student's.
+        """
+        if settings.base_url is not None:
+            return EngineTeacher(settings)
+        if settings.model_path is None:
+            return ModelTeacher(student, self.device)
+        teacher = self._models.get(settings.model_path)
+        if teacher is None:
+            model = load_model_folder(Path(settings.model_path), trainable=False)
+            if model.tokenizer.vocab_size != student.tokenizer.vocab_size:
+                raise TeacherError(
+                    f"the teacher {settings.model_path} has a vocabulary of "
+                    f"{model.tokenizer.vocab_size} tokens, the student "
+                    f"{student.tokenizer.vocab_size}: a teacher scores the student's tokens, "
+                    "so it needs the student's tokenizer"
+                )
+            model.module.to(self.device)
+            teacher = self._models[settings.model_path] = ModelTeacher(model, self.device)
+        return teacher
+
+
+def samples_without_teacher(job: PreparedJob) -> int:
+    """The job's training samples whose teacher request has no ``messages`` (or that have
+    none): scored in the student's own prompt, so under the self teacher their KL is 0 and they
+    train only their reward (the job metric of that name)."""
+    return sum(
+        1
+        for i, _ in job.rendered
+        if (teacher := sample_teacher(job.samples[i].trajectory)) is None
+        or teacher.get("messages") is None
+    )
 
 
 def kl_advantages(
