@@ -24,13 +24,14 @@ pytest.importorskip("starlette")
 pytest.importorskip("httpx")
 
 import httpx
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
 from reef.components.interface import Artifact
 from reef.core.deployment import DeploymentError
 from reef.plugins.scenarios import load_deployment
+from reef.runtime import ReefRuntime
 from reef.server import ServerOptions, create_app
 from reef.server.publication import (
     EngineRoute,
@@ -189,7 +190,7 @@ def test_vllm_adapters_are_loaded_and_each_record_names_the_one_that_answered(
     assert status["served_artifact"] == second.artifact_id
     assert status["publications"] == 2
     assert status["failures"] == 0
-    assert status["unlabelled_answers"] == {"before_first_publication": 1}
+    assert status["unlabelled_answers"] == {"base_model_answered": 1}
 
 
 def test_adapters_stay_loaded_while_a_trainer_may_still_train_their_data(
@@ -253,6 +254,26 @@ def test_an_adapter_another_process_loaded_is_taken_as_loaded(loop_of: Any, tmp_
     assert loop.call()["artifact_id"] == first.artifact_id
 
 
+def test_an_engine_that_restarted_without_the_artifact_gets_it_again(
+    loop_of: Any, tmp_path: Path
+) -> None:
+    loop: Loop = loop_of("vllm")
+    first = artifact(tmp_path, 1)
+    loop.source.current = first
+    loop.publisher.step()
+    loop.engine.adapters.clear()  # vLLM restarted: its adapters are gone
+    response = loop.client.post(
+        f"/scenarios/{SCENARIO}/v1/chat/completions",
+        json={"messages": [{"role": "user", "content": "hi"}]},
+    )
+    assert response.status_code == 404  # vLLM's answer, passed on
+    assert loop.status()["lost"] == 1
+    assert loop.call()["artifact_id"] is None  # the base model answers meanwhile, unnamed
+    loop.publisher.step()
+    assert loop.call()["artifact_id"] == first.artifact_id
+    assert loop.engine.calls["/v1/load_lora_adapter"] == 2
+
+
 def test_sglang_full_weights_name_the_weight_version_that_answered(
     loop_of: Any, tmp_path: Path
 ) -> None:
@@ -269,6 +290,12 @@ def test_sglang_full_weights_name_the_weight_version_that_answered(
     # A streamed answer carries no weight version: labelled as no swap ran meanwhile.
     assert loop.call(stream=True)["artifact_id"] == first.artifact_id
     assert loop.engine.adapters == {}
+    # SGLang restarted on its own weights: the answer says so, and they are published again.
+    loop.engine.weight_version = "default"
+    assert loop.call()["artifact_id"] is None
+    assert loop.status()["lost"] == 1
+    loop.publisher.step()
+    assert loop.call()["artifact_id"] == first.artifact_id
 
 
 def test_an_answer_that_names_other_weights_is_left_unlabelled_and_counted(
@@ -324,6 +351,32 @@ def test_a_publishing_engine_is_checked_when_the_deployment_loads(
         load_deployment(text, plugins=service_test_plugins())
 
 
+@pytest.mark.parametrize(
+    ("training", "problem"),
+    [
+        (
+            '{component: "reef.components.local:LocalComponent",'
+            " options: {state_dir: %(state)s, model_path: %(state)s}}",
+            "vLLM takes trained weights at run time as LoRA adapters only",
+        ),
+        ("{component: noop}", "set training.component to local"),
+    ],
+)
+def test_the_runtime_refuses_weights_the_engine_cannot_take(
+    tmp_path: Path, training: str, problem: str
+) -> None:
+    pytest.importorskip("torch")
+    text = (
+        f'storage: {{url: "sqlite:///{tmp_path}/reef.db"}}\n'
+        'serving: {engine: vllm, url: "http://127.0.0.1:9", model: base}\n'
+        f"scenarios: {{s: {{recipe: servicetest, training: {training}}}}}\n"
+    ) % {"state": tmp_path}
+    plugins = service_test_plugins()
+    deployment = load_deployment(text, plugins=plugins)
+    with pytest.raises(ValueError, match=problem):
+        ReefRuntime(deployment, plugins=plugins, databases={}, run_trainers=False)
+
+
 # -- the invariant, against an engine that fails at random ------------------------------------
 
 
@@ -355,7 +408,9 @@ class FlakyAdmin:
         return artifact_id, {"model": model if artifact_id is not None else BASE}
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=100, deadline=None)
+# A call routed to an adapter that a publication then unloads: the engine answers with another.
+@example(steps=["publish", "step", "publish", "call_after_step"], keep=1)
 @given(
     steps=st.lists(
         st.sampled_from(["publish", "refuse", "step", "call", "call_after_step"]), max_size=40

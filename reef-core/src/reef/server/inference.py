@@ -99,7 +99,7 @@ async def chat_completions(request: Request) -> Response:
     try:
         reply = await scenario.engine.complete(forwarded)
     except EngineError as exc:
-        return _engine_failure(exc)
+        return _engine_failure(exc, publisher, route)
     # The answer as the client gets it, recorded so: its id is the record's.
     body = {**reply.body, "id": record.id}
     record = attrs.evolve(
@@ -178,7 +178,7 @@ async def _stream(
     try:
         started = await scenario.engine.stream(forwarded)
     except EngineError as exc:
-        return _engine_failure(exc)
+        return _engine_failure(exc, publisher, route)
     ledger = service.ledger(scenario)
 
     def finished(assembler: ChunkAssembler, *, aborted: bool) -> InferenceRecord:
@@ -241,7 +241,12 @@ def _error_event(message: str) -> bytes:
     return f"data: {json.dumps({'error': {'message': message, 'type': 'aborted'}})}\n\n".encode()
 
 
-def _engine_failure(exc: EngineError) -> Response:
+def _engine_failure(
+    exc: EngineError, publisher: Publisher | None = None, route: EngineRoute | None = None
+) -> Response:
+    if exc.status == 404 and publisher is not None and route is not None:
+        # The engine does not know the adapter it was sent to: it restarted without it.
+        publisher.lost(route)
     body = ErrorBody(
         "engine_error" if exc.status >= 500 else "invalid_request",
         str(exc),

@@ -308,6 +308,7 @@ class Publisher:
         self._failures = 0
         self._last_publication: JSON | None = None
         self._unlabelled: dict[str, int] = {}
+        self._lost = 0
 
     # -- the thread ------------------------------------------------------------------------
 
@@ -473,12 +474,36 @@ class Publisher:
         if reason is not None:
             with self._changed:
                 self._unlabelled[reason] = self._unlabelled.get(reason, 0) + 1
+        if reason == "unknown_weight_version" and route is not None and route.switch % 2 == 0:
+            # Answered with weights Reef never published, no swap running: the engine
+            # restarted on its own weights.
+            self.lost(route)
         return answered
+
+    def lost(self, route: EngineRoute) -> None:
+        """The engine no longer has what ``route`` names (it restarted): calls go to the base
+        model until the artifact is published again, which starts now."""
+        with self._changed:
+            if self._route is None or self._route.artifact_id != route.artifact_id:
+                return  # already published again, or something newer serves
+            logger.warning(
+                "scenario %s: %s lost %s; publishing it again",
+                self.scenario,
+                self.admin.kind,
+                route.artifact_id,
+            )
+            self._served = None
+            self._route = None
+            name = adapter_name(self.scenario, route.artifact_id)
+            if name in self._loaded:
+                self._loaded.remove(name)
+            self._lost += 1
+        self.wake()
 
     def _confirmed(self, route: EngineRoute | None, body: JSON) -> tuple[str | None, str | None]:
         """The artifact the answer confirms, or ``None`` and why not."""
         if route is None:
-            return None, "before_first_publication"
+            return None, "base_model_answered"
         if self.admin.weights == "adapter":
             if body.get("model") == route.model:
                 return route.artifact_id, None
@@ -511,6 +536,7 @@ class Publisher:
                 "retry_in_seconds": None if pending is None else retry_in,
                 "publications": self._publications,
                 "failures": self._failures,
+                "lost": self._lost,
                 "last_publication": self._last_publication,
                 "last_error": self._last_error,
                 "unlabelled_answers": dict(self._unlabelled),
