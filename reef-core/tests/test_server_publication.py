@@ -43,6 +43,7 @@ from reef.server.publication import (
     adapter_name,
 )
 from reef.server.service_runtime import ServiceRuntime
+from reef.server.status import status_table
 from reef.storage import Database, RecordStore
 from reef.testing.engine_standins import StandInState, sglang_standin, vllm_standin
 from reef.testing.service import serve_on_loopback, service_test_plugins
@@ -191,6 +192,8 @@ def test_vllm_adapters_are_loaded_and_each_record_names_the_one_that_answered(
     assert status["publications"] == 2
     assert status["failures"] == 0
     assert status["unlabelled_answers"] == {"base_model_answered": 1}
+    table = status_table(loop.client.get("/reef/status").json())
+    assert f"{SCENARIO}: vllm serves {second.artifact_id} (2 published, 0 failed" in table
 
 
 def test_adapters_stay_loaded_while_a_trainer_may_still_train_their_data(
