@@ -58,10 +58,6 @@ class DistillRecipe(Recipe):
 
     Settings: ClassVar[type[PluginSettings]] = DistillRecipeSettings
     requires_job_samples: ClassVar[bool] = True
-    job_parameters: ClassVar[Mapping[str, Any]] = {
-        "objective": "importance_sampling",
-        "distillation": {"kl_coef": 1.0},
-    }
 
     @classmethod
     def pipeline_spec(cls) -> PipelineSpec:
