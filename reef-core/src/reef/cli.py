@@ -121,7 +121,8 @@ def _configure_serve(parser: argparse.ArgumentParser) -> None:
         "--lease-ttl",
         type=float,
         default=10.0,
-        help="seconds before another process takes over the trainers of one that died",
+        help="seconds a trainer's lease lasts unrenewed: another process takes over the trainers"
+        " of one that died within 4/3 of this (standbys look every third)",
     )
     parser.add_argument("--log-level", default="info", help="uvicorn's and Reef's log level")
 

@@ -54,8 +54,10 @@ from reef.components.artifacts import ArtifactStore, load_model_folder, save_mod
 from reef.components.byte_tokenizer import ByteTokenizer
 from reef.components.causal_lm import CausalLM
 from reef.components.durable import replace_folder, restore_retired
+from reef.components.faults import fault_point
 from reef.components.interface import Artifact, JobHandle
 from reef.components.job_runner import JobRunner
+from reef.components.json_files import read_json, write_json
 from reef.components.job_samples import (
     POLICY_OBJECTIVES,
     JobParameters,
@@ -78,6 +80,10 @@ from reef.core.records import JSON
 _CURRENT: Final = "current"
 #: The optimizer state, in the folder of the weights it goes with (not part of artifacts).
 _OPTIMIZER: Final = "optimizer.pt"
+#: The outcome of the job that trained the weights, in their folder (not part of artifacts): the
+#: weights and the job that made them are saved together, so a job whose weights are saved is
+#: finished even when the process died before the runner wrote its outcome.
+_TRAINED_BY: Final = "trained-by.json"
 
 
 def _positive(_: object, attribute: attrs.Attribute[Any], value: float | None) -> None:
@@ -254,18 +260,28 @@ class LocalComponent:
     def poll(self, handle: JobHandle) -> JobOutcome | None:
         """The job's outcome once it ended, else ``None``. A job this component never started
         and has no outcome of (it was running when an earlier process stopped) failed."""
-        return self.jobs.poll(handle)
+        return self.jobs.poll(handle, self._saved_outcome)
 
     def wait(self, handle: JobHandle, timeout: float | None = None) -> JobOutcome:
         """Block until the job ends (see :class:`TrainingComponent`)."""
-        return self.jobs.wait(handle, timeout)
+        return self.jobs.wait(handle, timeout, self._saved_outcome)
+
+    def _saved_outcome(self, job_id: str) -> JobOutcome | None:
+        """The outcome of ``job_id`` when the saved weights are its (the process died between
+        saving them and writing its outcome): it finished, and its outcome is written now."""
+        body = read_json(self.state_dir / _CURRENT / _TRAINED_BY)
+        if body is None or body.get("job_id") != job_id:
+            return None
+        outcome = JobOutcome(**body)
+        self.jobs.record(outcome)
+        return outcome
 
     def publish(self) -> Artifact:
         """Publish the weights of the last finished job as an artifact (their saved folder,
         linked: nothing is serialised again)."""
         with self._lock:
             return self.artifacts.publish(
-                self.state_dir / _CURRENT, self._digest, skip={_OPTIMIZER}
+                self.state_dir / _CURRENT, self._digest, skip={_OPTIMIZER, _TRAINED_BY}
             )
 
     def close(self) -> None:
@@ -281,26 +297,29 @@ class LocalComponent:
             try:
                 metrics = self._train(data, job)
                 digest = self.model.digest()
-                # The weights and the optimizer state go in one folder: a crash leaves both
-                # of the last finished job, never one of each. The artifact these weights will
-                # be published as is linked in the same flushes, so publish() has only to
-                # name it.
+                outcome = JobOutcome(data.id, self._name, "finished", metrics=metrics)
+                # The weights, the optimizer state and the job's outcome go in one folder: a
+                # crash leaves all three of the last finished job, never a mix. The artifact
+                # these weights will be published as is linked in the same flushes, so
+                # publish() has only to name it.
                 replace_folder(
                     self.state_dir / _CURRENT,
-                    self._save,
-                    links={self.artifacts.folder(digest): {_OPTIMIZER}},
+                    lambda folder: self._save(folder, outcome),
+                    links={self.artifacts.folder(digest): {_OPTIMIZER, _TRAINED_BY}},
                 )
                 self._digest = digest
-                return JobOutcome(data.id, self._name, "finished", metrics=metrics)
+                fault_point("local.weights_saved")  # before the runner writes the outcome
+                return outcome
             except Exception as exc:  # a job's failure is its outcome, not a crash
                 # Back to the weights and optimizer state of the last finished job.
                 self._load_current()
                 detail = traceback.format_exception_only(exc)[-1].strip()
                 return JobOutcome(data.id, self._name, "failed", error=detail)
 
-    def _save(self, folder: Path) -> None:
+    def _save(self, folder: Path, outcome: JobOutcome) -> None:
         self.model.save(folder)
         torch.save(self._optimizer.state_dict(), folder / _OPTIMIZER)
+        write_json(folder / _TRAINED_BY, attrs.asdict(outcome))
 
     def _autocast(self) -> contextlib.AbstractContextManager[Any]:
         if not self._bf16:

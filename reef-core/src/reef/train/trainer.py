@@ -123,7 +123,9 @@ class TrainerSettings:
     :ivar poll_interval: seconds between steps when nothing happened (also how often a running
         job and background work are polled).
     :ivar lease_ttl: seconds a lease lasts without renewal; the heartbeat renews it every
-        third of that. A dead holder is replaced after at most this long.
+        third of that, and standbys try to take it every third of that. A dead holder's lease
+        expires at most one TTL after it died, and a standby takes it within a third more:
+        takeover within 4/3 of the TTL (plus the time to build the trainer's parts).
     :ivar record_batch: the most records read from the store per step.
     """
 
