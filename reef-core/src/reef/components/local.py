@@ -57,7 +57,6 @@ from reef.components.durable import replace_folder, restore_retired
 from reef.components.faults import fault_point
 from reef.components.interface import Artifact, JobHandle
 from reef.components.job_runner import JobRunner
-from reef.components.json_files import read_json, write_json
 from reef.components.job_samples import (
     POLICY_OBJECTIVES,
     JobParameters,
@@ -65,6 +64,7 @@ from reef.components.job_samples import (
     job_metrics,
     prepare_job,
 )
+from reef.components.json_files import read_json, write_json
 from reef.components.objectives import batch_logprobs, batch_loss, token_batch
 from reef.components.scheduling import SequenceRef, StepPlan, plan_steps
 from reef.components.task_rollouts import roll_out_tasks

@@ -122,6 +122,14 @@ def scenario_status(
     )
 
 
+def _left_out(trainer: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """What the trainer's pipeline holds out of its buffer now (stale samples and the
+    group-mates held with them), as the drops column shows it beside the durable drops."""
+    pipeline = trainer.get("pipeline") or {}
+    names = (("stale_samples", "stale"), ("held_with_stale_group", "held_with_stale"))
+    return [(shown, pipeline[key]) for key, shown in names if pipeline.get(key)]
+
+
 def status_table(document: Mapping[str, Any]) -> str:
     """``GET /reef/status``'s JSON as a table for a person: one row per scenario and trainer,
     then each scenario's drops, each trainer's last errors and what its extensions report (one
@@ -139,7 +147,10 @@ def status_table(document: Mapping[str, Any]) -> str:
         trainers = scenario.get("trainers") or [{}]
         for trainer in trainers:
             running = trainer.get("running_job") or {}
-            drops = ", ".join(f"{k}={v}" for k, v in sorted((trainer.get("drops") or {}).items()))
+            drops = ", ".join(
+                f"{k}={v}"
+                for k, v in sorted((trainer.get("drops") or {}).items()) + _left_out(trainer)
+            )
             rows.append(
                 (
                     name,

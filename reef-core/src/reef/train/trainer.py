@@ -109,6 +109,20 @@ def stored_training_mode(value: Any) -> TrainingMode:
 
 #: How many errors the status snapshot keeps.
 _LAST_ERRORS: Final = 10
+#: How many of the artifacts served last the status snapshot keeps (``served_artifacts``).
+_SERVED_KEPT: Final = 64
+
+
+def served_before(snapshot: Any) -> list[str]:
+    """The artifacts a trainer's previous tenure served, oldest first, from its last status
+    snapshot (``[]`` when it has none)."""
+    if not isinstance(snapshot, Mapping):
+        return []
+    served = snapshot.get("served_artifacts")
+    if isinstance(served, list):
+        return [a for a in served if isinstance(a, str)]
+    last = snapshot.get("served_artifact")
+    return [last] if isinstance(last, str) else []
 
 
 def process_holder() -> str:
@@ -223,6 +237,8 @@ class Trainer:
         self.lease: Lease | None = None
         self.parts: TrainerParts | None = None
         self.jobs_ended = 0
+        #: The artifacts served, oldest first (the last tenure's, then this one's).
+        self._served: list[str] = []
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -317,6 +333,13 @@ class Trainer:
                     self.name, running=None if running is None else running.job_id
                 )
                 serving = component.publish().artifact_id
+                # What the previous tenure served comes first (P-STALE-5): data made under
+                # those artifacts keeps its age, and when this tenure serves the same weights
+                # (the same content hash, the same artifact) nothing ages at all.
+                self._served = served_before(settings.get(snapshot_key(self.name)))
+                for artifact in self._served:
+                    pipeline.observe_serving_artifact_id(artifact)
+                self._note_served(serving)
             while not self._stopping.is_set() or running is not None:
                 if self._lost.is_set():
                     raise LeaseLostError(lease, None, None)
@@ -332,6 +355,7 @@ class Trainer:
                         outcome = component.poll(JobHandle(running.job_id, component.name))
                         if outcome is not None:
                             serving = self._end_job(pipeline, component, state, history, outcome)
+                            self._note_served(serving)
                             running = None
                     snapshot = self.snapshot(pipeline, running, serving)
                     settings.set(snapshot_key(self.name), snapshot)
@@ -345,6 +369,11 @@ class Trainer:
                 pipeline.close(self.settings.poll_interval * 10)
             finally:
                 component.close()
+
+    def _note_served(self, artifact: str) -> None:
+        """``artifact`` is served now: the last of :attr:`_served` (kept for the next tenure)."""
+        if not self._served or self._served[-1] != artifact:
+            self._served = [*self._served, artifact][-_SERVED_KEPT:]
 
     def _recover(
         self, pipeline: TrainingPipeline, component: TrainingComponent, state: TrainerState
@@ -553,6 +582,7 @@ class Trainer:
             "jobs_ended": self.jobs_ended,
             "served_artifact_id": serving,
             "served_artifact": serving,
+            "served_artifacts": list(self._served),
             "drops": {
                 "trainer": status.get("dropped", {}),
                 "scenario": status.get("scenario_dropped", {}),
