@@ -8,6 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from reef.cli import main
+from reef.testing import write_distribution
+
 
 def reef(*args: str, env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, **(env_extra or {})}
@@ -86,3 +91,49 @@ def test_check_prints_every_problem_and_fails(tmp_path: Path) -> None:
     assert "expected str, got int 1 @ $.storage.url" in done.stderr
     assert "unknown recipe 'no-such-recipe'" in done.stderr
     assert "@ $.scenarios.s.recipe" in done.stderr
+
+
+PROMISING = """
+from reef import PipelineSpec, Recipe, hookimpl
+
+class SoonRecipe(Recipe):
+    @classmethod
+    def pipeline_spec(cls):
+        return PipelineSpec(record2sample="SoonSamples", sample2job="GroupedJobData")
+
+@hookimpl
+def reef_register_recipes(registry):
+    registry.register("soon", SoonRecipe)
+"""
+
+
+def test_plugins_lists_what_is_installed_truthfully(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An installed plugin that registers nothing yet is listed; a recipe whose stages are not
+    installed is listed as not usable, saying which stage is missing."""
+    module = f"soon_{tmp_path.name.replace('-', '_')}"
+    root = write_distribution(
+        tmp_path / "dists",
+        name="soon-recipes",
+        version="0.0.1",
+        plugins={"soon": module, "later": f"{module}_empty"},
+        modules={f"{module}.py": PROMISING, f"{module}_empty.py": '"""Nothing yet."""\n'},
+    )
+    monkeypatch.syspath_prepend(str(root))
+    assert main(["plugins", "--json"]) == 0
+    listing = json.loads(capsys.readouterr().out)
+    recipes = {r["name"]: r for r in listing["registered"] if r["kind"] == "recipe"}
+    assert recipes["soon"]["not_usable"] == [
+        "its record2sample stage 'SoonSamples' is not installed"
+    ]
+    assert recipes["grouped"]["not_usable"] == []
+    assert {"name": "later", "distribution": "soon-recipes", "version": "0.0.1"} in listing[
+        "plugins"
+    ]
+    assert main(["plugins"]) == 0
+    table = capsys.readouterr().out
+    assert (
+        "not usable: recipe soon: its record2sample stage 'SoonSamples' is not installed" in table
+    )
+    assert "registers nothing yet: plugin later (soon-recipes 0.0.1)" in table

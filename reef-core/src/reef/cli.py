@@ -16,9 +16,9 @@ from pathlib import Path
 import attrs
 
 from reef.core.deployment import DeploymentError
-from reef.plugins import PluginError, Plugins
+from reef.plugins import PluginError, PluginKind, Plugins
 from reef.plugins.builtin import built_in_components
-from reef.plugins.scenarios import load_deployment
+from reef.plugins.scenarios import load_deployment, recipe_gaps
 from reef.version import __version__
 
 
@@ -43,6 +43,12 @@ def _configure_plugins(parser: argparse.ArgumentParser) -> None:
 
 def _run_plugins(args: argparse.Namespace) -> int:
     plugins = _loaded_plugins()
+    # A recipe whose stages are not installed is listed, but not as usable.
+    recipe_problems = {
+        r.name: list(recipe_gaps(plugins, r.cls))
+        for r in plugins.registrations
+        if r.kind == PluginKind.RECIPE
+    }
     rows = [
         {
             "name": r.name,
@@ -51,15 +57,19 @@ def _run_plugins(args: argparse.Namespace) -> int:
             "plugin": r.plugin,
             "distribution": r.distribution,
             "version": r.version,
+            **({"not_usable": recipe_problems[r.name]} if r.kind == PluginKind.RECIPE else {}),
         }
         for r in plugins.registrations
     ]
+    contributing = {r.plugin for r in plugins.registrations}
+    empty = [p for p in plugins.loaded if p.name not in contributing]
     failed = [attrs.asdict(f) for f in plugins.failures]
     # A built-in component whose extra is missing is not registered: say what installs it.
     unavailable = [] if "core" in plugins.blocked else built_in_components()[1]
     if args.json:
         body = {
             "registered": rows,
+            "plugins": [attrs.asdict(p) for p in plugins.loaded],
             "failed": failed,
             "blocked": sorted(plugins.blocked),
             "unavailable": [attrs.asdict(u) for u in unavailable],
@@ -77,6 +87,11 @@ def _run_plugins(args: argparse.Namespace) -> int:
             + "  "
             + str(row[4])
         )
+    for recipe, gaps in recipe_problems.items():
+        if gaps:
+            print(f"not usable: recipe {recipe}: {'; '.join(gaps)}")
+    for p in empty:
+        print(f"registers nothing yet: plugin {p.name} ({p.distribution or '-'} {p.version or ''})")
     for f in plugins.failures:
         print(f"failed: {f.name} ({f.entry_point}, {f.distribution} {f.version}): {f.error}")
     for u in unavailable:

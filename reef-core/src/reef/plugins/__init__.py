@@ -14,6 +14,7 @@ from reef.plugins.manager import (
     BLOCK_ENV_VAR,
     ENTRY_POINT_GROUP,
     FailedPlugin,
+    LoadedPlugin,
     Plugins,
     blocked_from_environ,
 )
@@ -32,6 +33,7 @@ __all__ = [
     "ENTRY_POINT_GROUP",
     "DuplicatePluginNameError",
     "FailedPlugin",
+    "LoadedPlugin",
     "PluginError",
     "PluginKind",
     "PluginLoadError",

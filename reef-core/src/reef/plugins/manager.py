@@ -82,6 +82,15 @@ class FailedPlugin:
     error: str
 
 
+@attrs.frozen
+class LoadedPlugin:
+    """A plugin that is registered, whatever it contributes (maybe nothing yet)."""
+
+    name: str
+    distribution: str | None
+    version: str | None
+
+
 def blocked_from_environ(environ: Mapping[str, str]) -> frozenset[str]:
     """The plugin names that ``REEF_BLOCK_PLUGINS`` (comma-separated) blocks."""
     return frozenset(n.strip() for n in environ.get(BLOCK_ENV_VAR, "").split(",") if n.strip())
@@ -111,6 +120,7 @@ class Plugins:
         self._pm.add_hookspecs(hookspecs)
         self._registrations: dict[tuple[PluginKind, str], Registration] = {}
         self._failures: dict[str, FailedPlugin] = {}
+        self._loaded: dict[str, LoadedPlugin] = {}
 
     # -- loading ---------------------------------------------------------------------------
 
@@ -178,10 +188,12 @@ class Plugins:
             self._pm.unregister(name=name)
             raise
         self._registrations.update(added)
+        self._loaded[name] = LoadedPlugin(name, distribution, version)
 
     def unregister(self, name: str) -> None:
         """Forget the plugin ``name`` and every class it registered."""
         self._pm.unregister(name=name)
+        self._loaded.pop(name, None)
         self._registrations = {k: r for k, r in self._registrations.items() if r.plugin != name}
 
     def _discover(
@@ -219,6 +231,11 @@ class Plugins:
     def registrations(self) -> tuple[Registration, ...]:
         """Every registered class, by kind then name."""
         return tuple(sorted(self._registrations.values(), key=lambda r: (r.kind, r.name)))
+
+    @property
+    def loaded(self) -> tuple[LoadedPlugin, ...]:
+        """Every registered plugin, by name, including one that contributes no class."""
+        return tuple(self._loaded[n] for n in sorted(self._loaded))
 
     @property
     def failures(self) -> tuple[FailedPlugin, ...]:

@@ -66,6 +66,27 @@ def recipe_job_parameters(recipe: type[Any] | None, scenario: ScenarioSection) -
     return parameters
 
 
+def recipe_gaps(plugins: Plugins, recipe: type[Any]) -> tuple[str, ...]:
+    """Why ``recipe`` cannot be used as it is installed: each stage its
+    :meth:`~reef.recipe.Recipe.pipeline_spec` names that does not resolve (a recipe whose stages
+    come with a later release of its distribution, or whose plugin is blocked); empty when it
+    can be used."""
+    if not issubclass(recipe, Recipe):
+        return ("it does not extend reef.Recipe, so it names no stages",)
+    spec = recipe.pipeline_spec()
+    gaps = []
+    for stage, kind in (
+        ("record2sample", PluginKind.RECORD2SAMPLE),
+        ("sample2job", PluginKind.SAMPLE2JOB),
+    ):
+        name = getattr(spec, stage)
+        try:
+            plugins.resolve(kind, name)
+        except UnknownPluginError:
+            gaps.append(f"its {kind} stage {name!r} is not installed")
+    return tuple(gaps)
+
+
 def _resolve(
     plugins: Plugins, kind: PluginKind, name: str, path: str, problems: list[str]
 ) -> type[Any] | None:
