@@ -496,6 +496,7 @@ def test_status_reads_stores_and_the_trainer_snapshot(
             "holder": "host:12:abcd",
             "jobs_ended": 3,
             "extensions": {"ecc": {"epoch": {"index": 2, "version_id": "g2"}}},
+            "pipeline": {"ended_records": {"aborted": 1, "stale": 2}},
         },
     )
     after = client.get("/reef/status", headers=ADMIN).json()
@@ -514,6 +515,50 @@ def test_status_reads_stores_and_the_trainer_snapshot(
     assert trainer["extensions"] == {"ecc": {"epoch": {"index": 2, "version_id": "g2"}}}
     assert 'support/noop: ecc: {"epoch": {"index": 2, "version_id": "g2"}}' in (
         status_table(after).splitlines()
+    )
+    # What ended without training before the next job commits it to the drop counts: in the
+    # table too, not only in the JSON.
+    assert (
+        "support/noop: ended without training, counted in DROPS when the next job commits:"
+        " aborted=1, stale=2"
+    ) in status_table(after).splitlines()
+
+
+def test_a_scenario_without_training_records_calls_and_takes_reports(
+    storage_url: str, storage_database: Database, engine_url: str
+) -> None:
+    """A team that only collects data first: no training section, no trainer; calls are
+    recorded, reports admitted, and status says that nothing trains."""
+    text = (
+        'storage: {url: "%(url)s"}\nserving: {engine: "%(engine)s/v1"}\n'
+        "auth: {tokens: {admin: {token: admin-secret, scopes: [infer, feedback, admin]}}}\n"
+        "scenarios: {collect: {recipe: servicetest}}\n"
+    )
+    app = create_app(
+        load(storage_url, engine_url, text),
+        databases={storage_url: storage_database},
+        plugins=service_test_plugins(),
+    )
+    with TestClient(app) as client:
+        answered = client.post(
+            "/scenarios/collect/v1/chat/completions",
+            json={"messages": [{"role": "user", "content": "note"}]},
+            headers=ADMIN,
+        )
+        assert answered.status_code == 200
+        call_id = answered.json()["id"]
+        reported = client.post(
+            "/reef/scenarios/collect/reports",
+            json=report("kept", [call_id]),
+            headers=ADMIN,
+        )
+        assert reported.status_code == 201, reported.text
+        status = client.get("/reef/status", headers=ADMIN).json()
+    assert stored_rows(storage_database, "collect") == [(call_id, "inference"), ("kept", "report")]
+    (collect,) = status["scenarios"]
+    assert collect["trainers"] == []
+    assert "collect: no training section: its calls and reports are kept, nothing trains" in (
+        status_table(status).splitlines()
     )
 
 

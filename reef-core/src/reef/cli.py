@@ -189,7 +189,9 @@ def _run_serve(args: argparse.Namespace) -> int:
 
 
 def _configure_status(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--url", default="http://127.0.0.1:8000", help="the service's base URL")
+    parser.add_argument(
+        "--url", default="http://127.0.0.1:8000", help="the service's base URL (%(default)s)"
+    )
     parser.add_argument(
         "--token", default=None, help="an admin bearer token (default: $REEF_TOKEN)"
     )

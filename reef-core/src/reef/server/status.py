@@ -167,11 +167,22 @@ def status_table(document: Mapping[str, Any]) -> str:
                     drops or "-",
                 )
             )
+            ended = (trainer.get("pipeline") or {}).get("ended_records") or {}
+            if isinstance(ended, dict) and ended:
+                notes.append(
+                    f"{name}/{trainer.get('trainer')}: ended without training, counted in DROPS"
+                    " when the next job commits: "
+                    + ", ".join(f"{k}={v}" for k, v in sorted(ended.items()))
+                )
             for error in trainer.get("last_errors") or []:
                 notes.append(f"{name}/{trainer.get('trainer')}: error: {error.get('error')}")
             for extension, report in sorted((trainer.get("extensions") or {}).items()):
                 shown_report = json.dumps(report, sort_keys=True, separators=(", ", ": "))
                 notes.append(f"{name}/{trainer.get('trainer')}: {extension}: {shown_report}")
+        if not scenario.get("trainers"):
+            notes.append(
+                f"{name}: no training section: its calls and reports are kept, nothing trains"
+            )
         scenario_drops = ", ".join(
             f"{k}={v}" for k, v in sorted((scenario.get("drops") or {}).items())
         )
