@@ -33,8 +33,8 @@ from reef.components.local import LocalComponent  # noqa: E402
 from reef.components.local_engine import LocalEngine  # noqa: E402
 from reef.testing import Database, pipeline_context, training_pipeline  # noqa: E402
 from reef.testing.samples import exchange  # noqa: E402
+from reef_tttd.processor import SDPOJobData, SDPOSamples, teacher_context  # noqa: E402
 from reef_tttd.recipe import SDPORecipe, SDPORecipeSettings  # noqa: E402
-from reef_tttd.sdpo import SDPOJobData, SDPOSamples, teacher_context  # noqa: E402
 from reef_tttd.toy_runner import vowel_feedback, vowel_score  # noqa: E402
 
 pytest_plugins = ("reef.testing.storage",)

@@ -10,8 +10,8 @@ import pytest
 
 from reef import InferenceRecord, PluginConfigError, Report, TrajectorySample
 from reef.testing import Database, TrainingPipeline, pipeline_context, training_pipeline
+from reef_tttd.processor import SDPOJobData, SDPOSamples
 from reef_tttd.recipe import SDPORecipe, SDPORecipeSettings
-from reef_tttd.sdpo import SDPOJobData, SDPOSamples
 
 pytest_plugins = ("reef.testing.storage",)
 

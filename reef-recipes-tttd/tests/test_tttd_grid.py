@@ -17,8 +17,7 @@ from reef import GroupedReportSamples, PluginConfigError, TrajectorySample
 from reef.testing import Database, TrainingPipeline, pipeline_context, training_pipeline
 from reef.testing.records import call, report
 from reef_tttd.grid import StepGridJobData, StepGridSamples
-from reef_tttd.sdpo import SDPOJobData, SDPOSamples
-from reef_tttd.tttd import TTTDJobData, TTTDSamples
+from reef_tttd.processor import SDPOJobData, SDPOSamples, TTTDJobData, TTTDSamples
 
 pytest_plugins = ("reef.testing.storage",)
 

@@ -10,9 +10,8 @@ from pathlib import Path
 
 from reef import PluginKind, Plugins, load_deployment
 from reef.testing import ENTRY_POINT_GROUP
+from reef_tttd.processor import SDPOJobData, SDPOSamples, TTTDJobData, TTTDSamples
 from reef_tttd.recipe import SDPORecipe, TTTDRecipe
-from reef_tttd.sdpo import SDPOJobData, SDPOSamples
-from reef_tttd.tttd import TTTDJobData, TTTDSamples
 
 
 def test_entry_point_is_declared_by_this_distribution() -> None:

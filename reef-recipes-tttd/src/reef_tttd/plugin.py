@@ -4,9 +4,8 @@ stages."""
 from __future__ import annotations
 
 from reef import PluginRegistrar, hookimpl
+from reef_tttd.processor import SDPOJobData, SDPOSamples, TTTDJobData, TTTDSamples
 from reef_tttd.recipe import SDPORecipe, TTTDRecipe
-from reef_tttd.sdpo import SDPOJobData, SDPOSamples
-from reef_tttd.tttd import TTTDJobData, TTTDSamples
 
 
 @hookimpl

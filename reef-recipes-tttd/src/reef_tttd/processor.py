@@ -1,19 +1,24 @@
-"""SDPO's stages: self-distillation with feedback as the teacher's context, on the step grid.
+"""The stages of both recipes, on the step grid of :mod:`reef_tttd.grid` (P-LAYOUT-4).
 
-The runner reports each rollout like TTTD's, its cell in ``metadata.sdpo``, with its score and,
-when the environment gives one, its textual ``feedback`` (an error, a judge's remark). The
-grid, its steps and the fixed unit are :mod:`reef_tttd.grid`'s.
+**TTTD.** :class:`TTTDSamples` collects the runner's reports (cells in ``metadata.tttd``) into
+steps; :class:`TTTDJobData` makes each step one job's data, each sample in its comparison group,
+and names the advantage estimator in the job data's metadata (:class:`reef.AdvantageSettings`,
+TTT-Discover's entropic weights by default): the component computes the advantages (nothing
+numeric happens here).
 
-The teacher is the current policy itself, given what the student did not see when it answered:
-its rollout's feedback, or the reply of a successful sibling (another rollout of its comparison
-group that scored at least ``success_threshold``), or both. :class:`SDPOSamples` keeps the
-rollout's prompt (the recorded request's messages, tools and chat template arguments);
-:class:`SDPOJobData`, which sees the whole step, composes each sample's teacher request with
-the core's :func:`reef.compose_teacher_request` and writes it into ``extra.reef.teacher``
-(:func:`reef.with_teacher`), exactly as distillation does, so the training component renders the
-teacher sequence: the teacher prompt followed by the student's reply tokens. A sample with
-neither feedback nor a successful sibling gets no teacher request: its teacher sequence is its
-own, so its distillation term is 0 and it trains the policy-gradient term alone.
+**SDPO**: self-distillation with feedback as the teacher's context. The runner reports each
+rollout like TTTD's, its cell in ``metadata.sdpo``, with its score and, when the environment
+gives one, its textual ``feedback``. The teacher is the current policy itself, given what the
+student did not see when it answered: its rollout's feedback, or the reply of a successful
+sibling (another rollout of its comparison group that scored at least ``success_threshold``),
+or both. :class:`SDPOSamples` keeps the rollout's prompt (the recorded request's messages, tools
+and chat template arguments); :class:`SDPOJobData`, which sees the whole step, composes each
+sample's teacher request with the core's :func:`reef.compose_teacher_request` and writes it into
+``extra.reef.teacher`` (:func:`reef.with_teacher`), exactly as distillation does, so the training
+component renders the teacher sequence: the teacher prompt followed by the student's reply
+tokens. A sample with neither feedback nor a successful sibling gets no teacher request: its
+teacher sequence is its own, so its distillation term is 0 and it trains the policy-gradient
+term alone.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import attrs
 
 from reef import (
     JSON,
+    AdvantageSettings,
     JobData,
     PipelineContext,
     PluginSettings,
@@ -36,6 +42,56 @@ from reef import (
     with_teacher,
 )
 from reef_tttd.grid import StepGridJobData, StepGridJobSettings, StepGridSamples
+
+
+class TTTDSamples(StepGridSamples):
+    """TTTD's record-to-sample stage: the runner's rollouts, cells in ``metadata.tttd``."""
+
+    cell_key: ClassVar[str] = "tttd"
+
+
+@attrs.frozen
+class TTTDJobDataSettings(StepGridJobSettings):
+    """The job size keys and the advantage estimator."""
+
+    advantage: AdvantageSettings = config_option(
+        factory=lambda: AdvantageSettings(estimator="entropic"),
+        help="the estimator the component computes advantages with: entropic (beta null: chosen"
+        " per group so the reweighting is kl_target nats from uniform) or group_mean",
+    )
+
+
+class TTTDJobData(StepGridJobData):
+    """TTTD's sample-to-job stage: one step per job, entropic advantages.
+
+    :param advantage: written into each job data's metadata for the component.
+    """
+
+    Settings: ClassVar[type[PluginSettings]] = TTTDJobDataSettings
+    samples_class: ClassVar[type[StepGridSamples]] = TTTDSamples
+
+    def __init__(
+        self,
+        context: PipelineContext,
+        *,
+        job_samples: int,
+        max_job_samples: int,
+        buffer_size: int | None = None,
+        advantage: AdvantageSettings | None = None,
+    ) -> None:
+        super().__init__(
+            context,
+            job_samples=job_samples,
+            max_job_samples=max_job_samples,
+            buffer_size=buffer_size,
+        )
+        self.advantage = advantage or AdvantageSettings(estimator="entropic")
+
+    def make_job_data(self, samples: Sequence[Sample], data_id: str) -> JobData:
+        """The step's samples, each in its comparison group, with the advantage estimator."""
+        metadata: dict[str, Any] = {"advantage": self.advantage.as_keywords()}
+        return JobData(data_id, tuple(self.in_comparison_groups(samples)), metadata=metadata)
+
 
 #: The sample metadata key (beside the cell) of the rollout's prompt.
 REQUEST_KEY = "request"
