@@ -21,6 +21,10 @@ and ``reef.testing`` holds what a recipe's own tests need.
   :class:`AdvantageSettings` names the advantage estimator a job's data asks the component for.
 - **Values**: records (:data:`Record`), samples (:data:`Sample`), :class:`JobData`,
   :class:`JobOutcome`, and the :class:`PipelineContext` every stage reads.
+- **Generated tasks**: :class:`GeneratedTaskRecipe` trains on the tasks of a
+  :class:`TaskGenerator` (a :class:`TaskGenerationRequest` in, :class:`HarborTask` values out,
+  a :class:`TaskValidationResult` per task, :data:`GeneratedTaskResult` values back); its
+  stages are :class:`GeneratedTaskSamples` and :class:`GeneratedTaskJobData`.
 - **Errors**: every error Reef raises derives from :class:`ReefError`.
 - **Embedding**: :class:`Plugins` loads the installed plugins; :func:`load_deployment` reads a
   deployment file with them.
@@ -40,6 +44,7 @@ if TYPE_CHECKING:
     from reef.components.job_samples import DistillationParameters, TeacherSettings
     from reef.core.config import config_option
     from reef.core.deployment import DeploymentError
+    from reef.core.harbor import HarborTask, HarborTaskError
     from reef.core.job_data import (
         JobData,
         JobOutcome,
@@ -71,6 +76,16 @@ if TYPE_CHECKING:
     )
     from reef.plugins.scenarios import load_deployment
     from reef.recipe import PipelineSpec, Recipe
+    from reef.recipe.generated_tasks import (
+        FailedTask,
+        GeneratedTaskRecipe,
+        GeneratedTaskResult,
+        HeldOutTask,
+        RejectedTask,
+        RolledOutTask,
+        TaskGenerator,
+        TaskValidationResult,
+    )
     from reef.record2sample.assembly import SampleAssembly
     from reef.record2sample.distill import (
         DistillSamples,
@@ -78,6 +93,11 @@ if TYPE_CHECKING:
         compose_teacher_request,
         with_teacher,
     )
+    from reef.record2sample.generated_tasks import (
+        GeneratedTaskSamples,
+        GeneratedTaskSamplesSettings,
+    )
+    from reef.record2sample.generator import TaskGenerationRequest
     from reef.record2sample.grouped import (
         GroupedReportSamples,
         GroupedReportSamplesSettings,
@@ -106,6 +126,7 @@ if TYPE_CHECKING:
     from reef.record2sample.trajectories import TrajectorySamples, TrajectorySamplesSettings
     from reef.record2sample.worker import BackgroundJobWorker
     from reef.sample2job.distill import DistillJobData
+    from reef.sample2job.generated_tasks import GeneratedTaskJobData
     from reef.sample2job.grouped import GroupedJobData
     from reef.sample2job.stage import Sample2Job, Sample2JobSettings
     from reef.sample2job.validation import JobDataError, validate_job_data
@@ -128,6 +149,20 @@ _HOMES: dict[str, str] = {
     "TrainingMode": "reef.pipeline_context",
     "KeyValueStore": "reef.core.task_stores",
     "TaskStores": "reef.core.task_stores",
+    # generated tasks: the recipe, the generator contract, its values and stages
+    "FailedTask": "reef.recipe.generated_tasks",
+    "GeneratedTaskJobData": "reef.sample2job.generated_tasks",
+    "GeneratedTaskRecipe": "reef.recipe.generated_tasks",
+    "GeneratedTaskResult": "reef.recipe.generated_tasks",
+    "GeneratedTaskSamples": "reef.record2sample.generated_tasks",
+    "GeneratedTaskSamplesSettings": "reef.record2sample.generated_tasks",
+    "HarborTask": "reef.core.harbor",
+    "HeldOutTask": "reef.recipe.generated_tasks",
+    "RejectedTask": "reef.recipe.generated_tasks",
+    "RolledOutTask": "reef.recipe.generated_tasks",
+    "TaskGenerationRequest": "reef.record2sample.generator",
+    "TaskGenerator": "reef.recipe.generated_tasks",
+    "TaskValidationResult": "reef.recipe.generated_tasks",
     # the record-to-sample stage
     "BackgroundJobWorker": "reef.record2sample.worker",
     "DistillSamples": "reef.record2sample.distill",
@@ -180,6 +215,7 @@ _HOMES: dict[str, str] = {
     "TrajectorySample": "reef.core.job_data",
     # errors
     "DeploymentError": "reef.core.deployment",
+    "HarborTaskError": "reef.core.harbor",
     "JobDataError": "reef.sample2job.validation",
     "MissingScore": "reef.record2sample.record_sets",
     "PluginConfigError": "reef.core.plugins",
@@ -204,10 +240,19 @@ __all__ = [
     "DistillSamples",
     "DistillSamplesSettings",
     "DistillationParameters",
+    "FailedTask",
+    "GeneratedTaskJobData",
+    "GeneratedTaskRecipe",
+    "GeneratedTaskResult",
+    "GeneratedTaskSamples",
+    "GeneratedTaskSamplesSettings",
     "GroupDecision",
     "GroupedJobData",
     "GroupedReportSamples",
     "GroupedReportSamplesSettings",
+    "HarborTask",
+    "HarborTaskError",
+    "HeldOutTask",
     "InferenceRecord",
     "JobData",
     "JobDataError",
@@ -238,12 +283,14 @@ __all__ = [
     "RecordSetOverlap",
     "RecordSetUnit",
     "ReefError",
+    "RejectedTask",
     "Report",
     "ReportContext",
     "ReportError",
     "ReportGrouping",
     "ReportGroups",
     "ReportSamples",
+    "RolledOutTask",
     "Sample",
     "Sample2Job",
     "Sample2JobSettings",
@@ -252,9 +299,12 @@ __all__ = [
     "SampleResult",
     "SampleStatus",
     "SkippedReport",
+    "TaskGenerationRequest",
+    "TaskGenerator",
     "TaskSample",
     "TaskStores",
     "TeacherSettings",
+    "TaskValidationResult",
     "TrainingInstruction",
     "TrainingMode",
     "TrajectoryIndex",

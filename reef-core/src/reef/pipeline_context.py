@@ -8,13 +8,18 @@ updated context (``context_changed``).
 
 from __future__ import annotations
 
-from typing import Final, Literal, TypeAlias
+from collections.abc import Callable
+from typing import Any, Final, Literal, TypeAlias
 
 import attrs
 
 from reef.core.task_stores import TaskStores
 
 TrainingMode: TypeAlias = Literal["auto", "manual"]
+
+#: Resolves a class a deployment names: ``(kind, name) -> class``, where ``kind`` is a plugin
+#: kind's value (``"task_generator"``) and ``name`` a registered name or ``module:Class``.
+PluginResolver: TypeAlias = Callable[[str, str], type[Any]]
 
 #: Every training mode a pipeline knows; ``auto``, the default, first (P-MODE-1).
 TRAINING_MODES: Final[tuple[TrainingMode, ...]] = ("auto", "manual")
@@ -47,6 +52,9 @@ class PipelineContext:
         stage releases a report of such a type instead of failing it (P-PIPE-20).
     :ivar has_runtime_loader: the scenario has a runtime whose surface has a component that a
         runtime loads; without one no staleness check runs (P-STALE-10).
+    :ivar resolve_plugin: resolves a class that a stage's config names (a task generator),
+        through the loaded plugins; ``None`` when the stage was built without them, and then
+        only a ``module:Class`` reference resolves.
     """
 
     scenario: str
@@ -56,6 +64,7 @@ class PipelineContext:
     task_storage: TaskStores | None = None
     admitted_report_types: frozenset[str] = frozenset()
     has_runtime_loader: bool = False
+    resolve_plugin: PluginResolver | None = attrs.field(default=None, eq=False, repr=False)
 
     @property
     def trainer(self) -> str:

@@ -23,7 +23,7 @@ import hashlib
 import json
 import re
 import types
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 import attrs
@@ -57,6 +57,10 @@ _SEGMENT: Final = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,254}")
 
 class HarborTaskError(ReefError, ValueError):
     """A task that Reef cannot accept: the message names the task, the file and the reason."""
+
+
+def _ids(values: Iterable[str]) -> tuple[str, ...]:
+    return tuple(values)
 
 
 def _check_name(_: object, __: attrs.Attribute[Any], name: str) -> None:
@@ -132,7 +136,7 @@ class HarborTask:
 
     name: str = attrs.field(validator=_check_name)
     files: Mapping[str, str] = attrs.field(hash=False)
-    source_agent_record_ids: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    source_agent_record_ids: tuple[str, ...] = attrs.field(default=(), converter=_ids)
 
     @files.validator
     def _check_files(self, _: attrs.Attribute[Any], files: Mapping[str, str]) -> None:

@@ -20,6 +20,7 @@ def reef_register_record2sample(registry: PluginRegistrar) -> None:
     # Imported when the hook runs, not when the entry point loads: the stages pull in the
     # pipeline's modules, which listing plugins does not need until it registers them.
     from reef.record2sample.distill import DistillSamples
+    from reef.record2sample.generated_tasks import GeneratedTaskSamples
     from reef.record2sample.grouped import GroupedReportSamples
     from reef.record2sample.no_samples import NoSamples
     from reef.record2sample.reports import ReportSamples
@@ -30,24 +31,29 @@ def reef_register_record2sample(registry: PluginRegistrar) -> None:
     registry.register("ReportSamples", ReportSamples)
     registry.register("GroupedReportSamples", GroupedReportSamples)
     registry.register("DistillSamples", DistillSamples)
+    registry.register("GeneratedTaskSamples", GeneratedTaskSamples)
 
 
 @hookimpl
 def reef_register_sample2job(registry: PluginRegistrar) -> None:
     """The core's sample-to-job stages."""
     from reef.sample2job.distill import DistillJobData
+    from reef.sample2job.generated_tasks import GeneratedTaskJobData
     from reef.sample2job.grouped import GroupedJobData
 
     registry.register("GroupedJobData", GroupedJobData)
     registry.register("DistillJobData", DistillJobData)
+    registry.register("GeneratedTaskJobData", GeneratedTaskJobData)
 
 
 @hookimpl
 def reef_register_recipes(registry: PluginRegistrar) -> None:
-    """The core's default weight recipe."""
+    """The core's default weight recipe, and the generated-task recipe."""
+    from reef.recipe.generated_tasks import GeneratedTaskRecipe
     from reef.recipe.grouped import GroupedRecipe
 
     registry.register("grouped", GroupedRecipe)
+    registry.register("generated_tasks", GeneratedTaskRecipe)
 
 
 #: Each built-in component: its name, where it lives, and the extra that installs what it needs.

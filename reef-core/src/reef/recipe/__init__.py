@@ -34,7 +34,8 @@ class Recipe(abc.ABC):
         that does not set ``pipeline.sample2job.config.job_samples`` fails its build.
     :cvar job_parameters: what the trainer gives the training component with each job of this
         recipe (the objective, scheduling, ...), checked by the component's job parameters;
-        empty: the component's defaults.
+        empty: the component's defaults. :meth:`job_parameters_of` may add what a deployment
+        sets.
     """
 
     Settings: ClassVar[type[PluginSettings]] = NoSettings

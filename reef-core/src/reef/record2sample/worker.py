@@ -112,7 +112,8 @@ class BackgroundJobWorker:
             return bool(self._pending or self._finished)
 
     def close(self, timeout: float | None = None) -> None:
-        """Cancel every running job, stop the loop and join the thread.
+        """Cancel every running job, stop the loop and join the thread; closing again does
+        nothing.
 
         :raises TimeoutError: when the jobs' cleanup and the loop do not finish within
             ``timeout`` seconds (default :attr:`close_timeout`); the worker is then closed but
@@ -123,6 +124,7 @@ class BackgroundJobWorker:
             pending = list(self._pending.values())
             self._pending.clear()
             loop, thread = self._loop, self._thread
+            self._loop = self._thread = None  # a second close has nothing left to stop
         if loop is None or thread is None:
             return
         for future in pending:

@@ -19,6 +19,7 @@ What a recipe's own tests import, beside ``reef``:
   ``REEF_TEST_DATABASE_URL`` names one).
 - :mod:`reef.testing.records`: calls of a conversation and the reports that score them.
 - :mod:`reef.testing.components`: a training component that records what it was given.
+- :mod:`reef.testing.generators`: scripted task generators for the generated-task recipe.
 - :mod:`reef.testing.service` and :mod:`reef.testing.engines` (with the ``server`` extra): the
   service on a loopback port, and a scripted OpenAI-compatible engine.
 """

@@ -16,15 +16,18 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator, Mapping
+from typing import Any
+
+import attrs
 
 from reef.core.deployment import Deployment, DeploymentError, ScenarioSection
 from reef.core.plugins import PluginConfigError
 from reef.pipeline_context import PipelineContext
-from reef.plugins import Plugins
+from reef.plugins import PluginKind, Plugins
 from reef.plugins.scenarios import scenario_classes
 from reef.record2sample.stage import Record2Sample
 from reef.sample2job.stage import Sample2Job
-from reef.storage import Database, ScenarioSettings, TrainerSamples
+from reef.storage import Database, ScenarioSettings, TaskStorage, TrainerSamples
 from reef.train.pipeline import TrainingPipeline
 from reef.train.trainer import TRAINING_MODE_SETTING, stored_training_mode
 
@@ -56,6 +59,14 @@ def build_stages(
     classes = scenario_classes(name, scenario, plugins)
     assert classes is not None  # scenario_classes raises instead of returning None here
     env = os.environ if environ is None else environ
+    if context.resolve_plugin is None:
+
+        def resolve(kind: str, class_name: str) -> type[Any]:
+            return plugins.resolve(PluginKind(kind), class_name)
+
+        # A stage resolves the classes its config names (a task generator) as the deployment's
+        # own classes resolve: registered names first, or module:Class.
+        context = attrs.evolve(context, resolve_plugin=resolve)
     path = f"$.scenarios.{name}.pipeline"
     with _refusals_at(name, f"{path}.record2sample.config"):
         record2sample: Record2Sample = classes.record2sample.from_config(
@@ -168,6 +179,7 @@ def build_pipeline(
             ScenarioSettings(database, name).get(TRAINING_MODE_SETTING)
         ),
         has_runtime_loader=has_runtime_loader,
+        task_storage=TaskStorage(database, name),
     )
     record2sample, sample2job = build_stages(
         name, scenario, plugins=plugins, context=context, environ=environ

@@ -1,0 +1,127 @@
+"""Swapping task generators by configuration alone (P-TASK-1, P-TASK-2).
+
+One deployment file, the generated-task recipe, and two generators registered by a plugin (as
+an installed distribution would register them): changing ``generator`` in the YAML is the only
+difference between the two runs. Each run builds the scenario's pipeline as the runtime does
+(``build_pipeline``), runs a round and a task job, and hands the generator its results.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from reef.core.job_data import JobOutcome, TaskSample
+from reef.core.plugins import PluginConfigError
+from reef.plugins import Plugins
+from reef.plugins.scenarios import load_deployment
+from reef.recipe.generated_tasks import RolledOutTask
+from reef.record2sample.generated_tasks import GeneratedTaskSamples
+from reef.storage import Database, open_database
+from reef.testing import inline_plugin
+from reef.testing.generators import ArithmeticTasks, ScriptedTasks, WordTasks
+from reef.train.stages import build_pipeline
+
+pytest_plugins = ("reef.testing.storage",)
+
+DEPLOYMENT = """
+scenarios:
+  tasks:
+    recipe:
+      class: generated_tasks
+      config: {{job_parameters: {{rollout: {{rollouts_per_task: 2}}}}}}
+    pipeline:
+      record2sample:
+        config:
+          generator: {generator}
+          generator_config: {{tasks_per_generation: 2}}
+          rounds: 1
+      sample2job: {{config: {{buffer_size: 2}}}}
+    training: {{component: recording}}
+"""
+
+
+class _Component:
+    """Stands in for a training component: only its name is read here."""
+
+
+@pytest.fixture
+def plugins() -> Plugins:
+    loaded = Plugins(blocked=())
+    loaded.load()
+    loaded.register(
+        inline_plugin(
+            task_generators={"arithmetic": ArithmeticTasks, "words": WordTasks},
+            components={"recording": _Component},
+        ),
+        "scripted",
+    )
+    return loaded
+
+
+def _run(generator: str, plugins: Plugins, database: Database) -> list[str]:
+    deployment = load_deployment(DEPLOYMENT.format(generator=generator), plugins=plugins)
+    pipeline = build_pipeline("tasks", deployment.scenarios["tasks"], plugins=plugins,
+                              database=database)  # fmt: skip
+    stage = pipeline.record2sample
+    assert isinstance(stage, GeneratedTaskSamples)
+    try:
+        pipeline.produce()
+        while stage.background_jobs_running():
+            stage.worker.wait(10)
+            pipeline.produce()
+        data = pipeline.build_job_data(pipeline.sample2job.job_samples)
+        assert data is not None
+        pipeline.acknowledge(data.id)
+        names = [s.name for s in data.samples if isinstance(s, TaskSample)]
+        outcome = JobOutcome(
+            data.id, "recording", "finished", {"rollout_rewards": {n: [1.0, 0.0] for n in names}}
+        )
+        pipeline.job_ended(outcome)
+        while stage.background_jobs_running():
+            stage.worker.wait(10)
+            pipeline.produce()
+        generator_object = stage.generator
+        assert isinstance(generator_object, ScriptedTasks)
+        ((generation, results),) = generator_object.recorded
+        assert generation == 1
+        assert all(isinstance(r, RolledOutTask) for r in results)
+        return names
+    finally:
+        pipeline.close(10)
+
+
+# rule: P-TASK-1 P-TASK-2
+def test_two_generators_swap_by_the_yaml_alone(
+    plugins: Plugins, storage_database: Database, tmp_path: Any
+) -> None:
+    assert _run("arithmetic", plugins, storage_database) == ["add-g1-0", "add-g1-1"]
+    other = open_database(f"sqlite:///{tmp_path}/other.db")
+    try:
+        assert _run("words", plugins, other) == ["reverse-g1-0", "reverse-g1-1"]
+    finally:
+        other.dispose()
+    # And by module:Class, as a deployment names a class no plugin registered.
+    third = open_database(f"sqlite:///{tmp_path}/third.db")
+    try:
+        names = _run("reef.testing.generators:WordTasks", plugins, third)
+        assert names == ["reverse-g1-0", "reverse-g1-1"]
+    finally:
+        third.dispose()
+
+
+# rule: P-TASK-1
+def test_a_generator_that_is_no_task_generator_is_refused_at_its_key(
+    plugins: Plugins, storage_database: Database
+) -> None:
+    for name, reason in (
+        ("nothing", "unknown task_generator 'nothing'"),
+        ("reef.testing.generators:ScriptedTasksSettings", "is not a TaskGenerator"),
+    ):
+        deployment = load_deployment(DEPLOYMENT.format(generator=name), plugins=plugins)
+        with pytest.raises(PluginConfigError, match=reason) as caught:
+            build_pipeline(
+                "tasks", deployment.scenarios["tasks"], plugins=plugins, database=storage_database
+            )
+        assert caught.value.key == "$.generator"
