@@ -145,6 +145,7 @@ def test_the_recipe_trains_task_groups_with_the_deployments_rollout() -> None:
     assert GeneratedTaskRecipe.pipeline_spec() == reef.PipelineSpec(
         "GeneratedTaskSamples", "GeneratedTaskJobData"
     )
+
     def parameters(config: dict[str, Any] | None) -> Mapping[str, Any]:
         settings = GeneratedTaskRecipe.Settings.parse(config, plugin_class=GeneratedTaskRecipe)
         return GeneratedTaskRecipe.job_parameters_of(settings)

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from reef.core.deployment import DeploymentError
 from reef.core.job_data import JobOutcome, TaskSample
-from reef.core.plugins import PluginConfigError
 from reef.plugins import Plugins
 from reef.plugins.scenarios import load_deployment
 from reef.recipe.generated_tasks import RolledOutTask
@@ -21,7 +21,7 @@ from reef.record2sample.generated_tasks import GeneratedTaskSamples
 from reef.storage import Database, open_database
 from reef.testing import inline_plugin
 from reef.testing.generators import ArithmeticTasks, ScriptedTasks, WordTasks
-from reef.train.stages import build_pipeline
+from reef.train.stages import build_pipeline, check_stages
 
 pytest_plugins = ("reef.testing.storage",)
 
@@ -120,8 +120,25 @@ def test_a_generator_that_is_no_task_generator_is_refused_at_its_key(
         ("reef.testing.generators:ScriptedTasksSettings", "is not a TaskGenerator"),
     ):
         deployment = load_deployment(DEPLOYMENT.format(generator=name), plugins=plugins)
-        with pytest.raises(PluginConfigError, match=reason) as caught:
+        with pytest.raises(DeploymentError) as caught:
             build_pipeline(
                 "tasks", deployment.scenarios["tasks"], plugins=plugins, database=storage_database
             )
-        assert caught.value.key == "$.generator"
+        (problem,) = caught.value.problems
+        assert reason in problem
+        assert problem.endswith("@ $.scenarios.tasks.pipeline.record2sample.config.generator")
+
+
+# rule: P-TASK-2
+def test_reef_check_builds_the_generator_and_names_its_bad_key_at_its_path(
+    plugins: Plugins,
+) -> None:
+    good = DEPLOYMENT.format(generator="arithmetic")
+    check_stages(load_deployment(good, plugins=plugins), plugins=plugins)
+    bad = good.replace("tasks_per_generation", "tasks_per_round")
+    with pytest.raises(DeploymentError) as caught:
+        check_stages(load_deployment(bad, plugins=plugins), plugins=plugins)
+    (problem,) = caught.value.problems
+    assert problem.endswith(
+        "@ $.scenarios.tasks.pipeline.record2sample.config.generator_config.tasks_per_round"
+    )
