@@ -336,6 +336,7 @@ def test_make_job_data_is_given_no_model_and_no_trainer(storage_database: Databa
         "task_storage",
         "admitted_report_types",
         "has_runtime_loader",
+        "resolve_plugin",  # resolves the classes a config names: no model, no component
     }
     given: list[tuple[tuple[str, ...], str]] = []
 
