@@ -151,10 +151,12 @@ def test_the_recipe_trains_task_groups_with_the_deployments_rollout() -> None:
         return GeneratedTaskRecipe.job_parameters_of(settings)
 
     rollout = {"rollouts_per_task": 8, "verifier_timeout_reward": 0.5}
-    assert parameters({"job_parameters": {"rollout": rollout}}) == {
-        "objective": "task_group",
-        "rollout": {**rollout, "agent": {}, "sandbox": {}},
-    }
+    given = parameters({"job_parameters": {"rollout": rollout}})
+    assert given["objective"] == "task_group"
+    # The component reads back exactly what the deployment set.
+    read = RolloutParameters.parse(given["rollout"], plugin_class=GeneratedTaskRecipe)
+    assert read == RolloutParameters.parse(rollout, plugin_class=GeneratedTaskRecipe)
+    assert (read.rollouts_per_task, read.verifier_timeout_reward) == (8, 0.5)
     assert parameters(None)["rollout"]["rollouts_per_task"] == 4
     with pytest.raises(PluginConfigError, match="rollouts_per_task"):
         parameters({"job_parameters": {"rollout": {"rollouts": 2}}})
@@ -165,7 +167,8 @@ def test_rollout_parameters_default_a_verifier_timeout_to_reward_zero() -> None:
     rollout = RolloutParameters.parse({}, plugin_class=GeneratedTaskRecipe)
     assert rollout.verifier_timeout_reward == 0.0
     job = JobParameters.parse(
-        {"rollout": {"rollouts_per_task": 2}}, plugin_class=GeneratedTaskRecipe
+        {"objective": "task_group", "rollout": {"rollouts_per_task": 2}},
+        plugin_class=GeneratedTaskRecipe,
     )
     assert job.rollout == RolloutParameters(rollouts_per_task=2)
 
