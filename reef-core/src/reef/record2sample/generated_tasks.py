@@ -61,6 +61,7 @@ from reef.record2sample.task_ledger import (
     GenerationPlan,
     TaskLedger,
     run_generation,
+    saved_task,
 )
 from reef.record2sample.worker import BackgroundJobWorker
 
@@ -522,7 +523,8 @@ class GeneratedTaskSamples(Record2Sample):
     def _result(
         self, name: str, outcome: JobOutcome, rewards: Any, failures: Any
     ) -> GeneratedTaskResult:
-        task = HarborTask.from_json((self.ledger.store.get(f"task:{name}") or {})["task"])
+        task = saved_task(self.ledger.store, name)
+        assert task is not None, f"job {outcome.job_id}: task {name!r} was never published"
         ran = rewards.get(name) if isinstance(rewards, Mapping) else None
         if outcome.event == "finished" and isinstance(ran, list) and ran:
             return RolledOutTask(task, ran)

@@ -53,6 +53,7 @@ __all__ = [
     "GenerationPlan",
     "TaskLedger",
     "run_generation",
+    "saved_task",
 ]
 
 Split = Literal["train", "eval"]
@@ -180,9 +181,8 @@ class TaskLedger:
 
     def train_tasks(self, number: int) -> tuple[HarborTask, ...]:
         """The train tasks of generation ``number``, published and complete, in candidate order."""
-        generation = self.generations[number]
-        values = [self.store.get(f"task:{name}") for name in generation.train]
-        return tuple(HarborTask.from_json(v["task"]) for v in values if v is not None)
+        found = (saved_task(self.store, name) for name in self.generations[number].train)
+        return tuple(task for task in found if task is not None)
 
     # -- results, jobs, deliveries (the trainer's thread) ----------------------------------
 
@@ -250,6 +250,17 @@ class TaskLedger:
                     else FailedTask(task, "the task has no result", infrastructure_failure=True)
                 )
         return tuple(results)
+
+
+def saved_task(store: KeyValueStore, name: str) -> HarborTask | None:
+    """The published task ``name`` of a generated-task store, or ``None``: where the generator
+    service reads a task it must stage again (the task store is each task's source, P-TASK-26).
+
+    :param store: the scenario's ``generated-tasks`` store (``<component>:generated-tasks`` in a
+        scenario of several trainers).
+    """
+    value = store.get(f"task:{name}")
+    return None if value is None else HarborTask.from_json(value["task"])
 
 
 # -- the generation job (the stage's worker) -------------------------------------------------
