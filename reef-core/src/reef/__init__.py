@@ -123,12 +123,14 @@ if TYPE_CHECKING:
         SkippedReport,
     )
     from reef.record2sample.stage import Record2Sample
+    from reef.record2sample.traces import TraceSamples
     from reef.record2sample.trajectories import TrajectorySamples, TrajectorySamplesSettings
     from reef.record2sample.worker import BackgroundJobWorker
     from reef.sample2job.distill import DistillJobData
     from reef.sample2job.generated_tasks import GeneratedTaskJobData
     from reef.sample2job.grouped import GroupedJobData
     from reef.sample2job.stage import Sample2Job, Sample2JobSettings
+    from reef.sample2job.traces import TraceJobData, TrainTaskJobData
     from reef.sample2job.validation import JobDataError, validate_job_data
 
 # Where each public name lives; read by __getattr__ the first time a name is used.
@@ -163,6 +165,10 @@ _HOMES: dict[str, str] = {
     "TaskGenerationRequest": "reef.record2sample.generator",
     "TaskGenerator": "reef.recipe.generated_tasks",
     "TaskValidationResult": "reef.recipe.generated_tasks",
+    # harness evolution
+    "TraceJobData": "reef.sample2job.traces",
+    "TraceSamples": "reef.record2sample.traces",
+    "TrainTaskJobData": "reef.sample2job.traces",
     # the record-to-sample stage
     "BackgroundJobWorker": "reef.record2sample.worker",
     "DistillSamples": "reef.record2sample.distill",
@@ -305,6 +311,9 @@ __all__ = [
     "TaskStores",
     "TaskValidationResult",
     "TeacherSettings",
+    "TraceJobData",
+    "TraceSamples",
+    "TrainTaskJobData",
     "TrainingInstruction",
     "TrainingMode",
     "TrajectoryIndex",

@@ -24,6 +24,7 @@ def reef_register_record2sample(registry: PluginRegistrar) -> None:
     from reef.record2sample.grouped import GroupedReportSamples
     from reef.record2sample.no_samples import NoSamples
     from reef.record2sample.reports import ReportSamples
+    from reef.record2sample.traces import TraceSamples
     from reef.record2sample.trajectories import TrajectorySamples
 
     registry.register("NoSamples", NoSamples)
@@ -32,6 +33,7 @@ def reef_register_record2sample(registry: PluginRegistrar) -> None:
     registry.register("GroupedReportSamples", GroupedReportSamples)
     registry.register("DistillSamples", DistillSamples)
     registry.register("GeneratedTaskSamples", GeneratedTaskSamples)
+    registry.register("TraceSamples", TraceSamples)
 
 
 @hookimpl
@@ -40,10 +42,13 @@ def reef_register_sample2job(registry: PluginRegistrar) -> None:
     from reef.sample2job.distill import DistillJobData
     from reef.sample2job.generated_tasks import GeneratedTaskJobData
     from reef.sample2job.grouped import GroupedJobData
+    from reef.sample2job.traces import TraceJobData, TrainTaskJobData
 
     registry.register("GroupedJobData", GroupedJobData)
     registry.register("DistillJobData", DistillJobData)
     registry.register("GeneratedTaskJobData", GeneratedTaskJobData)
+    registry.register("TraceJobData", TraceJobData)
+    registry.register("TrainTaskJobData", TrainTaskJobData)
 
 
 @hookimpl
@@ -51,9 +56,11 @@ def reef_register_recipes(registry: PluginRegistrar) -> None:
     """The core's default weight recipe, and the generated-task recipe."""
     from reef.recipe.generated_tasks import GeneratedTaskRecipe
     from reef.recipe.grouped import GroupedRecipe
+    from reef.recipe.harness import HarnessRecipe
 
     registry.register("grouped", GroupedRecipe)
     registry.register("generated_tasks", GeneratedTaskRecipe)
+    registry.register("harness", HarnessRecipe)
 
 
 #: Each built-in component: its name, where it lives, and the extra that installs what it needs.
