@@ -4,6 +4,9 @@ A :class:`SealSession` reads the registry's pointer once (E-SEAL-1), decides the
 and those backfilled within the deadline (E-SEAL-2), sorts them into the batch handed over, the
 groups excluded and those unused (E-SEAL-3), and makes the :class:`Decision` that the journal
 records and :func:`apply_rewards` applies.
+
+Why this module is long: the seal is one decision (contract sections 4 and 5) whose steps share
+the epoch read once and the deadline; split, each part would need the whole session.
 """
 
 from __future__ import annotations

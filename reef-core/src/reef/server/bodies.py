@@ -6,6 +6,10 @@ Every body the service reads is structured with cattrs into one of these classes
 unknown keys refused, JSON types strict, each problem with its JSON path), and every body it
 writes is unstructured from one (:func:`answer`, :func:`error_answer`), so the OpenAPI
 document (:mod:`reef.server.openapi`) is generated from the very types the routes use.
+
+Why this module is long: it is the catalogue of the API's bodies, one short frozen class each,
+with the one structuring and answering convention they all go through; finding every body in
+one place is the point.
 """
 
 from __future__ import annotations

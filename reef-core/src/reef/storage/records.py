@@ -17,6 +17,10 @@ rebuilds the links after a restart without reading, or even having, the bodies.
 Under a capacity bound (:class:`RecordCapacity`) the store evicts the oldest bodies of the
 scenario: the row, its position and its link entry stay, the body goes, a warning is logged and
 the count of evicted bodies grows durably, in the same transaction.
+
+Why this module is long: the record store and its write batch (:class:`RecordBatch`) share the
+row format, the content hash, the eviction and the link restoring; the batch is the store's
+write path, not a second store.
 """
 
 from __future__ import annotations

@@ -29,6 +29,11 @@ commit that names it (the commit that makes its end durable), so a crash can nei
 double the count; ``status()`` shows the durable counts beside the ends that wait for their
 commit, and the samples that stay in the store untrained (stale, or uploads refused at read
 time) as they are now.
+
+Why this module is long: it is the contract's one ``TrainingPipeline`` object, and each of its
+calls is a few lines over the store and the stages. What has a life of its own lives beside it:
+the buffer and staleness verdicts in :mod:`reef.train.buffer`, reserved job data in
+:mod:`reef.train.reservation`.
 """
 
 from __future__ import annotations

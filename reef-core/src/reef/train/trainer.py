@@ -33,6 +33,10 @@ uncommitted is committed when the component trained it, and released otherwise. 
 (:meth:`Trainer.stop`) the trainer waits for its running job to end and commits it; reserved,
 unacknowledged data is released, and the lease is given up so another process takes over at
 once.
+
+Why this module is long: one trainer's step, recovery and status snapshot share the lease, the
+lock and the running job; split across modules they would pass those back and forth. The
+pipeline it drives (and its reservations, buffer) live in their own modules.
 """
 
 from __future__ import annotations
