@@ -37,8 +37,6 @@ from reef_tttd.processor import SDPOJobData, SDPOSamples, teacher_context  # noq
 from reef_tttd.recipe import SDPORecipe, SDPORecipeSettings  # noqa: E402
 from reef_tttd.toy_runner import vowel_feedback, vowel_score  # noqa: E402
 
-pytest_plugins = ("reef.testing.storage",)
-
 STEPS, GROUPS, ROLLOUTS, EVAL = 6, 2, 8, 24
 PROMPT = "Write a string."
 CONSONANTS, VOWELS = "bcdfghjklmnpqrstvwxz", "aeiou"

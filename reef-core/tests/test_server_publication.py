@@ -48,8 +48,6 @@ from reef.storage import Database, RecordStore
 from reef.testing.engine_standins import StandInState, sglang_standin, vllm_standin
 from reef.testing.service import serve_on_loopback, service_test_plugins
 
-pytest_plugins = ("reef.testing.storage",)
-
 BASE = "tiny-llama"
 SCENARIO = "support"
 

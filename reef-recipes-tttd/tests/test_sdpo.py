@@ -13,8 +13,6 @@ from reef.testing import Database, TrainingPipeline, pipeline_context, training_
 from reef_tttd.processor import SDPOJobData, SDPOSamples
 from reef_tttd.recipe import SDPORecipe, SDPORecipeSettings
 
-pytest_plugins = ("reef.testing.storage",)
-
 CONTEXT = pipeline_context("s", "c")
 GRID = {"steps": 2, "groups_per_step": 1, "rollouts_per_group": 3}
 

@@ -19,8 +19,6 @@ from reef.testing.records import call, report
 from reef_tttd.grid import StepGridJobData, StepGridSamples
 from reef_tttd.processor import SDPOJobData, SDPOSamples, TTTDJobData, TTTDSamples
 
-pytest_plugins = ("reef.testing.storage",)
-
 CONTEXT = pipeline_context("s", "c")
 GRID = {"steps": 3, "groups_per_step": 2, "rollouts_per_group": 2}
 RECIPES = {"tttd": (TTTDSamples, TTTDJobData), "sdpo": (SDPOSamples, SDPOJobData)}
