@@ -24,7 +24,9 @@ and ``reef.testing`` holds what a recipe's own tests need.
 - **Generated tasks**: :class:`GeneratedTaskRecipe` trains on the tasks of a
   :class:`TaskGenerator` (a :class:`TaskGenerationRequest` in, :class:`HarborTask` values out,
   a :class:`TaskValidationResult` per task, :data:`GeneratedTaskResult` values back); its
-  stages are :class:`GeneratedTaskSamples` and :class:`GeneratedTaskJobData`.
+  stages are :class:`GeneratedTaskSamples` and :class:`GeneratedTaskJobData`. A generator
+  runs its tasks through the generator service with a :class:`GeneratorClient` (plays by an
+  :class:`AnswerAgent`).
 - **Errors**: every error Reef raises derives from :class:`ReefError`.
 - **Embedding**: :class:`Plugins` loads the installed plugins; :func:`load_deployment` reads a
   deployment file with them.
@@ -42,6 +44,7 @@ from reef.version import __version__
 if TYPE_CHECKING:
     from reef.components.advantages import AdvantageSettings
     from reef.components.job_samples import DistillationParameters, TeacherSettings
+    from reef.containers.agent import AnswerAgent
     from reef.core.config import config_option
     from reef.core.deployment import DeploymentError
     from reef.core.harbor import HarborTask, HarborTaskError
@@ -98,6 +101,7 @@ if TYPE_CHECKING:
         GeneratedTaskSamplesSettings,
     )
     from reef.record2sample.generator import TaskGenerationRequest
+    from reef.record2sample.generator.client import GeneratorClient, GeneratorServiceError
     from reef.record2sample.grouped import (
         GroupedReportSamples,
         GroupedReportSamplesSettings,
@@ -169,6 +173,9 @@ _HOMES: dict[str, str] = {
     "TraceJobData": "reef.sample2job.traces",
     "TraceSamples": "reef.record2sample.traces",
     "TrainTaskJobData": "reef.sample2job.traces",
+    # running tasks: what a generator calls the generator service with
+    "AnswerAgent": "reef.containers.agent",
+    "GeneratorClient": "reef.record2sample.generator.client",
     # the record-to-sample stage
     "BackgroundJobWorker": "reef.record2sample.worker",
     "DistillSamples": "reef.record2sample.distill",
@@ -221,6 +228,7 @@ _HOMES: dict[str, str] = {
     "TrajectorySample": "reef.core.job_data",
     # errors
     "DeploymentError": "reef.core.deployment",
+    "GeneratorServiceError": "reef.record2sample.generator.client",
     "HarborTaskError": "reef.core.harbor",
     "JobDataError": "reef.sample2job.validation",
     "MissingScore": "reef.record2sample.record_sets",
@@ -240,6 +248,7 @@ _HOMES: dict[str, str] = {
 __all__ = [
     "JSON",
     "AdvantageSettings",
+    "AnswerAgent",
     "BackgroundJobWorker",
     "DeploymentError",
     "DistillJobData",
@@ -252,6 +261,8 @@ __all__ = [
     "GeneratedTaskResult",
     "GeneratedTaskSamples",
     "GeneratedTaskSamplesSettings",
+    "GeneratorClient",
+    "GeneratorServiceError",
     "GroupDecision",
     "GroupedJobData",
     "GroupedReportSamples",

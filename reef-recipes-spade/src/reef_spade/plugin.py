@@ -1,11 +1,11 @@
-"""The ``spade`` plugin (entry point ``reef.plugins``)."""
+"""The ``spade`` plugin (entry point ``reef.plugins``): SPADE as the task generator ``spade``."""
 
 from __future__ import annotations
 
 from reef import PluginRegistrar, hookimpl
-from reef_spade.recipe import SpadeRecipe
+from reef_spade.generator import SpadeGenerator
 
 
 @hookimpl
-def reef_register_recipes(registry: PluginRegistrar) -> None:
-    registry.register("spade", SpadeRecipe)
+def reef_register_task_generators(registry: PluginRegistrar) -> None:
+    registry.register("spade", SpadeGenerator)

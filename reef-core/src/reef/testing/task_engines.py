@@ -9,13 +9,19 @@ Each is a stand-in for an inference engine (vLLM, SGLang, a hosted API): it impl
   the hint.
 - :func:`scripted_designer`: a designer model that answers every request with the next of the
   replies it was given (the last one again when they run out), and keeps the requests it got.
+
+:func:`generator_service` serves a real generator service (the Reef service of a one-scenario
+deployment with a ``generator`` section, on SQLite, without tokens, on loopback) whose scenario
+``tasks`` is answered by a given engine, for a generator's tests.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any, Final
 
 from starlette.applications import Starlette
@@ -24,8 +30,11 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from reef.core.records import JSON
+from reef.plugins.scenarios import load_deployment
+from reef.server import ServerOptions, create_app, open_databases
+from reef.testing.service import serve_on_loopback, service_test_plugins
 
-__all__ = ["arithmetic_task", "hint_policy", "scripted_designer"]
+__all__ = ["arithmetic_task", "generator_service", "hint_policy", "scripted_designer"]
 
 _HINT: Final = re.compile(r"Hint:.*?(-?\d+)\s*$", re.DOTALL)
 
@@ -102,3 +111,37 @@ def arithmetic_task(name: str, a: int, b: int, *, answer_file: str = "answer.txt
         },
         "source_agent_record_ids": [],
     }
+
+
+_GENERATOR_DEPLOYMENT: Final = """
+storage: {{url: "sqlite:///{folder}/reef.db"}}
+serving: {{engine: "{engine}/v1"}}
+generator:
+  tasks_root: "{folder}/tasks"
+  containers: {{timeout_seconds: 30, memory_mb: 256}}
+scenarios:
+  tasks:
+    recipe: servicetest
+"""
+
+
+@contextlib.contextmanager
+def generator_service(folder: Path, engine_url: str) -> Iterator[str]:
+    """Serve the generator service of scenario ``tasks`` (see the module docstring), its state
+    in ``folder``, its policy the engine at ``engine_url``; yield the service's base URL."""
+    plugins = service_test_plugins()
+    text = _GENERATOR_DEPLOYMENT.format(folder=folder, engine=engine_url)
+    deployment = load_deployment(text, plugins=plugins)
+    databases = open_databases(deployment)
+    app = create_app(
+        deployment,
+        databases=databases,
+        plugins=plugins,
+        options=ServerOptions(allow_unauthenticated=True),
+    )
+    try:
+        with serve_on_loopback(app) as url:
+            yield url
+    finally:
+        for database in databases.values():
+            database.dispose()

@@ -51,12 +51,9 @@ class GeneratorClient:
         import httpx
 
         self._httpx = httpx
-        headers = {"authorization": f"Bearer {token}"} if token else {}
-        self._client = httpx.AsyncClient(
-            base_url=f"{url.rstrip('/')}/reef/scenarios/{scenario}/generator",
-            headers=headers,
-            timeout=timeout,
-        )
+        self._base_url = f"{url.rstrip('/')}/reef/scenarios/{scenario}/generator"
+        self._headers = {"authorization": f"Bearer {token}"} if token else {}
+        self._timeout = timeout
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str], *, scenario: str) -> GeneratorClient:
@@ -72,13 +69,13 @@ class GeneratorClient:
             )
         return cls(url, scenario=scenario, token=environ.get(GENERATOR_TOKEN))
 
-    async def aclose(self) -> None:
-        """Close the connections."""
-        await self._client.aclose()
-
     async def _post(self, path: str, body: JSON) -> Any:
+        # A client per call: a generator's calls may run on different event loops.
         try:
-            response = await self._client.post(path, json=body)
+            async with self._httpx.AsyncClient(
+                base_url=self._base_url, headers=self._headers, timeout=self._timeout
+            ) as client:
+                response = await client.post(path, json=body)
         except self._httpx.HTTPError as exc:
             raise GeneratorServiceError(f"the generator service failed {path}: {exc}") from exc
         if response.status_code != 200:
