@@ -20,6 +20,7 @@ import pytest
 
 from reef import (
     GeneratorServiceError,
+    HarborTask,
     HeldOutTask,
     PluginKind,
     Plugins,
@@ -158,8 +159,11 @@ def test_a_designer_reply_without_tasks_fails_the_generation(
             asyncio.run(spade.generate(TaskGenerationRequest(generation=1)))
 
 
-def test_spade_needs_the_generator_service() -> None:
+def test_spade_without_the_generator_service_builds_and_fails_to_validate() -> None:
+    # A deployment checks without the service running; validating needs it: the recipe retries.
+    spade = SpadeGenerator.from_config(
+        {"designer": {"url": "http://127.0.0.1:9/v1"}}, scenario="tasks", environ={}
+    )
+    task = HarborTask(name="t", files={"task.toml": "", "instruction.md": "", "tests/test.sh": ""})
     with pytest.raises(GeneratorServiceError, match="REEF_GENERATOR_URL is not set"):
-        SpadeGenerator.from_config(
-            {"designer": {"url": "http://127.0.0.1:9/v1"}}, scenario="tasks", environ={}
-        )
+        asyncio.run(spade.validate(task))

@@ -353,6 +353,7 @@ def serve(
         plugins=plugins,
         runtime=runtime,
         options=ServerOptions(allow_unauthenticated=allow_unauthenticated),
+        environ=environ,
     )
     raise_open_file_limit(deployment.service)
     config = GuardedConfig(

@@ -39,37 +39,38 @@ def _verdict(body: Mapping[str, Any]) -> Verdict:
 class GeneratorClient:
     """Calls the generator service of one scenario.
 
-    :param url: the service's base URL (``http://127.0.0.1:8000``).
+    :param url: the service's base URL (``http://127.0.0.1:8000``); ``None`` when it is not
+        known, which every call then raises as a :class:`GeneratorServiceError` (so a deployment
+        still checks, ``reef check``, without the service running).
     :param scenario: the scenario whose tasks and policy the calls use.
     :param token: a bearer token with the ``admin`` scope, where the service has tokens.
     :param timeout: seconds to wait for one call (plays take long).
     """
 
     def __init__(
-        self, url: str, *, scenario: str, token: str | None = None, timeout: float = 900.0
+        self, url: str | None, *, scenario: str, token: str | None = None, timeout: float = 900.0
     ) -> None:
         import httpx
 
         self._httpx = httpx
-        self._base_url = f"{url.rstrip('/')}/reef/scenarios/{scenario}/generator"
+        self._base_url = url and f"{url.rstrip('/')}/reef/scenarios/{scenario}/generator"
         self._headers = {"authorization": f"Bearer {token}"} if token else {}
         self._timeout = timeout
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str], *, scenario: str) -> GeneratorClient:
-        """The client of the service that ``environ`` names.
+        """The client of the service that ``environ`` names (``REEF_GENERATOR_URL``; without
+        it, every call raises)."""
+        return cls(
+            environ.get(GENERATOR_URL), scenario=scenario, token=environ.get(GENERATOR_TOKEN)
+        )
 
-        :raises GeneratorServiceError: when ``REEF_GENERATOR_URL`` is not set.
-        """
-        url = environ.get(GENERATOR_URL)
-        if not url:
+    async def _post(self, path: str, body: JSON) -> Any:
+        if not self._base_url:
             raise GeneratorServiceError(
                 f"{GENERATOR_URL} is not set: give the deployment a generator section and run "
                 "it with reef serve, or set it to the generator service's address"
             )
-        return cls(url, scenario=scenario, token=environ.get(GENERATOR_TOKEN))
-
-    async def _post(self, path: str, body: JSON) -> Any:
         # A client per call: a generator's calls may run on different event loops.
         try:
             async with self._httpx.AsyncClient(
