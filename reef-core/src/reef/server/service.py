@@ -20,9 +20,10 @@ from starlette.requests import Request
 
 from reef.containers.interface import ContainerError
 from reef.core.deployment import PUBLISHING_ENGINES, Deployment, ServingSection
-from reef.core.harbor import HarborTask, HarborTaskError
 from reef.plugins import Plugins
+from reef.record2sample.generated_tasks import STORE_NAME
 from reef.record2sample.generator.service import GeneratorService
+from reef.record2sample.task_ledger import saved_task
 from reef.server.admission import ScenarioAdmission
 from reef.server.auth import Authenticator, Caller, Scope
 from reef.server.engines import ChatEngine, FunctionEngine
@@ -54,8 +55,6 @@ __all__ = [
 
 #: ``serving.engine`` value for the built-in local engine (given by the runtime).
 LOCAL_ENGINE: Final = "local"
-#: The task store of a scenario's generated tasks (the generated-task recipe's).
-GENERATED_TASKS_STORE: Final = "generated-tasks"
 #: The task store (of the deployment's own storage, scenario ``""``) that holds data items.
 ITEMS_STORE: Final = "reef.data-items"
 
@@ -158,7 +157,9 @@ class Service:
             try:
                 self.generator = GeneratorService(
                     deployment.generator,
-                    task_source=lambda scenario, name: saved_task(tasks[scenario], name),
+                    task_source=lambda scenario, name: saved_task(
+                        tasks[scenario].open(STORE_NAME), name
+                    ),
                 )
             except ContainerError as exc:
                 raise ServiceConfigError(f"the generator section: {exc}") from None
@@ -272,19 +273,6 @@ def service_of(request: Request) -> Service:
     service = request.app.state.service
     assert isinstance(service, Service)
     return service
-
-
-def saved_task(tasks: TaskStorage, name: str) -> HarborTask | None:
-    """The task ``name`` as the scenario's generated-task store keeps it (``None`` when it
-    holds no such task)."""
-    value = tasks.open(GENERATED_TASKS_STORE).get(f"task:{name}")
-    task = value.get("task") if isinstance(value, dict) else None
-    if task is None:
-        return None
-    try:
-        return HarborTask.from_json(task)
-    except HarborTaskError:
-        return None
 
 
 def _database(databases: Mapping[str, Database], url: str) -> Database:
