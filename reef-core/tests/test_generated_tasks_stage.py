@@ -32,8 +32,6 @@ from reef.testing import pipeline_context, training_pipeline
 from reef.testing.generators import ArithmeticTasks, WordTasks
 from reef.testing.records import call, report
 
-pytest_plugins = ("reef.testing.storage",)
-
 TAG = ("source", "yes")
 
 

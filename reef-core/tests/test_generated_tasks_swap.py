@@ -23,8 +23,6 @@ from reef.testing import inline_plugin
 from reef.testing.generators import ArithmeticTasks, ScriptedTasks, WordTasks
 from reef.train.stages import build_pipeline, check_stages
 
-pytest_plugins = ("reef.testing.storage",)
-
 DEPLOYMENT = """
 scenarios:
   tasks:

@@ -13,8 +13,6 @@ from reef.storage import Database
 from reef.testing import pipeline_context, training_pipeline
 from reef.testing.records import call, report
 
-pytest_plugins = ("reef.testing.storage",)
-
 
 # rule: P-SIZE-3
 def test_harness_stages_default_job_samples_to_one() -> None:
