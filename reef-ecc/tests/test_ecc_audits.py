@@ -37,6 +37,30 @@ def test_audit_epochs_finds_an_epoch_that_goes_back(tmp_path: Path) -> None:
     assert audit.unexpected == (f"batch {decisions[0].batch_id}: epoch 0 after epoch 1 (I3)",)
 
 
+def test_audit_epochs_finds_a_seal_that_did_not_read_the_epoch_in_force(tmp_path: Path) -> None:
+    """rule: E-AUDIT-3 -- I4: a seal whose pointer read names an epoch the publication log did
+    not have in force at that moment, and an unpinned seal sealed under another epoch than the
+    one it read, are each reported (a mutant that dropped either check passed the suite)."""
+    runpy.run_path(str(LIFECYCLE))["run"](tmp_path)
+    decisions = SealJournal(tmp_path / "seals.jsonl").read()
+    registry = DirectoryRegistry(tmp_path / "registry")
+    early, later = decisions[0], decisions[2]
+    assert (early.epoch.index, later.epoch.index) == (0, 1)
+    # The later seal claims it read epoch 1 at the moment the early one read epoch 0.
+    back = attrs.evolve(later.given.pointer, read_at=early.given.pointer.read_at)
+    misread = attrs.evolve(later, given=attrs.evolve(later.given, pointer=back))
+    audit = audit_epochs([early, misread], registry)
+    assert not audit.ok
+    assert audit.unexpected == (
+        f"batch {later.batch_id}: pointer read at {early.given.pointer.read_at} named epoch 1,"
+        " the log says 0 (I4)",
+    )
+    # The later seal read epoch 1 in force but sealed under epoch 0, unpinned.
+    resealed = attrs.evolve(later, epoch=early.epoch)
+    audit = audit_epochs([early, resealed], registry)
+    assert audit.unexpected == (f"batch {later.batch_id}: sealed under epoch 0, read 1 (I4)",)
+
+
 def test_verdict_conflicts_finds_one_execution_graded_both_ways(tmp_path: Path) -> None:
     """rule: E-AUDIT-4 -- a record graded pass, and a recorded score of the same execution
     under the same grading identity that says fail: one conflict, naming the request, the
