@@ -29,7 +29,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("reef.train",),
     ("reef.server",),
     # Test helpers sit on top: they build whatever a test needs.
-    ("reef.runtime", "reef.testing"),
+    ("reef.runtime", "reef.testing", "reef.scaffold"),
     ("reef.cli",),
 )
 

@@ -222,6 +222,29 @@ def _run_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _configure_new(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("what", choices=["recipe"], help="what to write: a recipe package")
+    parser.add_argument("name", help="the recipe's name (lower case: what a deployment writes)")
+    parser.add_argument(
+        "--directory",
+        type=Path,
+        default=Path(),
+        help="where the package's folder goes (%(default)s: the current folder)",
+    )
+
+
+def _run_new(args: argparse.Namespace) -> int:
+    from reef.scaffold import ScaffoldError, write_recipe_package
+
+    try:
+        root = write_recipe_package(args.name, args.directory)
+    except ScaffoldError as exc:
+        print(f"reef new: {exc}", file=sys.stderr)
+        return 1
+    print(f"wrote {root}: cd {root} && pip install -e '.[test]' && pytest")
+    return 0
+
+
 #: Every subcommand, by name. A layer that adds one (``serve``, ``status``, ``example``) adds
 #: its entry here.
 SUBCOMMANDS: dict[str, Subcommand] = {
@@ -237,6 +260,11 @@ SUBCOMMANDS: dict[str, Subcommand] = {
         "serve a deployment: the HTTP service and the scenarios' trainers",
         _configure_serve,
         _run_serve,
+    ),
+    "new": Subcommand(
+        "write a new recipe package that works as written: reef new recipe NAME",
+        _configure_new,
+        _run_new,
     ),
     "status": Subcommand(
         "print each scenario and trainer of a running service as a table",
