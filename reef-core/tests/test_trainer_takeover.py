@@ -10,12 +10,13 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from reef.components.interface import Artifact, JobHandle
 from reef.core.job_data import JobOutcome, TrajectorySample, sample_body
 from reef.pipeline_context import PipelineContext
 from reef.record2sample.no_samples import NoSamples
 from reef.sample2job import GroupedJobData
-from reef.server.status import status_table
 from reef.storage import Database, NewSample, ScenarioSettings, TrainerSamples
 from reef.testing.components import RecordingComponent
 from reef.train.pipeline import TrainingPipeline
@@ -97,6 +98,9 @@ def test_a_new_tenure_keeps_the_age_of_what_its_predecessor_served(
 def test_status_table_shows_what_is_held_out_as_stale() -> None:
     """docs/decisions.md#counting-what-did-not-train: the drops column shows the stale samples
     the pipeline holds out and their group-mates, beside the durable drops, not ``-``."""
+    pytest.importorskip("starlette")  # reef status is part of the service (the server extra)
+    from reef.server.status import status_table
+
     trainer: dict[str, Any] = {
         "trainer": "c",
         "drops": {"engine_abort": 2},

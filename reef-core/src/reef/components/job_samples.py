@@ -16,7 +16,8 @@ samples *mean* is the same everywhere, so it is computed here once:
   ``consumed`` metric Agent ECC's plugin reads).
 - :class:`JobParameters` are the job parameters every built-in component takes, with
   :class:`DistillationParameters` and its :class:`TeacherSettings` for a distilling objective,
-  and the :class:`RolloutParameters` of a task job (how each task is rolled out).
+  and the :class:`~reef.components.task_rollouts.RolloutParameters` of a task job (how each
+  task is rolled out).
 - :func:`job_metrics` names a finished job's metrics, so every component reports the same keys.
 
 Nothing here needs PyTorch.
@@ -24,7 +25,6 @@ Nothing here needs PyTorch.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
@@ -33,10 +33,9 @@ import attrs
 from reef.components.advantages import AdvantageSettings, group_advantages
 from reef.components.interface import Scheduling
 from reef.components.scheduling import StepPlan
-from reef.containers.agent import AnswerAgent
+from reef.components.task_rollouts import RolloutParameters
 from reef.core.chat_rendering import ChatRenderer, RenderedSample, RenderError, render_samples
 from reef.core.config import config_option
-from reef.core.deployment import ContainerSettings
 from reef.core.job_data import JobData, TrajectorySample, sample_reward
 from reef.core.plugins import PluginConfigError, PluginSettings
 from reef.core.records import JSON
@@ -293,46 +292,6 @@ class DistillationParameters(PluginSettings):
         0.0,
         help="weight of the task reward's advantage beside it (0: samples need no reward)",
         validator=_non_negative,
-    )
-
-
-def _finite(_: object, attribute: attrs.Attribute[Any], value: float) -> None:
-    if not math.isfinite(value):
-        raise ValueError(f"{attribute.name} must be a finite number, got {value!r}")
-
-
-@attrs.frozen
-class RolloutParameters(PluginSettings):
-    """How a task job rolls out each of its tasks: the job parameters' ``rollout`` (P-TASK-13).
-
-    The generated-task recipe sets it from ``recipe.config.job_parameters.rollout``. The
-    component runs ``rollouts_per_task`` rollouts of each task on its own sampler, at the job's
-    start weights, scores each with the task's verifier, and trains each task's group.
-
-    :ivar rollouts_per_task: how many rollouts of each task run; a task's group trains only
-        with at least two samples, so 1 measures a task without training on it.
-    :ivar verifier_timeout_reward: the reward of a rollout whose verifier ran past its timeout
-        (P-TASK-7): the task's oracle passed the same verifier, so the timeout is the agent's.
-    :ivar agent: the agent that plays each rollout (a single chat turn whose reply is the
-        attempt the verifier reads).
-    :ivar sandbox: where each rollout's verifier runs, and its limits.
-    """
-
-    rollouts_per_task: int = config_option(
-        4,
-        help="how many rollouts of each task a task job runs (a task trains with at least 2)",
-        validator=attrs.validators.ge(1),
-    )
-    verifier_timeout_reward: float = config_option(
-        0.0, help="the reward of a rollout whose verifier timed out", validator=_finite
-    )
-    agent: AnswerAgent = config_option(
-        factory=AnswerAgent,
-        help="the agent that plays each rollout: answer_file, max_tokens, temperature",
-    )
-    sandbox: ContainerSettings = config_option(
-        factory=ContainerSettings,
-        help="where each rollout's verifier runs: backend (sandbox, docker) and limits",
     )
 
 

@@ -28,7 +28,7 @@ import math
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Any
 
 import attrs
 
@@ -37,14 +37,16 @@ from reef.containers.backends import open_backend
 from reef.containers.interface import ContainerError
 from reef.containers.staging import StagingError, TaskStaging
 from reef.containers.verify import run_verifier
+from reef.core.config import config_option
 from reef.core.deployment import ContainerSettings
 from reef.core.harbor import HarborTask, HarborTaskError
 from reef.core.job_data import JobData, TaskSample
+from reef.core.plugins import PluginSettings
 from reef.core.records import JSON
 
 __all__ = [
     "Rollout",
-    "RolloutSettings",
+    "RolloutParameters",
     "Sampled",
     "Sampler",
     "TaskRollouts",
@@ -53,17 +55,44 @@ __all__ = [
 ]
 
 
-class RolloutSettings(Protocol):
-    """What a task job's ``rollout`` parameter gives (``RolloutParameters``)."""
+def _finite(_: object, attribute: attrs.Attribute[Any], value: float) -> None:
+    if not math.isfinite(value):
+        raise ValueError(f"{attribute.name} must be a finite number, got {value!r}")
 
-    @property
-    def rollouts_per_task(self) -> int: ...
-    @property
-    def verifier_timeout_reward(self) -> float: ...
-    @property
-    def agent(self) -> AnswerAgent: ...
-    @property
-    def sandbox(self) -> ContainerSettings: ...
+
+@attrs.frozen
+class RolloutParameters(PluginSettings):
+    """How a task job rolls out each of its tasks: the job parameters' ``rollout`` (P-TASK-13).
+
+    The generated-task recipe sets it from ``recipe.config.job_parameters.rollout``. The
+    component runs ``rollouts_per_task`` rollouts of each task on its own sampler, at the job's
+    start weights, scores each with the task's verifier, and trains each task's group.
+
+    :ivar rollouts_per_task: how many rollouts of each task run; a task's group trains only
+        with at least two samples, so 1 measures a task without training on it.
+    :ivar verifier_timeout_reward: the reward of a rollout whose verifier ran past its timeout
+        (P-TASK-7): the task's oracle passed the same verifier, so the timeout is the agent's.
+    :ivar agent: the agent that plays each rollout (a single chat turn whose reply is the
+        attempt the verifier reads).
+    :ivar sandbox: where each rollout's verifier runs, and its limits.
+    """
+
+    rollouts_per_task: int = config_option(
+        4,
+        help="how many rollouts of each task a task job runs (a task trains with at least 2)",
+        validator=attrs.validators.ge(1),
+    )
+    verifier_timeout_reward: float = config_option(
+        0.0, help="the reward of a rollout whose verifier timed out", validator=_finite
+    )
+    agent: AnswerAgent = config_option(
+        factory=AnswerAgent,
+        help="the agent that plays each rollout: answer_file, max_tokens, temperature",
+    )
+    sandbox: ContainerSettings = config_option(
+        factory=ContainerSettings,
+        help="where each rollout's verifier runs: backend (sandbox, docker) and limits",
+    )
 
 
 @attrs.frozen
@@ -111,7 +140,7 @@ class TaskRollouts:
 
 def roll_out_tasks(
     data: JobData,
-    rollout: RolloutSettings,
+    rollout: RolloutParameters,
     *,
     sampler: Sampler,
     tasks_root: Path,

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self, TypeAlias
 
 import attrs
 
-from reef.components.job_samples import RolloutParameters
+from reef.components.task_rollouts import RolloutParameters
 from reef.core.config import config_option
 from reef.core.harbor import HarborTask
 from reef.core.plugins import NoSettings, PluginSettings
