@@ -321,6 +321,37 @@ def test_an_answer_that_names_other_weights_is_left_unlabelled_and_counted(
         adapters.stop()
 
 
+def test_an_answer_from_new_weights_before_the_swap_is_acknowledged_names_them(
+    tmp_path: Path,
+) -> None:
+    """SGLang swaps its weights, then replies to the load: a call answered in between names
+    the new weight version, which is Reef's artifact, not weights of unknown origin."""
+    during: list[str | None] = []
+
+    class SwapsThenReplies(SglangFullWeights):
+        def load(self, client: httpx.Client, name: str, path: str, artifact_id: str) -> None:
+            route = publisher.route()
+            during.append(publisher.answered(route, {"metadata": {"weight_version": artifact_id}}))
+
+    source = Source()
+    publisher = Publisher(
+        SCENARIO, SwapsThenReplies(BASE), BASE, url="http://unused", source=source
+    )
+    try:
+        first = artifact(tmp_path, 1, adapter=False)
+        source.current = first
+        publisher.step()
+        second = artifact(tmp_path, 2, adapter=False)
+        source.current = second
+        publisher.step()
+        assert during == [first.artifact_id, second.artifact_id]
+        status = publisher.status()
+        assert status["unlabelled_answers"] == {}
+        assert status["lost"] == 0
+    finally:
+        publisher.stop()
+
+
 def test_a_trainer_waits_for_the_engine_to_serve_what_it_published(
     loop_of: Any, tmp_path: Path
 ) -> None:

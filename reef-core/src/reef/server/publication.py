@@ -373,6 +373,9 @@ class Publisher:
         if full:
             with self._changed:
                 self._switch += 1  # odd: a swap runs; streamed answers cannot be labelled
+                # The engine may answer with these weights before its reply to the load
+                # arrives: from now on their version is one Reef gave it.
+                self._published.add(artifact.artifact_id)
         try:
             self.admin.load(self._client, name, self._engine_folder(artifact), artifact.artifact_id)
         except PublicationError as exc:
@@ -388,7 +391,6 @@ class Publisher:
                 self._switch += 1
             self._served = artifact
             self._route = EngineRoute(artifact.artifact_id, self.admin.model(name), self._switch)
-            self._published.add(artifact.artifact_id)
             if not full:
                 if name in self._loaded:
                     self._loaded.remove(name)
@@ -502,18 +504,21 @@ class Publisher:
 
     def _confirmed(self, route: EngineRoute | None, body: JSON) -> tuple[str | None, str | None]:
         """The artifact the answer confirms, or ``None`` and why not."""
-        if route is None:
-            return None, "base_model_answered"
         if self.admin.weights == "adapter":
+            if route is None:
+                return None, "base_model_answered"
             if body.get("model") == route.model:
                 return route.artifact_id, None
             return None, "model_differs"
         metadata = body.get("metadata")
         version = metadata.get("weight_version") if isinstance(metadata, dict) else None
         with self._changed:
+            if isinstance(version, str) and version in self._published:
+                return version, None  # the answer names weights Reef gave the engine
+            if route is None:
+                return None, "base_model_answered"
             if isinstance(version, str):
-                known = version in self._published
-                return (version, None) if known else (None, "unknown_weight_version")
+                return None, "unknown_weight_version"
             steady = route.switch % 2 == 0 and route.switch == self._switch
         return (route.artifact_id, None) if steady else (None, "weights_swapped")
 
