@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,3 +17,16 @@ def hf_model_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from reef.testing.hf_model import make_hf_model_folder
 
     return make_hf_model_folder(tmp_path_factory.mktemp("hf") / "model")
+
+
+@pytest.fixture
+def one_torch_thread() -> Iterator[None]:
+    """PyTorch on one thread for the test, as in the child processes it compares against: a
+    float sum's bits depend on how many threads add it up. The count is restored after."""
+    torch = pytest.importorskip("torch")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)

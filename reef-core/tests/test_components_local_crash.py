@@ -69,8 +69,8 @@ def job_samples(job: int) -> list[TrajectorySample]:
     ]
 
 
+@pytest.mark.usefixtures("one_torch_thread")
 def test_a_sigkill_at_any_point_leaves_the_weights_of_a_job_that_ended(tmp_path: Path) -> None:
-    torch.set_num_threads(1)
     reference = LocalComponent.from_config({"state_dir": str(tmp_path / "ref"), **SETTINGS})
     digests = [reference.publish().artifact_id]
     for job in range(JOBS):

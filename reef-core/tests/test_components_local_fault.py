@@ -30,9 +30,12 @@ OPTIONS = {
     "batch_size": 4,
     "learning_rate": 3e-3,
 }
-# Trains two jobs in a process of its own; the fault point may kill it in the second.
+# Trains two jobs in a process of its own, on one thread as the test does (the weights are
+# compared bit for bit); the fault point may kill it in the second.
 SCRIPT = """
 import sys, warnings
+import torch
+torch.set_num_threads(1)
 warnings.simplefilter("ignore")
 from reef.components.local import LocalComponent
 from reef.core.job_data import JobData
@@ -64,6 +67,7 @@ def train_in_a_process(state_dir: Path, fault: str | None) -> subprocess.Complet
     )
 
 
+@pytest.mark.usefixtures("one_torch_thread")
 def test_a_job_killed_after_saving_its_weights_is_finished_and_published(
     tmp_path: Path,
 ) -> None:
@@ -84,12 +88,8 @@ def test_a_job_killed_after_saving_its_weights_is_finished_and_published(
     assert survivor.publish().artifact_id == first
     # The same job submitted again is not trained twice, and the next one goes on from it.
     assert survivor.wait(survivor.submit(JobData("job-0", colour_samples())), 60) == outcome
-    next_outcome = survivor.wait(survivor.submit(JobData("job-1", colour_samples())), 120)
-    assert next_outcome.event == "finished", next_outcome.error
-    # Bit-equal to the uninterrupted run's second artifact in most runs, but not always across
-    # processes (a CI run once differed), so only the move past job-0's weights is asserted.
-    assert survivor.publish().artifact_id not in (first, None)
-    assert second != first
+    survivor.wait(survivor.submit(JobData("job-1", colour_samples())), 120)
+    assert survivor.publish().artifact_id == second
 
 
 def test_a_job_never_saved_is_failed_and_the_last_weights_stay(tmp_path: Path) -> None:
