@@ -21,6 +21,8 @@ import tempfile
 import time
 from collections.abc import Iterator
 
+from bulk_samples import insert_samples
+
 from reef.core.job_data import TrajectorySample, sample_body
 from reef.pipeline_context import PipelineContext
 from reef.record2sample import ReportSamples
@@ -28,7 +30,7 @@ from reef.sample2job import GroupedJobData
 from reef.storage import NewSample, TrainerSamples, open_database
 from reef.storage.database import Database
 from reef.storage.json_values import dump
-from reef.storage.tables import sample_trains, samples
+from reef.storage.tables import sample_trains
 from reef.testing.storage import postgres_schema_url
 from reef.train.pipeline import TrainingPipeline
 
@@ -38,7 +40,6 @@ JOB_SAMPLES = 32
 UNTRAINED = 200
 ROUNDS = 30
 GOAL = 1.5
-BATCH = 20_000
 
 
 def _body(n: int) -> dict[str, object]:
@@ -48,37 +49,17 @@ def _body(n: int) -> dict[str, object]:
 
 def fill_trained(database: Database, n: int) -> None:
     """``n`` samples that trainer ``c`` already trained, in bulk (setting up, not measured)."""
-    body = dump(_body(0))
-    done = 0
-    while done < n:
-        size = min(BATCH, n - done)
-        rows = [
-            {
-                "commit_tx": 1,
-                "scenario": SCENARIO,
-                "id": f"trained-{done + i}",
-                "kind": "trajectory",
-                "body": body,
-                "group_id": None,
-                "trainer": TRAINER,
-                "origin": "record",
-                "removed": False,
-            }
-            for i in range(size)
-        ]
-        with database.write() as connection:
-            seqs = (
-                connection.execute(
-                    samples.insert().returning(samples.c.seq, sort_by_parameter_order=True), rows
-                )
-                .scalars()
-                .all()
-            )
-            connection.execute(
-                sample_trains.insert(),
-                [{"sample_seq": seq, "trainer": TRAINER, "count": 1} for seq in seqs],
-            )
-        done += size
+    insert_samples(
+        database,
+        n,
+        scenario=SCENARIO,
+        trainer=TRAINER,
+        id_prefix="trained",
+        body=dump(_body(0)),
+        commit_tx=1,
+        beside=sample_trains,
+        beside_row=lambda seq: {"sample_seq": seq, "trainer": TRAINER, "count": 1},
+    )
 
 
 def pipeline(database: Database) -> TrainingPipeline:

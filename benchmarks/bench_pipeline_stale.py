@@ -19,7 +19,8 @@ import argparse
 import sys
 import time
 
-from bench_pipeline_buffer import BATCH, JOB_SAMPLES, SCENARIO, TRAINER, step_seconds, urls
+from bench_pipeline_buffer import JOB_SAMPLES, SCENARIO, TRAINER, step_seconds, urls
+from bulk_samples import insert_samples
 
 from reef.core.job_data import TrajectorySample, sample_body
 from reef.pipeline_context import PipelineContext
@@ -28,7 +29,7 @@ from reef.sample2job import GroupedJobData
 from reef.storage import NewSample, TrainerSamples, open_database
 from reef.storage.database import Database
 from reef.storage.json_values import dump
-from reef.storage.tables import pending_samples, samples
+from reef.storage.tables import pending_samples
 from reef.train.pipeline import TrainingPipeline
 
 FRESH = 200
@@ -45,40 +46,22 @@ def _body(n: int, artifact: str) -> dict[str, object]:
 
 def fill_stale(database: Database, n: int) -> None:
     """``n`` untrained samples made from records by an artifact no longer served, in bulk."""
-    body = dump(_body(0, "art-old"))
-    done = 0
-    while done < n:
-        size = min(BATCH, n - done)
-        rows = [
-            {
-                "commit_tx": 0,
-                "scenario": SCENARIO,
-                "id": f"stale-{done + i}",
-                "kind": "trajectory",
-                "body": body,
-                "group_id": None,
-                "trainer": TRAINER,
-                "origin": "record",
-                "removed": False,
-            }
-            for i in range(size)
-        ]
-        with database.write() as connection:
-            seqs = (
-                connection.execute(
-                    samples.insert().returning(samples.c.seq, sort_by_parameter_order=True), rows
-                )
-                .scalars()
-                .all()
-            )
-            connection.execute(
-                pending_samples.insert(),
-                [
-                    {"scenario": SCENARIO, "trainer": TRAINER, "commit_tx": 0, "sample_seq": seq}
-                    for seq in seqs
-                ],
-            )
-        done += size
+    insert_samples(
+        database,
+        n,
+        scenario=SCENARIO,
+        trainer=TRAINER,
+        id_prefix="stale",
+        body=dump(_body(0, "art-old")),
+        commit_tx=0,
+        beside=pending_samples,
+        beside_row=lambda seq: {
+            "scenario": SCENARIO,
+            "trainer": TRAINER,
+            "commit_tx": 0,
+            "sample_seq": seq,
+        },
+    )
 
 
 def pipeline(database: Database) -> TrainingPipeline:
