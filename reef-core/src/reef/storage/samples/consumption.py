@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Mapping, Sequence
 
-from sqlalchemy import and_, delete, select, tuple_
+from sqlalchemy import Column, and_, delete, select, tuple_
 
 from reef.storage.drops import add_drops
 from reef.storage.errors import UnknownSampleError
@@ -47,25 +47,23 @@ class Consumption(SampleRows):
         One indexed query per call, so a trainer asks per batch of pushed records instead of
         holding every consumed id of its history in memory.
         """
-        if not record_ids:
-            return frozenset()
-        query = select(consumed_records.c.record_id).where(
-            consumed_records.c.scenario == self.scenario,
-            consumed_records.c.trainer == trainer,
-            consumed_records.c.record_id.in_(list(dict.fromkeys(record_ids))),
-        )
-        with self._database.read() as connection:
-            return frozenset(connection.execute(query).scalars())
+        return self._held_among(consumed_records.c.record_id, trainer, record_ids)
 
     def submitted_among(self, trainer: str, data_ids: Sequence[str]) -> frozenset[str]:
         """Which of ``data_ids`` ``trainer`` committed: the pipeline names new job data with an
         id no commit used (a commit is idempotent per id). One query by primary key."""
-        if not data_ids:
+        return self._held_among(submissions.c.data_id, trainer, data_ids)
+
+    def _held_among(self, column: Column[str], trainer: str, ids: Sequence[str]) -> frozenset[str]:
+        # Which of ``ids`` ``column`` holds for ``trainer``, in a table keyed by scenario,
+        # trainer and ``column``: one query by primary key.
+        if not ids:
             return frozenset()
-        query = select(submissions.c.data_id).where(
-            submissions.c.scenario == self.scenario,
-            submissions.c.trainer == trainer,
-            submissions.c.data_id.in_(list(dict.fromkeys(data_ids))),
+        table = column.table
+        query = select(column).where(
+            table.c.scenario == self.scenario,
+            table.c.trainer == trainer,
+            column.in_(list(dict.fromkeys(ids))),
         )
         with self._database.read() as connection:
             return frozenset(connection.execute(query).scalars())
