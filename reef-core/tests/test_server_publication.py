@@ -392,6 +392,13 @@ def test_a_publishing_engine_is_checked_when_the_deployment_loads(
             "vLLM takes trained weights at run time as LoRA adapters only",
         ),
         ("{component: noop}", "set training.component to local"),
+        (
+            '[{component: "reef.components.local:LocalComponent", name: weights,'
+            " options: {state_dir: %(state)s, model_path: %(state)s, lora: {r: 4}}},"
+            " {component: noop, serves: true}]",
+            r"set training.component to local \(with several components, on the entry that"
+            r" sets serves: true\)",
+        ),
     ],
 )
 def test_the_runtime_refuses_weights_the_engine_cannot_take(

@@ -31,7 +31,13 @@ from pathlib import Path
 from typing import Any
 
 from reef.components.interface import Artifact, JobHandle, TrainingComponent
-from reef.core.deployment import PUBLISHING_ENGINES, Deployment, ScenarioSection, ServingSection
+from reef.core.deployment import (
+    LOCAL_ENGINE,
+    Deployment,
+    ScenarioSection,
+    ServingSection,
+    TrainingSection,
+)
 from reef.core.job_data import JobData, JobOutcome
 from reef.pipeline_context import TrainingMode
 from reef.plugins import Plugins
@@ -45,10 +51,10 @@ from reef.server.publication import (
     SglangFullWeights,
     VllmAdapters,
 )
-from reef.server.service import LOCAL_ENGINE, engine_address
+from reef.server.service import engine_address
 from reef.server.service_runtime import ServiceRuntime
 from reef.storage import Database
-from reef.train.stages import build_pipeline, scenario_trainers
+from reef.train.stages import build_pipeline
 from reef.train.trainer import (
     PartsFactory,
     Trainer,
@@ -95,26 +101,31 @@ class ReefRuntime(ServiceRuntime):
             classes = scenario_classes(name, section, plugins)
             assert classes is not None  # scenario_classes raises instead
             serving = deployment.serving_of(name)
+            served = deployment.served_training(name)
             if serving is not None and serving.engine == LOCAL_ENGINE:
-                self._engines[name] = self._local_engine(name, section, classes.component)
-            elif (
-                serving is not None
-                and serving.engine in PUBLISHING_ENGINES
-                and section.training is not None
-            ):
-                self.publishers[name] = self._publisher(name, section, serving, classes.component)
-            if not run_trainers or classes.component is None:
+                self._engines[name] = self._local_engine(name, served, classes.components)
+            elif serving is not None and served is not None:
+                self.publishers[name] = self._publisher(
+                    name, section, served, serving, classes.components[served.trainer]
+                )
+            if not run_trainers or not classes.components:
                 continue
             # Before any trainer of the scenario can build a job: an extension (Agent ECC)
             # sets up what its event hooks need for this scenario.
             plugins.scenario_started(name, classes.extensions)
             job_parameters = recipe_job_parameters(classes.recipe, section)
-            for trainer in scenario_trainers(section):
-                self.trainers[(name, trainer)] = Trainer(
+            for entry in section.trainings:
+                self.trainers[(name, entry.trainer)] = Trainer(
                     name,
-                    trainer,
+                    entry.trainer,
                     database=self._database(name),
-                    build=self._parts_factory(name, section, trainer, classes.component),
+                    build=self._parts_factory(
+                        name,
+                        section,
+                        entry,
+                        classes.components[entry.trainer],
+                        serves=entry is served,
+                    ),
                     plugins=plugins,
                     job_parameters=job_parameters,
                     holder=self.holder,
@@ -125,24 +136,25 @@ class ReefRuntime(ServiceRuntime):
         return self._databases[self.deployment.storage_of(scenario).url]
 
     def _local_engine(
-        self, scenario: str, section: ScenarioSection, component: type[Any] | None
+        self,
+        scenario: str,
+        served: TrainingSection | None,
+        components: Mapping[str, type[Any]],
     ) -> CompletionFunction:
-        """The local engine over the artifacts of the scenario's ``local`` component."""
+        """The local engine over the artifacts of the scenario's served ``local`` component."""
         # Imported here: torch is an extra, needed only by a deployment that serves locally.
         from reef.components.artifacts import ArtifactStore
         from reef.components.local import LocalComponent, LocalComponentSettings
         from reef.components.local_engine import LocalEngine
 
-        if (
-            section.training is None
-            or component is None
-            or not issubclass(component, LocalComponent)
-        ):
+        component = None if served is None else components[served.trainer]
+        if served is None or component is None or not issubclass(component, LocalComponent):
             raise ValueError(
                 f"scenario {scenario!r}: serving.engine {LOCAL_ENGINE!r} serves the weights of"
                 " the scenario's local training component; set training.component to local"
+                " (with several components, on the entry that sets serves: true)"
             )
-        settings = LocalComponentSettings.parse(section.training.options, plugin_class=component)
+        settings = LocalComponentSettings.parse(served.options, plugin_class=component)
         return LocalEngine(
             ArtifactStore(Path(settings.state_dir) / "artifacts"),
             chat_template_args=settings.chat_template_args,
@@ -154,24 +166,25 @@ class ReefRuntime(ServiceRuntime):
         self,
         scenario: str,
         section: ScenarioSection,
+        served: TrainingSection,
         serving: ServingSection,
-        component: type[Any] | None,
+        component: type[Any],
     ) -> Publisher:
-        """The publisher of the scenario's ``local`` component's artifacts into its vLLM or
-        SGLang server."""
+        """The publisher of the artifacts of the scenario's served ``local`` component into its
+        vLLM or SGLang server."""
         from reef.components.artifacts import ArtifactStore
         from reef.components.local import LocalComponent, LocalComponentSettings
 
-        assert section.training is not None
         assert serving.url is not None
         assert serving.model is not None  # ServingSection requires both for these engines
-        if component is None or not issubclass(component, LocalComponent):
+        if not issubclass(component, LocalComponent):
             raise ValueError(
                 f"scenario {scenario!r}: serving.engine {serving.engine!r} is given the weights"
                 " of the scenario's local training component; set training.component to local"
-                " (or serve the scenario by the engine's URL, without publication)"
+                " (with several components, on the entry that sets serves: true), or serve the"
+                " scenario by the engine's URL, without publication"
             )
-        settings = LocalComponentSettings.parse(section.training.options, plugin_class=component)
+        settings = LocalComponentSettings.parse(served.options, plugin_class=component)
         admin: EngineAdmin
         if settings.lora is not None:
             admin = VllmAdapters() if serving.engine == "vllm" else SglangAdapters(serving.model)
@@ -197,11 +210,20 @@ class ReefRuntime(ServiceRuntime):
         )
 
     def _parts_factory(
-        self, scenario: str, section: ScenarioSection, trainer: str, component_class: type[Any]
+        self,
+        scenario: str,
+        section: ScenarioSection,
+        entry: TrainingSection,
+        component_class: type[Any],
+        *,
+        serves: bool,
     ) -> PartsFactory:
-        options = None if section.training is None else section.training.options
-        publisher = self.publishers.get(scenario)
+        # Only the trainer whose artifacts the engine serves publishes into it, and only its
+        # samples can go stale: another trainer's artifacts answer no call (docs/decisions.md).
+        publisher = self.publishers.get(scenario) if serves else None
+        loader = serves and (scenario in self._engines or publisher is not None)
         serving = self.deployment.serving_of(scenario)
+        trainer = entry.trainer
 
         def build(database: Database) -> TrainerParts:
             pipeline = build_pipeline(
@@ -210,11 +232,11 @@ class ReefRuntime(ServiceRuntime):
                 trainer,
                 plugins=self._plugins,
                 database=database,
-                has_runtime_loader=scenario in self._engines or publisher is not None,
+                has_runtime_loader=loader,
                 environ=self._environ,
                 replay_last_outcome=False,  # the trainer replays it once it knows no job runs
             )
-            component: TrainingComponent = component_class.from_config(options, name=trainer)
+            component: TrainingComponent = component_class.from_config(entry.options, name=trainer)
             if publisher is not None and serving is not None:
                 component = PublishedComponent(component, publisher, serving.publish_timeout)
             return TrainerParts(pipeline, component)

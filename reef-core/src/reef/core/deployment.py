@@ -53,6 +53,8 @@ class StorageSection(PluginSettings):
     )
 
 
+#: ``serving.engine`` value for the built-in local engine (given by the runtime).
+LOCAL_ENGINE: Final = "local"
 #: The engine kinds Reef puts trained weights into at run time (``serving.engine``), beside
 #: ``local`` and a plain OpenAI-compatible base URL.
 PUBLISHING_ENGINES: Final = ("vllm", "sglang")
@@ -265,14 +267,73 @@ class RecipeSection(PluginSettings):
     config: Mapping[str, Any] | None = config_option(default=None, help="the recipe's own settings")
 
 
+#: A trainer's name: it prefixes the ids of the samples its trainer makes in a scenario of
+#: several components, and shows in the status.
+_TRAINER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+def _trainer_name(_: object, attribute: attrs.Attribute[Any], value: str | None) -> None:
+    if value is not None and not _TRAINER_NAME.fullmatch(value):
+        raise ValueError(
+            f"{attribute.name} {value!r} must start with a letter or digit and hold only"
+            " letters, digits, '_', '.' and '-' (it prefixes the ids of its trainer's samples)"
+        )
+
+
 @attrs.frozen
 class TrainingSection(PluginSettings):
-    """The training component that trains a scenario's jobs."""
+    """One training component of a scenario and its options: one trainer, named by
+    ``name`` (the component's name by default)."""
 
     component: str = config_option(help="a registered component name or module:Class")
     options: Mapping[str, Any] | None = config_option(
         default=None, help="the component's own settings"
     )
+    name: str | None = config_option(
+        default=None,
+        help="the trainer's name, by default the component's; two entries of one component"
+        " need one each",
+        validator=_trainer_name,
+    )
+    serves: bool | None = config_option(
+        default=None,
+        help="the scenario's engine (local, vllm, sglang) serves this component's artifacts;"
+        " by default the scenario's only component's",
+    )
+
+    @property
+    def trainer(self) -> str:
+        """The trainer's name: ``name``, else the component as the deployment names it."""
+        return self.name or self.component
+
+
+def _one_trainer_each(
+    _: object, attribute: attrs.Attribute[Any], value: TrainingSection | tuple[Any, ...] | None
+) -> None:
+    """A list of training components names each trainer once and has one that serves at
+    most."""
+    del attribute
+    if not isinstance(value, tuple):
+        return
+    if not value:
+        raise ValueError(
+            "an empty list trains nothing: give one entry per training component, or remove"
+            " the training section"
+        )
+    first: dict[str, int] = {}
+    for index, entry in enumerate(value):
+        seen = first.setdefault(entry.trainer, index)
+        if seen != index:
+            raise ValueError(
+                f"entries {seen} and {index} are both trainer {entry.trainer!r}: a scenario has"
+                " one trainer per component; give each entry of the same component its own name"
+            )
+    serving = [entry.trainer for entry in value if entry.serves]
+    if len(serving) > 1:
+        raise ValueError(
+            f"trainers {serving} all set serves: true; the engine serves one component's"
+            " artifacts, so set it on one entry only"
+        )
 
 
 @attrs.frozen
@@ -283,8 +344,10 @@ class ScenarioSection(PluginSettings):
     pipeline: PipelineSection = config_option(
         factory=PipelineSection, help="each stage's class (optional) and config"
     )
-    training: TrainingSection | None = config_option(
-        default=None, help="the training component and its options"
+    training: TrainingSection | tuple[TrainingSection, ...] | None = config_option(
+        default=None,
+        help="the training component and its options, or a list of them (one trainer each)",
+        validator=_one_trainer_each,
     )
     storage: StorageSection | None = config_option(
         default=None, help="this scenario's storage, instead of the deployment's"
@@ -295,6 +358,14 @@ class ScenarioSection(PluginSettings):
     extensions: Mapping[str, Mapping[str, Any] | None] = config_option(
         factory=dict, help="each extension's config for this scenario, by extension name"
     )
+
+    @property
+    def trainings(self) -> tuple[TrainingSection, ...]:
+        """The scenario's training components, one per trainer, in the file's order; none
+        without a ``training`` section (the scenario records and admits, nothing trains)."""
+        if self.training is None:
+            return ()
+        return (self.training,) if isinstance(self.training, TrainingSection) else self.training
 
 
 @attrs.frozen
@@ -324,6 +395,40 @@ class Deployment(PluginSettings):
     def serving_of(self, scenario: str) -> ServingSection | None:
         """The engine of ``scenario``: its own, else the deployment's."""
         return self.scenarios[scenario].serving or self.serving
+
+    def served_training(self, scenario: str) -> TrainingSection | None:
+        """The training component of ``scenario`` whose artifacts its engine serves: the entry
+        that sets ``serves: true``, else the scenario's only one unless it sets ``serves:
+        false``; ``None`` when the engine takes no trained weights (a plain URL, no engine) or
+        no entry serves.
+
+        :raises ValueError: when the choice is not the file's to leave open: several
+            components and an engine that takes weights, with none marked; or ``serves: true``
+            with an engine that takes none.
+        """
+        entries = self.scenarios[scenario].trainings
+        serving = self.serving_of(scenario)
+        marked = [entry for entry in entries if entry.serves]
+        if serving is None or serving.engine not in (LOCAL_ENGINE, *PUBLISHING_ENGINES):
+            if marked:
+                engine = "no engine" if serving is None else f"engine {serving.engine!r}"
+                raise ValueError(
+                    f"trainer {marked[0].trainer!r} sets serves: true, and the scenario has"
+                    f" {engine}, which takes no trained weights: remove serves, or serve the"
+                    f" scenario with engine {LOCAL_ENGINE}, vllm or sglang"
+                )
+            return None
+        if marked:
+            return marked[0]
+        if len(entries) > 1:
+            raise ValueError(
+                f"engine {serving.engine} serves the artifacts of one training component, and"
+                f" the scenario has {len(entries)} ({', '.join(e.trainer for e in entries)}):"
+                " set serves: true on the one it serves"
+            )
+        if entries and entries[0].serves is None:
+            return entries[0]
+        return None
 
 
 # --------------------------------------------------------------------------------------------

@@ -180,20 +180,42 @@ def _settings_class(type_: Any) -> type[PluginSettings] | None:
     return None
 
 
+def _section_list(type_: Any) -> type[PluginSettings] | None:
+    """The settings class of ``tuple[Section, ...]``."""
+    args = typing.get_args(type_)
+    if typing.get_origin(type_) is tuple and len(args) == 2 and args[1] is Ellipsis:
+        return _settings_class(args[0])
+    return None
+
+
 def _structure_value(value: object, type_: Any, path: str, problems: list[tuple[str, str]]) -> Any:
-    """Structure one value; sections (settings classes, optional or in a mapping by name) are
-    structured key by key so that their unknown keys get suggestions too."""
+    """Structure one value; sections (settings classes, optional, in a list, or in a mapping by
+    name) are structured key by key so that their unknown keys get suggestions too. A section
+    that may also be a list of such sections (``Section | tuple[Section, ...]``) reads a list
+    as the list, anything else as one section."""
     args = typing.get_args(type_)
     if typing.get_origin(type_) in (types.UnionType, typing.Union) and type(None) in args:
         if value is None:
             return None
         rest = [a for a in args if a is not type(None)]
-        section = _settings_class(rest[0]) if len(rest) == 1 else None
-        if section is not None:
+        section = _settings_class(rest[0]) if len(rest) in (1, 2) else None
+        if section is not None and len(rest) == 2 and _section_list(rest[1]) is section:
+            chosen = rest[1] if isinstance(value, list) else section
+            return _structure_value(value, chosen, path, problems)
+        if section is not None and len(rest) == 1:
             return section.structure_at(value, path, problems)
     section = _settings_class(type_)
     if section is not None:
         return section.structure_at(value, path, problems)
+    item_section = _section_list(type_)
+    if item_section is not None:
+        if not isinstance(value, list):
+            problems.append((path, f"expected a list, got {type(value).__name__}"))
+            return None
+        return tuple(
+            item_section.structure_at(item, f"{path}[{index}]", problems)
+            for index, item in enumerate(value)
+        )
     if typing.get_origin(type_) in (dict, Mapping) and len(args) == 2:
         item_section = _settings_class(args[1])
         if item_section is not None:

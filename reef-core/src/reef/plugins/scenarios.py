@@ -20,6 +20,7 @@ from reef.core.deployment import (
     DeploymentError,
     ScenarioSection,
     StageSection,
+    TrainingSection,
     deployment_document,
 )
 from reef.core.plugins import NoSettings, PluginConfigError, PluginSettings
@@ -30,12 +31,13 @@ from reef.recipe import Recipe
 
 @attrs.frozen
 class ScenarioClasses:
-    """The classes a scenario names, resolved: its recipe, its stages and its component."""
+    """The classes a scenario names, resolved: its recipe, its stages and its components."""
 
     recipe: type[Any]
     record2sample: type[Any]
     sample2job: type[Any]
-    component: type[Any] | None
+    #: the component class of each trainer, by trainer name (none without ``training``)
+    components: Mapping[str, type[Any]]
     #: the parsed settings of each extension the scenario configures, by extension name
     extensions: Mapping[str, PluginSettings] = attrs.field(factory=dict)
 
@@ -161,18 +163,18 @@ def scenario_classes(
             )
         except PluginConfigError as exc:
             found.extend(f"{e.plugin}: {e.reason} @ {e.key}" for e in exc.errors)
-    component: type[Any] | None = None
-    if scenario.training is not None:
-        training_path = f"{path}.training"
+    components: dict[str, type[Any]] = {}
+    entries = scenario.trainings
+    for index, entry in enumerate(entries):
+        # A single mapping keeps its paths; a list's entries are numbered.
+        listed = not isinstance(scenario.training, TrainingSection)
+        training_path = f"{path}.training" + (f"[{index}]" if listed else "")
         component = _resolve(
-            plugins,
-            PluginKind.COMPONENT,
-            scenario.training.component,
-            f"{training_path}.component",
-            found,
+            plugins, PluginKind.COMPONENT, entry.component, f"{training_path}.component", found
         )
         if component is not None:
-            _check_config(component, scenario.training.options, f"{training_path}.options", found)
+            components[entry.trainer] = component
+            _check_config(component, entry.options, f"{training_path}.options", found)
     extensions: dict[str, PluginSettings] = {}
     for extension, config in scenario.extensions.items():
         extension_path = f"{path}.extensions.{extension}"
@@ -194,7 +196,7 @@ def scenario_classes(
         recipe=recipe,
         record2sample=_known(classes["record2sample"]),
         sample2job=_known(classes["sample2job"]),
-        component=component,
+        components=components,
         extensions=extensions,
     )
 
@@ -241,6 +243,10 @@ def load_deployment(
             problems.append("a deployment needs at least one scenario @ $.scenarios")
         for name, scenario in deployment.scenarios.items():
             scenario_classes(name, scenario, plugins, problems)
+            try:
+                deployment.served_training(name)
+            except ValueError as exc:
+                problems.append(f"{exc} @ $.scenarios.{name}.training")
     elif isinstance(document, Mapping) and isinstance(document.get("scenarios"), Mapping):
         # Another section is wrong: still check the stages of every scenario that reads, so
         # the file's problems are all reported at once (the section's own are listed above).

@@ -19,7 +19,7 @@ import attrs
 from starlette.requests import Request
 
 from reef.containers.interface import ContainerError
-from reef.core.deployment import PUBLISHING_ENGINES, Deployment, ServingSection
+from reef.core.deployment import LOCAL_ENGINE, PUBLISHING_ENGINES, Deployment, ServingSection
 from reef.plugins import Plugins
 from reef.record2sample.generated_tasks import STORE_NAME
 from reef.record2sample.generator.service import GeneratorService
@@ -53,8 +53,6 @@ __all__ = [
     "service_of",
 ]
 
-#: ``serving.engine`` value for the built-in local engine (given by the runtime).
-LOCAL_ENGINE: Final = "local"
 #: The task store (of the deployment's own storage, scenario ``""``) that holds data items.
 ITEMS_STORE: Final = "reef.data-items"
 

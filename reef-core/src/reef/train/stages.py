@@ -35,10 +35,11 @@ __all__ = ["build_pipeline", "build_stages", "check_stages", "scenario_trainers"
 
 
 def scenario_trainers(scenario: ScenarioSection) -> tuple[str, ...]:
-    """The trainers of a scenario, by name: one per training component, named by the
-    component as the deployment names it (``training.component``); none without a
-    ``training`` section (the scenario records and admits, but nothing trains)."""
-    return () if scenario.training is None else (scenario.training.component,)
+    """The trainers of a scenario, by name, in the file's order: one per training component,
+    named by its entry's ``name``, else by the component as the deployment names it
+    (``training.component``); none without a ``training`` section (the scenario records and
+    admits, but nothing trains)."""
+    return tuple(entry.trainer for entry in scenario.trainings)
 
 
 def build_stages(
