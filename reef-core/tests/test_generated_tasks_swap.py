@@ -13,14 +13,18 @@ from typing import Any
 import pytest
 
 from reef.core.deployment import DeploymentError
-from reef.core.job_data import JobOutcome, TaskSample
 from reef.plugins import Plugins
 from reef.plugins.scenarios import load_deployment
 from reef.recipe.generated_tasks import RolledOutTask
 from reef.record2sample.generated_tasks import GeneratedTaskSamples
 from reef.storage import Database, open_database
 from reef.testing import inline_plugin
-from reef.testing.generators import ArithmeticTasks, ScriptedTasks, WordTasks
+from reef.testing.generators import (
+    ArithmeticTasks,
+    ScriptedTasks,
+    WordTasks,
+    train_one_generation,
+)
 from reef.train.stages import build_pipeline, check_stages
 
 DEPLOYMENT = """
@@ -62,24 +66,10 @@ def _run(generator: str, plugins: Plugins, database: Database) -> list[str]:
     deployment = load_deployment(DEPLOYMENT.format(generator=generator), plugins=plugins)
     pipeline = build_pipeline("tasks", deployment.scenarios["tasks"], plugins=plugins,
                               database=database)  # fmt: skip
-    stage = pipeline.record2sample
-    assert isinstance(stage, GeneratedTaskSamples)
     try:
-        pipeline.produce()
-        while stage.background_jobs_running():
-            stage.worker.wait(10)
-            pipeline.produce()
-        data = pipeline.build_job_data(pipeline.sample2job.job_samples)
-        assert data is not None
-        pipeline.acknowledge(data.id)
-        names = [s.name for s in data.samples if isinstance(s, TaskSample)]
-        outcome = JobOutcome(
-            data.id, "recording", "finished", {"rollout_rewards": {n: [1.0, 0.0] for n in names}}
-        )
-        pipeline.job_ended(outcome)
-        while stage.background_jobs_running():
-            stage.worker.wait(10)
-            pipeline.produce()
+        names = train_one_generation(pipeline, (1.0, 0.0))
+        stage = pipeline.record2sample
+        assert isinstance(stage, GeneratedTaskSamples)
         generator_object = stage.generator
         assert isinstance(generator_object, ScriptedTasks)
         ((generation, results),) = generator_object.recorded

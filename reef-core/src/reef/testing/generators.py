@@ -11,6 +11,9 @@ for a word reversed), so a test can swap one for the other by configuration alon
 
 Both register with :func:`reef.testing.inline_plugin` (``task_generators=...``) or are named
 ``reef.testing.generators:ArithmeticTasks`` in a deployment.
+
+:func:`train_one_generation` runs a generated-task pipeline through one round and one task job
+as the trainer does, whatever its generator, for a test that swaps generators.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import attrs
 
 from reef.core.config import config_option
 from reef.core.harbor import HarborTask
+from reef.core.job_data import JobOutcome, TaskSample
 from reef.core.plugins import PluginSettings
 from reef.recipe.generated_tasks import (
     GeneratedTaskResult,
@@ -33,9 +37,17 @@ from reef.recipe.generated_tasks import (
     TaskValidationResult,
     result_to_json,
 )
+from reef.record2sample.generated_tasks import GeneratedTaskSamples
 from reef.record2sample.generator import TaskGenerationRequest
+from reef.train.pipeline import TrainingPipeline
 
-__all__ = ["ArithmeticTasks", "ScriptedTasks", "ScriptedTasksSettings", "WordTasks"]
+__all__ = [
+    "ArithmeticTasks",
+    "ScriptedTasks",
+    "ScriptedTasksSettings",
+    "WordTasks",
+    "train_one_generation",
+]
 
 _TASK_TOML = """version = "1.0"
 
@@ -186,3 +198,39 @@ class WordTasks(ScriptedTasks):
     def question(self, seed: int) -> tuple[str, str]:
         word = f"{self._WORDS[seed % len(self._WORDS)]}{seed % 97}"
         return f"Write the word {word!r} backwards to /app/answer.txt.\n", word[::-1]
+
+
+def _settle(pipeline: TrainingPipeline, stage: GeneratedTaskSamples, timeout: float) -> None:
+    """Produce until the stage's background jobs (generation, delivery) have all ended."""
+    pipeline.produce()
+    while stage.background_jobs_running():
+        stage.worker.wait(timeout)
+        pipeline.produce()
+
+
+def train_one_generation(
+    pipeline: TrainingPipeline, rewards: tuple[float, ...] = (1.0, 0.0), *, timeout: float = 30
+) -> list[str]:
+    """Run ``pipeline`` (the generated-task recipe's) as its trainer would through one round
+    and one task job: produce until the round's generation is complete, build and acknowledge
+    a job, end it with ``rewards`` as every task's rollout rewards, and produce until the
+    results have reached the generator. Returns the names of the job's tasks.
+
+    :param timeout: how long each wait for a background job may take, in seconds.
+    """
+    stage = pipeline.record2sample
+    if not isinstance(stage, GeneratedTaskSamples):
+        raise TypeError(f"the pipeline's record2sample is {type(stage).__name__}, not generated")
+    _settle(pipeline, stage, timeout)
+    data = pipeline.build_job_data(pipeline.sample2job.job_samples)
+    if data is None:
+        raise AssertionError("the round made no task job")
+    pipeline.acknowledge(data.id)
+    names = [s.name for s in data.samples if isinstance(s, TaskSample)]
+    outcome = JobOutcome(
+        data.id, pipeline.context.component, "finished",
+        {"rollout_rewards": {name: list(rewards) for name in names}},
+    )  # fmt: skip
+    pipeline.job_ended(outcome)
+    _settle(pipeline, stage, timeout)
+    return names
