@@ -255,6 +255,55 @@ def test_an_adapter_another_process_loaded_is_taken_as_loaded(loop_of: Any, tmp_
     assert loop.call()["artifact_id"] == first.artifact_id
 
 
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_adapters_an_earlier_process_loaded_are_unloaded_after_a_restart(
+    loop_of: Any, tmp_path: Path, engine: Literal["vllm", "sglang"]
+) -> None:
+    loop: Loop = loop_of(engine, keep=2)
+    published = [artifact(tmp_path, number) for number in (1, 2, 3)]
+    for current in published:
+        loop.source.current = current
+        loop.publisher.step()
+    names = [adapter_name(SCENARIO, a.artifact_id) for a in published]
+    assert list(loop.engine.adapters) == names[1:]
+    # Adapters Reef did not name, and another scenario's (its name starting the same), stay.
+    others = {
+        "sql-expert": str(tmp_path),
+        adapter_name(f"{SCENARIO}-eu", published[0].artifact_id): str(published[0].path),
+    }
+    loop.engine.adapters.update(others)
+    loop.publisher.stop()  # `reef serve` stops; what it loaded stays loaded
+    fourth = artifact(tmp_path, 4)
+    loop.source.current = fourth  # a trainer published meanwhile
+    asked = loop.engine.calls["/v1/models"]
+    restarted = Publisher(
+        SCENARIO, loop.publisher.admin, BASE, url=loop.publisher.url, source=loop.source, keep=2
+    )
+    try:
+        restarted.step()
+        kept = [names[2], adapter_name(SCENARIO, fourth.artifact_id)]
+        assert set(loop.engine.adapters) == {*kept, *others}
+        assert restarted.status()["loaded_adapters"] == kept
+        restarted.step()  # asked once per process
+        assert loop.engine.calls["/v1/models"] == asked + 1
+    finally:
+        restarted.stop()
+
+
+def test_an_engine_that_cannot_list_its_adapters_is_asked_again(tmp_path: Path) -> None:
+    source = Source()
+    publisher = Publisher(SCENARIO, VllmAdapters(), BASE, url="http://127.0.0.1:9", source=source)
+    try:
+        publisher.step()  # nothing listens there
+        assert "GET /v1/models" in publisher.status()["last_error"]["error"]
+        assert not publisher._adopted
+        publisher._adopt_at = 0.0  # the pause after the failure is over
+        publisher.step()
+        assert publisher._adopt_failures == 2
+    finally:
+        publisher.stop()
+
+
 def test_an_engine_that_restarted_without_the_artifact_gets_it_again(
     loop_of: Any, tmp_path: Path
 ) -> None:
@@ -437,6 +486,9 @@ class FlakyAdmin:
 
     def unload(self, client: httpx.Client, name: str) -> None:
         self.loaded.pop(name, None)
+
+    def adapters(self, client: httpx.Client) -> list[str]:
+        return list(self.loaded)
 
     def model(self, name: str) -> str:
         return name

@@ -32,6 +32,13 @@ weights get the same name in every process, so two processes that publish the sa
 load one adapter (an engine's "already loaded" answer is a success). Adapters older than the
 ``keep`` newest (``max_staleness`` + 1: no trainer trains their data any more) are unloaded.
 
+What an earlier process loaded: both engines list their loaded adapters in ``GET /v1/models``
+(``{data: [{id, root, parent, ...}]}``, an adapter's card has its base model as ``parent``, in
+the order they were loaded; SGLang lists them since late 2025, sgl-project/sglang#12229, and
+before that the base model only). On its first look a publisher takes the scenario's own
+adapters it finds there as loaded, oldest first, so that those beyond ``keep`` are unloaded
+after a restart too; adapters of other scenarios and adapters Reef did not name are left alone.
+
 Every answer is labelled with the artifact Reef routed it to only when the engine's answer
 agrees (:meth:`Publisher.answered`); otherwise the record says ``null`` and the reason is
 counted in the status (``unlabelled_answers``).
@@ -40,6 +47,7 @@ counted in the status (``unlabelled_answers``).
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from pathlib import Path
@@ -76,9 +84,20 @@ class PublicationError(ReefError):
     """The engine did not take an artifact (or did not let an adapter go)."""
 
 
+def _backoff(failures: int) -> float:
+    """The pause, in seconds, after the ``failures``-th failure in a row."""
+    return min(FIRST_BACKOFF * 2.0 ** (failures - 1), MAX_BACKOFF)
+
+
 def adapter_name(scenario: str, artifact_id: str) -> str:
     """The engine's name for the adapter ``artifact_id`` of ``scenario``."""
     return f"reef-{scenario}-{artifact_id.partition(':')[2][:16]}"
+
+
+def _is_adapter_of(scenario: str, name: str) -> bool:
+    """Whether ``name`` is an :func:`adapter_name` of ``scenario`` (not of a scenario whose name
+    merely starts the same)."""
+    return re.fullmatch(f"reef-{re.escape(scenario)}-[0-9a-f]{{16}}", name) is not None
 
 
 @attrs.frozen
@@ -125,23 +144,48 @@ class EngineAdmin(Protocol):
         """Let the adapter ``name`` go. :raises PublicationError: when the engine refuses."""
         ...
 
+    def adapters(self, client: httpx.Client) -> list[str]:
+        """The names of the adapters the engine holds, oldest first.
+
+        :raises PublicationError: when the engine cannot say.
+        """
+        ...
+
     def model(self, name: str) -> str:
         """The request's ``model`` that reaches the loaded weights ``name``."""
         ...
 
 
-def _post(client: httpx.Client, path: str, body: JSON) -> tuple[int, Any, str]:
-    """POST ``body``; the status, the answer as JSON (``None`` when it is not JSON) and as
-    text. :raises PublicationError: when the engine cannot be reached."""
+def _request(
+    client: httpx.Client, method: Literal["GET", "POST"], path: str, body: JSON | None = None
+) -> tuple[int, Any, str]:
+    """Send ``body`` (if any); the status, the answer as JSON (``None`` when it is not JSON) and
+    as text. :raises PublicationError: when the engine cannot be reached."""
     try:
-        response = client.post(path, json=body)
+        response = client.request(method, path, json=body)
     except httpx.HTTPError as exc:
-        raise PublicationError(f"POST {path}: the engine did not answer: {exc!r}") from exc
+        raise PublicationError(f"{method} {path}: the engine did not answer: {exc!r}") from exc
     try:
         parsed: Any = response.json()
     except ValueError:
         parsed = None
     return response.status_code, parsed, response.text
+
+
+def _listed_adapters(client: httpx.Client) -> list[str]:
+    """The adapters in the engine's ``GET /v1/models`` (the cards with a ``parent``), in its
+    order. :raises PublicationError: when the engine does not answer with its list."""
+    status, parsed, text = _request(client, "GET", "/v1/models")
+    cards = parsed.get("data") if isinstance(parsed, dict) else None
+    if status != 200 or not isinstance(cards, list):
+        raise PublicationError(
+            f"GET /v1/models: no model list: {status} {_error_message(parsed, text)}"
+        )
+    return [
+        card["id"]
+        for card in cards
+        if isinstance(card, dict) and card.get("parent") and isinstance(card.get("id"), str)
+    ]
 
 
 def _error_message(parsed: Any, text: str) -> str:
@@ -166,8 +210,8 @@ class VllmAdapters:
 
     def load(self, client: httpx.Client, name: str, path: str, artifact_id: str) -> None:
         del artifact_id
-        status, parsed, text = _post(
-            client, "/v1/load_lora_adapter", {"lora_name": name, "lora_path": path}
+        status, parsed, text = _request(
+            client, "POST", "/v1/load_lora_adapter", {"lora_name": name, "lora_path": path}
         )
         message = _error_message(parsed, text)
         # Another process published the same artifact: the adapter is there.
@@ -176,11 +220,16 @@ class VllmAdapters:
         raise PublicationError(f"vLLM refused adapter {name} ({path}): {status} {message}")
 
     def unload(self, client: httpx.Client, name: str) -> None:
-        status, parsed, text = _post(client, "/v1/unload_lora_adapter", {"lora_name": name})
+        status, parsed, text = _request(
+            client, "POST", "/v1/unload_lora_adapter", {"lora_name": name}
+        )
         if status not in (200, 404):  # 404: already gone
             raise PublicationError(
                 f"vLLM did not unload adapter {name}: {status} {_error_message(parsed, text)}"
             )
+
+    def adapters(self, client: httpx.Client) -> list[str]:
+        return _listed_adapters(client)
 
     def model(self, name: str) -> str:
         return name
@@ -196,8 +245,8 @@ class SglangAdapters:
 
     def load(self, client: httpx.Client, name: str, path: str, artifact_id: str) -> None:
         del artifact_id
-        status, parsed, text = _post(
-            client, "/load_lora_adapter", {"lora_name": name, "lora_path": path}
+        status, parsed, text = _request(
+            client, "POST", "/load_lora_adapter", {"lora_name": name, "lora_path": path}
         )
         message = _error_message(parsed, text)
         succeeded = isinstance(parsed, dict) and parsed.get("success") is True
@@ -206,11 +255,14 @@ class SglangAdapters:
         raise PublicationError(f"SGLang refused adapter {name} ({path}): {status} {message}")
 
     def unload(self, client: httpx.Client, name: str) -> None:
-        status, parsed, text = _post(client, "/unload_lora_adapter", {"lora_name": name})
+        status, parsed, text = _request(client, "POST", "/unload_lora_adapter", {"lora_name": name})
         if not (status == 200 and isinstance(parsed, dict) and parsed.get("success") is True):
             raise PublicationError(
                 f"SGLang did not unload adapter {name}: {status} {_error_message(parsed, text)}"
             )
+
+    def adapters(self, client: httpx.Client) -> list[str]:
+        return _listed_adapters(client)
 
     def model(self, name: str) -> str:
         return f"{self.base_model}:{name}"
@@ -226,8 +278,9 @@ class SglangFullWeights:
 
     def load(self, client: httpx.Client, name: str, path: str, artifact_id: str) -> None:
         del name
-        status, parsed, text = _post(
+        status, parsed, text = _request(
             client,
+            "POST",
             "/update_weights_from_disk",
             {"model_path": path, "weight_version": artifact_id},
         )
@@ -240,6 +293,10 @@ class SglangFullWeights:
 
     def unload(self, client: httpx.Client, name: str) -> None:
         del client, name  # full weights are replaced, never unloaded
+
+    def adapters(self, client: httpx.Client) -> list[str]:
+        del client
+        return []  # Reef loads no adapters beside full weights
 
     def model(self, name: str) -> str:
         del name
@@ -299,6 +356,9 @@ class Publisher:
         self._loaded: list[str] = []  # adapter names, oldest first
         self._published: set[str] = set()
         self._unload_failed: list[str] = []
+        self._adopted = False  # the engine's adapters of this scenario are in ``_loaded``
+        self._adopt_failures = 0
+        self._adopt_at = 0.0  # monotonic time of the next try after a failure
         # Failures and counts, for the status.
         self._attempts = 0
         self._retry_at: float | None = None
@@ -346,7 +406,11 @@ class Publisher:
 
     def step(self) -> None:
         """One look at the store: publish its newest artifact when it is new (and no pause after
-        a failure is running), then unload what is past ``keep``."""
+        a failure is running), then unload what is past ``keep``. The first look that reaches the
+        engine also takes the scenario's adapters it holds as loaded (an earlier process loaded
+        them)."""
+        if not self._adopted and time.monotonic() >= self._adopt_at:
+            self._adopt()
         latest = self._source.latest()
         served = None if self._served is None else self._served.artifact_id
         if latest is not None and latest.artifact_id != served:
@@ -419,7 +483,7 @@ class Publisher:
         self._attempts += 1
         self._failures += 1
         self._failed_artifact = artifact_id
-        pause = min(FIRST_BACKOFF * 2 ** (self._attempts - 1), MAX_BACKOFF)
+        pause = _backoff(self._attempts)
         self._retry_at = time.monotonic() + pause
         self._last_error = {"at": time.time(), "artifact_id": artifact_id, "error": str(exc)}
         logger.warning(
@@ -430,6 +494,35 @@ class Publisher:
             pause,
             exc,
         )
+
+    def _adopt(self) -> None:
+        try:
+            listed = self.admin.adapters(self._client)
+        except PublicationError as exc:
+            self._adopt_failures += 1
+            pause = _backoff(self._adopt_failures)
+            self._adopt_at = time.monotonic() + pause
+            logger.warning(
+                "scenario %s: the engine's adapters are unknown (asked again in %.1f s): %s",
+                self.scenario,
+                pause,
+                exc,
+            )
+            with self._changed:
+                self._last_error = {"at": time.time(), "error": str(exc)}
+            return
+        found = [name for name in listed if _is_adapter_of(self.scenario, name)]
+        with self._changed:
+            self._loaded = [name for name in found if name not in self._loaded] + self._loaded
+            self._adopted = True
+        if found:
+            logger.info(
+                "scenario %s: %s holds %d of its adapters: %s",
+                self.scenario,
+                self.admin.kind,
+                len(found),
+                ", ".join(found),
+            )
 
     def _unload_old(self) -> None:
         with self._changed:

@@ -16,6 +16,10 @@ an answer says which model (adapter or weights) the call reached, which is what 
   '<name>' removed successfully.``; 404 when no such adapter is loaded.
 - ``POST /v1/chat/completions``: ``model`` is the served model name or a loaded adapter's
   (404 otherwise); the answer's ``model`` is that name. Streams when asked.
+- ``GET /v1/models``: ``{object: "list", data: [card, ...]}``, the served model's card first,
+  then one per loaded adapter in the order they were loaded, with ``id`` its name, ``root`` its
+  path and ``parent`` the served model's name (the base model's ``parent`` is ``null``); the
+  cards' ``permission`` lists are left out.
 
 :func:`sglang_standin` (SGLang's server with ``--enable-lora``):
 
@@ -27,7 +31,9 @@ an answer says which model (adapter or weights) the call reached, which is what 
   weight version becomes ``weight_version`` when given;
 - ``POST /v1/chat/completions``: ``model`` is the served model name or
   ``<served name>:<adapter>``; the answer's ``model`` repeats the request's, and a whole answer
-  carries ``metadata.weight_version`` (a streamed one does not, as in SGLang).
+  carries ``metadata.weight_version`` (a streamed one does not, as in SGLang);
+- ``GET /v1/models``: as vLLM's (without ``permission``), the loaded adapters listed after the
+  served model, each with ``parent`` the served model's name, as SGLang lists them since 0.5.5.
 
 Both count the calls they received (:attr:`StandInState.calls`) and fail on request: the next
 ``n`` weight loads answer 500 (:meth:`StandInState.refuse_loads`), to test retries.
@@ -118,6 +124,18 @@ def _completion(request: JSON, model: str, metadata: JSON | None, *, stream: boo
     return StreamingResponse(chunks(), media_type="text/event-stream")
 
 
+def _model_list(state: StandInState, owner: str) -> JSONResponse:
+    """``GET /v1/models``: the served model's card, then the adapters' in load order."""
+
+    def card(name: str, root: str, parent: str | None, length: int | None) -> JSON:
+        return {"id": name, "object": "model", "created": int(time.time()), "owned_by": owner,
+                "root": root, "parent": parent, "max_model_len": length}  # fmt: skip
+
+    cards = [card(state.served_model, state.served_model, None, 4096)]
+    cards += [card(name, path, state.served_model, None) for name, path in state.adapters.items()]
+    return JSONResponse({"object": "list", "data": cards})
+
+
 def _vllm_error(message: str, kind: str, code: int) -> JSONResponse:
     return JSONResponse({"error": {"message": message, "type": kind, "code": code}}, code)
 
@@ -176,11 +194,16 @@ def vllm_standin(served_model: str) -> tuple[Starlette, StandInState]:
             return _vllm_error(f"The model `{model}` does not exist.", "NotFoundError", 404)
         return _completion(body, model, None, stream=bool(body.get("stream")))
 
+    async def models(request: Request) -> Response:
+        state._count("/v1/models")
+        return _model_list(state, "vllm")
+
     app = Starlette(
         routes=[
             Route("/v1/load_lora_adapter", load, methods=["POST"]),
             Route("/v1/unload_lora_adapter", unload, methods=["POST"]),
             Route("/v1/chat/completions", complete, methods=["POST"]),
+            Route("/v1/models", models, methods=["GET"]),
         ]
     )
     return app, state
@@ -258,8 +281,13 @@ def sglang_standin(served_model: str) -> tuple[Starlette, StandInState]:
         metadata = {"weight_version": state.weight_version}
         return _completion(body, model, metadata, stream=bool(body.get("stream")))
 
+    async def models(request: Request) -> Response:
+        state._count("/v1/models")
+        return _model_list(state, "sglang")
+
     app = Starlette(
         routes=[
+            Route("/v1/models", models, methods=["GET"]),
             Route("/load_lora_adapter", load, methods=["POST"]),
             Route("/unload_lora_adapter", unload, methods=["POST"]),
             Route("/update_weights_from_disk", update, methods=["POST"]),
