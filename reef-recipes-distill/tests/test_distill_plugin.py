@@ -64,3 +64,25 @@ def test_reef_plugins_lists_both_and_reef_check_builds_both(tmp_path: Path) -> N
     checked = _reef("check", str(path))
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "ok" in checked.stdout
+
+
+def test_reef_check_refuses_the_hindsight_objective_without_hints(tmp_path: Path) -> None:
+    """OpenClaw-RL's hindsight objective distils the judge's hints: a deployment whose
+    OpenClawRLSamples does not ask for them is refused, naming the key to set."""
+    unhinted = DEPLOYMENT.replace(", hints: true", "")
+    for text, why in ((unhinted, "no hints key"), (DEPLOYMENT.replace("true", "false"), "false")):
+        path = tmp_path / "deployment.yaml"
+        path.write_text(text.format(folder=tmp_path), encoding="utf-8")
+        checked = _reef("check", str(path))
+        assert checked.returncode == 1, (why, checked.stdout)
+        assert (
+            "OpenClawRLRecipe: the hindsight objective distils the judge's hints, and"
+            " OpenClawRLSamples asks for none: set hints: true in pipeline.record2sample.config"
+            " (or use objective: binary)"
+            " @ $.scenarios.assistant.pipeline.record2sample.config.hints"
+        ) in checked.stderr, (why, checked.stderr)
+        assert "tutor" not in checked.stderr  # the other scenario is fine
+    binary = unhinted.replace("objective: hindsight", "objective: binary")
+    path.write_text(binary.format(folder=tmp_path), encoding="utf-8")
+    checked = _reef("check", str(path))
+    assert checked.returncode == 0, checked.stdout + checked.stderr

@@ -11,7 +11,8 @@ and ``reef.testing`` holds what a recipe's own tests need.
 - **Settings**: a stage's keys are a frozen attrs class extending :class:`PluginSettings`
   (:class:`NoSettings`, :class:`Record2SampleSettings`, :class:`Sample2JobSettings`), fields
   made with :func:`config_option`; a bad config raises :class:`PluginConfigError`.
-- **A recipe**: :class:`Recipe` names its stages in a :class:`PipelineSpec`.
+- **A recipe**: :class:`Recipe` names its stages in a :class:`PipelineSpec` and may refuse a
+  deployment's :class:`PipelineSection` its objective cannot train with.
 - **The record-to-sample stage**: :class:`Record2Sample` and the built-ins to extend
   (:class:`NoSamples`, :class:`TrajectorySamples`, :class:`ReportSamples` with its
   :class:`ReportGrouping`, :class:`GroupedReportSamples`, :class:`JudgedSamples` with its
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
     from reef.components.job_samples import DistillationParameters, TeacherSettings
     from reef.containers.agent import AnswerAgent
     from reef.core.config import config_option
-    from reef.core.deployment import DeploymentError
+    from reef.core.deployment import DeploymentError, PipelineSection
     from reef.core.harbor import HarborTask, HarborTaskError
     from reef.core.job_data import (
         JobData,
@@ -150,6 +151,7 @@ _HOMES: dict[str, str] = {
     "config_option": "reef.core.config",
     # recipes and the context their stages read
     "PipelineContext": "reef.pipeline_context",
+    "PipelineSection": "reef.core.deployment",
     "PipelineSpec": "reef.recipe",
     "Recipe": "reef.recipe",
     "TrainingMode": "reef.pipeline_context",
@@ -282,6 +284,7 @@ __all__ = [
     "NoSamples",
     "NoSettings",
     "PipelineContext",
+    "PipelineSection",
     "PipelineSpec",
     "PluginConfigError",
     "PluginError",

@@ -137,8 +137,11 @@ def scenario_classes(
         )
         recipe = None
     classes: dict[str, type[Any] | None] = {}
+    recipe_settings = None
     if recipe is not None:
-        _check_config(recipe, scenario.recipe.config, f"{path}.recipe.config", found)
+        recipe_settings = _check_config(
+            recipe, scenario.recipe.config, f"{path}.recipe.config", found
+        )
     for stage, kind in (
         ("record2sample", PluginKind.RECORD2SAMPLE),
         ("sample2job", PluginKind.SAMPLE2JOB),
@@ -156,11 +159,9 @@ def scenario_classes(
         classes[stage] = stage_class
         if stage_class is not None:
             _check_config(stage_class, section.config, f"{stage_path}.config", found)
-    if recipe is not None:
+    if recipe is not None and recipe_settings is not None:
         try:
-            recipe.check_pipeline(
-                scenario.pipeline.sample2job.config, path=f"{path}.pipeline.sample2job.config"
-            )
+            recipe.check_pipeline(scenario.pipeline, recipe_settings, path=f"{path}.pipeline")
         except PluginConfigError as exc:
             found.extend(f"{e.plugin}: {e.reason} @ {e.key}" for e in exc.errors)
     components: dict[str, type[Any]] = {}

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 import attrs
 
+from reef.core.deployment import PipelineSection
 from reef.core.plugins import NoSettings, PluginSettings, RecipeConfigError
 
 
@@ -60,18 +61,24 @@ class Recipe(abc.ABC):
         return cls.job_parameters
 
     @classmethod
-    def check_pipeline(cls, sample2job_config: Mapping[str, Any] | None, *, path: str) -> None:
-        """Extension point: refuse a pipeline section this recipe cannot build, before any stage is
-        built.
+    def check_pipeline(
+        cls, pipeline: PipelineSection, settings: PluginSettings, *, path: str
+    ) -> None:
+        """Extension point: refuse a pipeline section this recipe cannot build, or one its own
+        config cannot train with (an objective that needs something a stage's config turns
+        off), before any stage is built. It runs once the recipe's config has parsed.
 
-        :param sample2job_config: the raw ``pipeline.sample2job.config`` of the deployment.
-        :param path: the path of that config in its document.
+        :param pipeline: the deployment's pipeline section: each stage's class (``None``: the
+            recipe's default) and raw config.
+        :param settings: the recipe's config, parsed (an instance of :attr:`Settings`).
+        :param path: the path of the pipeline section in its document.
         :raises RecipeConfigError: naming the recipe, the key and the reason.
         """
-        if cls.requires_job_samples and "job_samples" not in (sample2job_config or {}):
+        del settings
+        if cls.requires_job_samples and "job_samples" not in (pipeline.sample2job.config or {}):
             raise RecipeConfigError(
                 cls.__name__,
-                f"{path}.job_samples",
+                f"{path}.sample2job.config.job_samples",
                 "a weight recipe has no default job_samples: set it (usually to the training"
                 " component's batch size, so one job is one optimizer step)",
             )

@@ -21,9 +21,11 @@ import attrs
 
 from reef import (
     DistillationParameters,
+    PipelineSection,
     PipelineSpec,
     PluginSettings,
     Recipe,
+    RecipeConfigError,
     TeacherSettings,
     config_option,
 )
@@ -64,6 +66,27 @@ class OpenClawRLRecipe(Recipe):
     def pipeline_spec(cls) -> PipelineSpec:
         """``OpenClawRLSamples`` then ``OpenClawRLJobData``."""
         return PipelineSpec(record2sample="OpenClawRLSamples", sample2job="OpenClawRLJobData")
+
+    @classmethod
+    def check_pipeline(
+        cls, pipeline: PipelineSection, settings: PluginSettings, *, path: str
+    ) -> None:
+        """Also refuse the hindsight objective when its record-to-sample stage, the recipe's
+        ``OpenClawRLSamples``, does not ask the judge for hints: its turns would carry no
+        teacher, so nothing would train."""
+        super().check_pipeline(pipeline, settings, path=path)
+        assert isinstance(settings, OpenClawRLRecipeSettings)
+        stage = pipeline.record2sample
+        ours = stage.class_ in (None, cls.pipeline_spec().record2sample)
+        hinted = (stage.config or {}).get("hints") is True
+        if settings.objective == "hindsight" and ours and not hinted:
+            raise RecipeConfigError(
+                cls.__name__,
+                f"{path}.record2sample.config.hints",
+                "the hindsight objective distils the judge's hints, and OpenClawRLSamples asks"
+                " for none: set hints: true in pipeline.record2sample.config (or use objective:"
+                " binary)",
+            )
 
     @classmethod
     def job_parameters_of(cls, settings: PluginSettings) -> Mapping[str, Any]:
