@@ -6,6 +6,9 @@ task's verifier and train on them, and the mean verifier reward rises.
 The tasks ask for a lowercase word; the verifier scores the share of lowercase letters in the
 answer (:mod:`reef.testing.shaped_tasks`), a shaped reward an untrained TinyGPT (random bytes)
 gets a little of. A couple of CPU minutes.
+
+A second test reads ``GET /reef/status`` of a ``reef serve`` whose scripted generator is held,
+then fails once, then makes a generation that waits to train (under a minute).
 """
 
 from __future__ import annotations
@@ -95,3 +98,100 @@ def test_task_jobs_train_on_generated_tasks_and_the_verifier_reward_rises(
     assert status["scenarios"][0]["trainers"][0]["pipeline"]["task_store"]["train_tasks"] >= JOBS
     first, last = sum(rewards[:4]) / 4, sum(rewards[-4:]) / 4
     assert last > first + 0.15, rewards
+
+
+STATUS_DEPLOYMENT = """
+storage: {{url: "sqlite:///{folder}/reef.db"}}
+scenarios:
+  sums:
+    recipe: generated_tasks
+    pipeline:
+      record2sample:
+        config:
+          generator: "reef.testing.generators:ArithmeticTasks"
+          generator_config:
+            tasks_per_generation: 2
+            failing_generate_calls: 1
+            hold_path: "{folder}/hold"
+          generation_attempts: 1
+          refill_tasks: 2
+          rounds: 2
+      sample2job: {{config: {{job_samples: 4, buffer_size: 4}}}}
+    training:
+      component: local
+      options:
+        state_dir: "{folder}/state"
+        d_model: 16
+        n_layers: 1
+        n_heads: 2
+        max_seq_len: 64
+"""
+
+
+def trainer_status(base_url: str) -> dict[str, Any]:
+    (scenario,) = httpx.get(f"{base_url}/reef/status", timeout=10).json()["scenarios"]
+    (trainer,) = scenario["trainers"]
+    return dict(trainer)
+
+
+def wait_for(base_url: str, done: Any, what: str, log: Path) -> dict[str, Any]:
+    """The trainer's status once ``done(status)`` holds (a minute at most)."""
+    deadline = time.monotonic() + 60
+    status = trainer_status(base_url)
+    while not done(status):
+        assert time.monotonic() < deadline, (what, status, log.read_text()[-3000:])
+        time.sleep(0.2)
+        status = trainer_status(base_url)
+    return status
+
+
+def test_get_status_shows_the_generation_in_flight_then_the_task_store_and_waiting_tasks(
+    tmp_path: Path,
+) -> None:
+    # rule: P-TASK-25 — GET /reef/status shows the generator, the generation in flight, the
+    # completed generations and the last error, the task store's counts, and the waiting
+    # tasks among the trainer's ready samples.
+    (tmp_path / "state").mkdir()
+    (tmp_path / "hold").touch()  # the scripted generator waits while this file exists
+    deployment = tmp_path / "deployment.yaml"
+    deployment.write_text(STATUS_DEPLOYMENT.format(folder=tmp_path), encoding="utf-8")
+    log = tmp_path / "serve.log"
+    serve = ServeProcess(deployment, log)
+    try:
+        held = wait_for(
+            serve.base_url,
+            lambda s: s["pipeline"].get("task_generation", {}).get("generation_in_flight"),
+            "generation 1 in flight",
+            log,
+        )
+        assert held["pipeline"]["task_generation"] == {
+            "generator": "reef.testing.generators:ArithmeticTasks",
+            "generation_in_flight": 1,
+            "completed_generations": 0,
+            "rounds": 0,
+            "source_sessions_waiting": 0,
+            "last_error": None,
+        }
+        assert held["pipeline"]["task_store"]["train_tasks"] == 0
+        (tmp_path / "hold").unlink()
+        # The first generate call fails: its round ends with the error, the next one makes
+        # generation 1.
+        done = wait_for(
+            serve.base_url,
+            lambda s: (
+                s["pipeline"]["task_generation"]["completed_generations"] == 1
+                and s["ready_samples"] == 2
+            ),
+            "generation 1 complete",
+            log,
+        )
+        generation = done["pipeline"]["task_generation"]
+        assert generation["generation_in_flight"] is None
+        assert "scripted failure of generate call 1" in generation["last_error"]
+        store = done["pipeline"]["task_store"]
+        assert (store["train_tasks"], store["eval_tasks"], store["waiting_tasks"]) == (2, 0, 2)
+        assert store["candidates"] == 2
+        assert done["running_job"] is None  # two waiting tasks: fewer than a job's four
+        assert serve.terminate() == 0
+    finally:
+        serve.stop()
