@@ -69,6 +69,7 @@ def test_check_builds_every_stage_and_refuses_what_serve_would(
 ) -> None:
     """rule: P-BUF-6 -- a buffer_size below job_samples parses, but the stage refuses it when
     built; ``reef check`` builds it, as ``reef serve`` does before it listens."""
+    pytest.importorskip("torch")  # the local component (the torch extra), known to check
     path = grouped(tmp_path, sample2job="{job_samples: 8, buffer_size: 4}")
     status, err = check(path, capsys)
     assert status == 1

@@ -19,11 +19,8 @@ torch = pytest.importorskip("torch")
 
 from reef.components.artifacts import save_model_folder  # noqa: E402
 from reef.components.byte_tokenizer import ByteTokenizer  # noqa: E402
-from reef.components.job_samples import (  # noqa: E402
-    JobParameters,
-    TeacherSettings,
-    prepare_job,
-)
+from reef.components.job_parameters import JobParameters, TeacherSettings  # noqa: E402
+from reef.components.job_samples import prepare_job  # noqa: E402
 from reef.components.local import LocalComponent  # noqa: E402
 from reef.components.objectives import batch_loss  # noqa: E402
 from reef.components.teacher import (  # noqa: E402

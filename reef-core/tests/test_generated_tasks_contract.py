@@ -11,10 +11,7 @@ import pytest
 from hypothesis import given
 
 import reef
-
-# JobParameters come with the training components' rendering (the render extra).
-pytest.importorskip("jinja2")
-from reef.components.job_samples import JobParameters
+from reef.components.job_parameters import JobParameters
 from reef.components.task_rollouts import RolloutParameters
 from reef.core.harbor import HarborTask
 from reef.core.job_data import TaskSample, TrajectorySample

@@ -44,7 +44,7 @@ from reef.version import __version__
 
 if TYPE_CHECKING:
     from reef.components.advantages import AdvantageSettings
-    from reef.components.job_samples import DistillationParameters, TeacherSettings
+    from reef.components.job_parameters import DistillationParameters, TeacherSettings
     from reef.containers.agent import AnswerAgent
     from reef.core.config import config_option
     from reef.core.deployment import DeploymentError, PipelineSection
@@ -204,8 +204,8 @@ _HOMES: dict[str, str] = {
     "TrajectorySamples": "reef.record2sample.trajectories",
     "TrajectorySamplesSettings": "reef.record2sample.trajectories",
     # the objective a distilling recipe configures
-    "DistillationParameters": "reef.components.job_samples",
-    "TeacherSettings": "reef.components.job_samples",
+    "DistillationParameters": "reef.components.job_parameters",
+    "TeacherSettings": "reef.components.job_parameters",
     # the sample-to-job stage
     "DistillJobData": "reef.sample2job.distill",
     "GroupedJobData": "reef.sample2job.grouped",

@@ -4,7 +4,7 @@ It trains a Hugging Face causal LM (``model_path``, a folder transformers loads;
 whole or with a LoRA adapter (``lora``), or a :class:`TinyGPT` built from its settings for demos,
 on the CPU or on CUDA where present (with bfloat16 autocast where the GPU has it). Each job:
 
-1. parses the job parameters (:class:`reef.components.job_samples.JobParameters`): the
+1. parses the job parameters (:class:`reef.components.job_parameters.JobParameters`): the
    objective and the scheduling parameter; bad parameters refuse the submission;
 2. renders and scores the job's samples as every component does
    (:func:`reef.components.job_samples.prepare_job`: the model's chat template with the
@@ -56,14 +56,9 @@ from reef.components.causal_lm import CausalLM
 from reef.components.durable import replace_folder, restore_retired
 from reef.components.faults import fault_point
 from reef.components.interface import Artifact, JobHandle
+from reef.components.job_parameters import POLICY_OBJECTIVES, JobParameters
 from reef.components.job_runner import JobRunner
-from reef.components.job_samples import (
-    POLICY_OBJECTIVES,
-    JobParameters,
-    consumed_lines,
-    job_metrics,
-    prepare_job,
-)
+from reef.components.job_samples import consumed_lines, job_metrics, prepare_job
 from reef.components.json_files import read_json, write_json
 from reef.components.objectives import batch_logprobs, batch_loss, token_batch
 from reef.components.scheduling import SequenceRef, StepPlan, plan_steps

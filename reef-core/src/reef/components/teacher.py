@@ -9,7 +9,7 @@ advantage the policy objective trains (as tinker-cookbook's on-policy distillati
 
     A_t = -kl_coef * (log p_student(y_t) - log p_teacher(y_t))
 
-Three teachers (:class:`reef.components.job_samples.TeacherSettings`):
+Three teachers (:class:`reef.components.job_parameters.TeacherSettings`):
 
 - :class:`ModelTeacher` over a local model folder (``model_path``): a Hugging Face causal LM,
   or a folder the ``local`` component saved; run by the component, with no gradient.
@@ -34,7 +34,8 @@ import torch
 
 from reef.components.artifacts import load_model_folder
 from reef.components.causal_lm import CausalLM
-from reef.components.job_samples import PreparedJob, TeacherSettings
+from reef.components.job_parameters import TeacherSettings
+from reef.components.job_samples import PreparedJob
 from reef.components.objectives import token_logprobs
 from reef.components.scheduling import SequenceRef
 from reef.core.chat_rendering import RenderedSample, RenderedSequence

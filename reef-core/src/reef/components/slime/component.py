@@ -40,7 +40,8 @@ import attrs
 
 from reef.components.hf_tokenizer import load_tokenizer
 from reef.components.interface import Artifact, JobHandle
-from reef.components.job_samples import JobParameters, PreparedJob, job_metrics, prepare_job
+from reef.components.job_parameters import JobParameters
+from reef.components.job_samples import PreparedJob, job_metrics, prepare_job
 from reef.components.json_files import read_json, write_json
 from reef.components.scheduling import StepPlan
 from reef.components.slime.exchange import Exchange, TrainedGroups

@@ -2,7 +2,7 @@
 
 A job runs on the component's own thread (the trainer never waits on Tinker):
 
-1. parse the job parameters (:class:`reef.components.job_samples.JobParameters`);
+1. parse the job parameters (:class:`reef.components.job_parameters.JobParameters`);
 2. render and score the samples as every component does
    (:func:`reef.components.job_samples.prepare_job`), with the configured tokenizer and the
    engine's chat template arguments;
@@ -58,14 +58,9 @@ from tinker import types
 
 from reef.components.hf_tokenizer import HFTokenizer, load_tokenizer
 from reef.components.interface import Artifact, JobHandle
+from reef.components.job_parameters import JobParameters
 from reef.components.job_runner import JobRunner
-from reef.components.job_samples import (
-    JobParameters,
-    PreparedJob,
-    consumed_lines,
-    job_metrics,
-    prepare_job,
-)
+from reef.components.job_samples import PreparedJob, consumed_lines, job_metrics, prepare_job
 from reef.components.json_files import read_json, write_json
 from reef.components.scheduling import StepPlan, plan_steps
 from reef.components.tinker.connection import Connect, TinkerConnection, TrainingClientLike

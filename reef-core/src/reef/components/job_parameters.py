@@ -1,0 +1,178 @@
+"""The job parameters every built-in training component takes (a recipe's ``job_parameters``).
+
+:class:`JobParameters` names the objective and how a job trains: its scheduling, learning rate,
+reward baseline, PPO clipping, a distilling objective's :class:`DistillationParameters` with
+its :class:`TeacherSettings`, and a task job's
+:class:`~reef.components.task_rollouts.RolloutParameters`. These are settings only: parsing
+them needs neither PyTorch nor the chat renderer, so ``reef check`` and the public API read them
+in any install of reef-core. What the samples of a job mean is in
+:mod:`reef.components.job_samples`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Final
+
+import attrs
+
+from reef.components.interface import Scheduling
+from reef.components.task_rollouts import RolloutParameters
+from reef.core.config import config_option
+from reef.core.plugins import PluginConfigError, PluginSettings
+
+#: Every objective, as job parameters name them.
+OBJECTIVES: Final = ("cross_entropy", "importance_sampling", "ppo", "task_group")
+#: The objectives that train a per-token advantage, with the start weights' log probabilities.
+POLICY_OBJECTIVES: Final = ("importance_sampling", "ppo")
+#: How a reward becomes a sample's advantage: less its group's mean, or as it is.
+REWARD_BASELINES: Final = ("group_mean", "none")
+
+
+def _known_objective(_: object, __: attrs.Attribute[Any], value: str) -> None:
+    if value not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, got {value!r}")
+
+
+def _known_baseline(_: object, __: attrs.Attribute[Any], value: str) -> None:
+    if value not in REWARD_BASELINES:
+        raise ValueError(
+            f"reward_baseline must be one of {', '.join(REWARD_BASELINES)}, got {value!r}"
+        )
+
+
+def _non_negative(_: object, attribute: attrs.Attribute[Any], value: float) -> None:
+    if value < 0:
+        raise ValueError(f"{attribute.name} must be 0 or more, got {value!r}")
+
+
+@attrs.frozen
+class TeacherSettings(PluginSettings):
+    """The teacher of a distilling objective: a model that scores the student's tokens.
+
+    One of: ``model_path``, a local model folder (a Hugging Face causal LM that transformers
+    loads, or a folder the ``local`` component saved) run by the component; ``base_url``, an
+    OpenAI-compatible engine that returns prompt log probabilities (vLLM's ``prompt_logprobs``
+    on ``/v1/completions``); or neither: the student itself at the job's start weights, which
+    a teacher request with more context than the student saw turns into a teacher (SDPO).
+    """
+
+    model_path: str | None = config_option(
+        None, help="a local model folder the component loads as the teacher"
+    )
+    base_url: str | None = config_option(
+        None,
+        help="an OpenAI-compatible engine's base URL (ending in /v1) that answers "
+        "prompt_logprobs, as vLLM does",
+    )
+    model: str | None = config_option(None, help="the engine's model name (with base_url)")
+    api_key: str | None = config_option(
+        None, help="the engine's API key (a ${ENV} reference in the deployment)"
+    )
+    timeout_seconds: float = config_option(
+        60.0, help="how long one engine call may take", validator=attrs.validators.gt(0)
+    )
+    attempts: int = config_option(
+        3, help="engine calls per sequence before the job fails", validator=attrs.validators.ge(1)
+    )
+
+    def __attrs_post_init__(self) -> None:
+        if self.model_path is not None and self.base_url is not None:
+            raise ValueError("a teacher is a model_path or a base_url, not both")
+        if self.base_url is None and (self.model is not None or self.api_key is not None):
+            raise ValueError("model and api_key name an engine's model: set base_url")
+
+
+@attrs.frozen
+class DistillationParameters(PluginSettings):
+    """A distilling objective: the teacher's per-token reverse KL as the advantage.
+
+    For each trained token ``y_t`` of the student's reply, the advantage is
+    ``-kl_coef * (log p_student(y_t) - log p_teacher(y_t))`` (the student's log probability at
+    the job's start weights, the teacher's in its teacher sequence), plus
+    ``reward_coef`` times the sample's reward advantage when ``reward_coef`` is not 0.
+    """
+
+    teacher: TeacherSettings = config_option(
+        factory=TeacherSettings,
+        help="the teacher: model_path, base_url (with model, api_key), or neither (the student "
+        "at the job's start weights)",
+    )
+    kl_coef: float = config_option(
+        1.0, help="weight of the per-token reverse KL in the advantage", validator=_non_negative
+    )
+    reward_coef: float = config_option(
+        0.0,
+        help="weight of the task reward's advantage beside it (0: samples need no reward)",
+        validator=_non_negative,
+    )
+
+
+@attrs.frozen
+class JobParameters(PluginSettings):
+    """The job parameters every built-in component takes (the recipe's ``job_parameters``)."""
+
+    objective: str = config_option(
+        "cross_entropy",
+        help="cross_entropy (SFT), importance_sampling (reported feedback), ppo (clipped "
+        "importance sampling) or task_group (a task job: rollouts scored by their verifiers)",
+        validator=_known_objective,
+    )
+    scheduling: Scheduling = config_option(
+        factory=Scheduling, help="remainder (train, drop, pad) and packing_length"
+    )
+    learning_rate: float | None = config_option(
+        None, help="this job's learning rate; the component's when unset", validator=None
+    )
+    distillation: DistillationParameters | None = config_option(
+        None,
+        help="distil from a teacher: its per-token reverse KL is the advantage "
+        "(importance_sampling or ppo)",
+    )
+    reward_baseline: str = config_option(
+        "group_mean",
+        help="a reward's advantage: less its group's mean (group_mean) or as it is (none)",
+        validator=_known_baseline,
+    )
+    clip_low: float = config_option(
+        0.2, help="ppo: the ratio is clipped below at 1 - clip_low", validator=_non_negative
+    )
+    clip_high: float = config_option(
+        0.28, help="ppo: the ratio is clipped above at 1 + clip_high", validator=_non_negative
+    )
+
+    rollout: RolloutParameters | None = config_option(
+        None, help="a task job's rollouts: how many of each task, the agent and the sandbox"
+    )
+
+    def __attrs_post_init__(self) -> None:
+        if (self.objective == "task_group") != (self.rollout is not None):
+            raise ValueError(
+                "a task job trains the task_group objective with its rollout parameter: set "
+                "both, or neither"
+            )
+        if self.distillation is not None and self.objective not in POLICY_OBJECTIVES:
+            raise ValueError(
+                "distillation trains a per-token advantage: set objective to "
+                f"{' or '.join(POLICY_OBJECTIVES)}, not {self.objective}"
+            )
+
+    def refuse_unsupported(self, component: type[Any], objectives: Sequence[str]) -> None:
+        """Refuse parameters a component cannot train: an objective not in ``objectives``, or
+        distillation (only the ``local`` component scores with a teacher).
+
+        :raises PluginConfigError: naming the parameter and what the component takes.
+        """
+        if self.objective not in objectives:
+            raise PluginConfigError(
+                component.__name__,
+                "$.parameters.objective",
+                f"{self.objective} is not trained here; this component trains "
+                f"{', '.join(objectives)}",
+            )
+        if self.distillation is not None:
+            raise PluginConfigError(
+                component.__name__,
+                "$.parameters.distillation",
+                "this component does not score with a teacher; the local component does",
+            )
