@@ -4,6 +4,7 @@ no record, restaging from the task store, and its auth."""
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,9 +17,15 @@ pytest.importorskip("httpx")
 
 from starlette.testclient import TestClient
 
+from reef.core.deployment import ContainerSettings, GeneratorSection
 from reef.plugins.scenarios import load_deployment
+from reef.record2sample.generated_tasks import GeneratedTaskSamples, saved_scenario_task
+from reef.record2sample.generator.service import GeneratorService, TaskNotFound
+from reef.sample2job.generated_tasks import GeneratedTaskJobData
 from reef.server import ServiceConfigError, create_app
 from reef.storage import Database, RecordStore, TaskStorage
+from reef.testing import pipeline_context, training_pipeline
+from reef.testing.generators import ArithmeticTasks, WordTasks
 from reef.testing.service import serve_on_loopback, service_test_plugins
 from reef.testing.task_engines import arithmetic_task, hint_policy
 
@@ -29,6 +36,7 @@ pytestmark = pytest.mark.skipif(
 ADMIN = {"authorization": "Bearer admin-secret-for-tests"}
 AGENT = {"authorization": "Bearer agent-secret-for-tests"}
 BASE = "/reef/scenarios/support/generator"
+LIMITS = ContainerSettings(timeout_seconds=20, memory_mb=256)
 
 DEPLOYMENT = """
 storage: {url: "%(url)s"}
@@ -173,3 +181,42 @@ def test_a_generator_section_whose_backend_cannot_run_stops_the_service(
     monkeypatch.setenv("PATH", str(tmp_path))  # no bwrap on this PATH
     with pytest.raises(ServiceConfigError, match="needs bubblewrap"):
         app_for(storage_url, storage_database, policy_url, tmp_path / "tasks")
+
+
+def test_the_service_stages_again_a_task_that_any_trainer_of_the_scenario_saved(
+    storage_database: Database, tmp_path: Path
+) -> None:
+    # rule: P-TASK-26 — in a scenario of several trainers each trainer's stage keeps its tasks
+    # in its own store (<trainer>:generated-tasks); the service looks in every one of them.
+    trainers = ("small", "wide")
+    storage = TaskStorage(storage_database, "support")
+    stages = []
+    try:
+        for trainer, generator in zip(trainers, (ArithmeticTasks(), WordTasks()), strict=True):
+            context = pipeline_context(
+                "support", trainer, trainers=trainers, task_storage=storage,
+                has_runtime_loader=False,
+            )  # fmt: skip
+            stage = GeneratedTaskSamples(context, generator, rounds=1)
+            stages.append(stage)
+            jobs = GeneratedTaskJobData(context, record2sample=stage)
+            pipeline = training_pipeline(stage, jobs, storage_database)
+            pipeline.produce()
+            while stage.background_jobs_running():
+                stage.worker.wait(10)
+                pipeline.produce()
+        assert storage.open("small:generated-tasks").get("task:add-g1-0") is not None
+        assert storage.open("wide:generated-tasks").get("task:reverse-g1-1") is not None
+    finally:
+        for stage in stages:
+            stage.close(10)
+    section = GeneratorSection(tasks_root=str(tmp_path / "tasks"), containers=LIMITS)
+    service = GeneratorService(
+        section,
+        task_source=lambda scenario, name: saved_scenario_task(storage, scenario, trainers, name),
+    )
+    for name in ("add-g1-0", "reverse-g1-1"):  # one of each trainer's, from an empty tasks root
+        verdict = asyncio.run(service.oracle(service.staged("support", name)))
+        assert verdict.reward == 1.0, (name, verdict)
+    with pytest.raises(TaskNotFound, match="no saved task 'add-g9-0'"):
+        service.staged("support", "add-g9-0")

@@ -34,7 +34,7 @@ import importlib
 import itertools
 import logging
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Final, Self, cast
 
 import attrs
@@ -44,6 +44,7 @@ from reef.core.harbor import HarborTask
 from reef.core.job_data import JobOutcome, TaskSample
 from reef.core.plugins import PluginConfigError, PluginSettings
 from reef.core.records import InferenceRecord, Record, Report
+from reef.core.task_stores import TaskStores
 from reef.core.trajectory_index import TrajectoryIndex
 from reef.errors import ReefError
 from reef.pipeline_context import PipelineContext
@@ -69,6 +70,8 @@ __all__ = [
     "GeneratedTaskSamples",
     "GeneratedTaskSamplesSettings",
     "TaskStoreMissing",
+    "saved_scenario_task",
+    "task_store_name",
 ]
 
 logger = logging.getLogger(__name__)
@@ -84,6 +87,28 @@ NOT_SOURCE_SESSION = "not_source_session"
 SOURCE_SESSION_USED = "source_session_used"
 REPLAYED_SESSION = "replayed_session"
 AFTER_LAST_ROUND = "after_last_round"
+
+
+def task_store_name(context: PipelineContext) -> str:
+    """The task store of the generated-task stage of ``context``'s trainer:
+    ``generated-tasks``, or ``<trainer>:generated-tasks`` in a scenario of several trainers,
+    so each trainer's stage keeps its own generations."""
+    return f"{context.component}:{STORE_NAME}" if context.shares_scenario else STORE_NAME
+
+
+def saved_scenario_task(
+    storage: TaskStores, scenario: str, trainers: Sequence[str], name: str
+) -> HarborTask | None:
+    """The published task ``name`` of ``scenario``, from the task store of the first of its
+    ``trainers`` whose stage saved one by that name; ``None`` when none did. Where the
+    generator service reads a task it stages again (P-TASK-26): it serves the scenario, not
+    one trainer, so it looks in every trainer's store."""
+    for trainer in trainers:
+        context = PipelineContext(scenario, trainer, trainers=tuple(trainers))
+        found = saved_task(storage.open(task_store_name(context)), name)
+        if found is not None:
+            return found
+    return None
 
 
 class TaskStoreMissing(ReefError):
@@ -229,8 +254,7 @@ class GeneratedTaskSamples(Record2Sample):
         super().__init__(context)
         self._ledger: TaskLedger | None = None
         if context.task_storage is not None:
-            name = f"{context.component}:{STORE_NAME}" if context.shares_scenario else STORE_NAME
-            self._ledger = TaskLedger(context.task_storage.open(name))
+            self._ledger = TaskLedger(context.task_storage.open(task_store_name(context)))
             self._ledger.load()
         self.generator = generator
         self.generator_name = generator_name or type(generator).__name__

@@ -21,9 +21,8 @@ from starlette.requests import Request
 from reef.containers.interface import ContainerError
 from reef.core.deployment import LOCAL_ENGINE, PUBLISHING_ENGINES, Deployment, ServingSection
 from reef.plugins import Plugins
-from reef.record2sample.generated_tasks import STORE_NAME
+from reef.record2sample.generated_tasks import saved_scenario_task
 from reef.record2sample.generator.service import GeneratorService
-from reef.record2sample.task_ledger import saved_task
 from reef.server.admission import ScenarioAdmission
 from reef.server.auth import Authenticator, Caller, Scope
 from reef.server.engines import ChatEngine, FunctionEngine
@@ -41,6 +40,7 @@ from reef.storage import (
     TaskStorage,
     TrainerSamples,
 )
+from reef.train.stages import scenario_trainers
 
 __all__ = [
     "ITEMS_STORE",
@@ -132,10 +132,12 @@ class Service:
         self.health = {url: StoreHealth(database) for url, database in databases.items()}
         self.scenarios: dict[str, ServedScenario] = {}
         tasks: dict[str, TaskStorage] = {}
+        trainers: dict[str, tuple[str, ...]] = {}
         for name, section in deployment.scenarios.items():
             url = deployment.storage_of(name).url
             database = _database(databases, url)
             tasks[name] = TaskStorage(database, name)
+            trainers[name] = scenario_trainers(section)
             serving = deployment.serving_of(name)
             self.scenarios[name] = ServedScenario(
                 name=name,
@@ -155,8 +157,8 @@ class Service:
             try:
                 self.generator = GeneratorService(
                     deployment.generator,
-                    task_source=lambda scenario, name: saved_task(
-                        tasks[scenario].open(STORE_NAME), name
+                    task_source=lambda scenario, name: saved_scenario_task(
+                        tasks[scenario], scenario, trainers[scenario], name
                     ),
                 )
             except ContainerError as exc:
