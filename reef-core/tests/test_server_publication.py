@@ -35,6 +35,8 @@ from reef.runtime import ReefRuntime
 from reef.server import ServerOptions, create_app
 from reef.server.publication import (
     FIRST_BACKOFF,
+    PUBLISHER_STATUS_PREFIX,
+    STATUS_INTERVAL,
     EngineRoute,
     PublicationError,
     Publisher,
@@ -45,7 +47,7 @@ from reef.server.publication import (
 )
 from reef.server.service_runtime import ServiceRuntime
 from reef.server.status import status_table
-from reef.storage import Database, RecordStore
+from reef.storage import Database, RecordStore, ScenarioSettings
 from reef.testing.engine_standins import StandInState, sglang_standin, vllm_standin
 from reef.testing.service import serve_on_loopback, service_test_plugins
 
@@ -142,7 +144,16 @@ def loop_of(storage_url: str, storage_database: Database, tmp_path: Path) -> Ite
             else SglangAdapters(BASE)
         )
         source = Source()
-        publisher = Publisher(SCENARIO, admin, BASE, url=url, source=source, keep=keep)
+        publisher = Publisher(
+            SCENARIO,
+            admin,
+            BASE,
+            url=url,
+            source=source,
+            keep=keep,
+            process="first",
+            settings=ScenarioSettings(storage_database, SCENARIO),
+        )
         stack.append(publisher)
         app = create_app(
             deployment,
@@ -326,6 +337,73 @@ def test_an_engine_that_restarted_without_the_artifact_gets_it_again(
     loop.publisher.step()
     assert loop.call()["artifact_id"] == first.artifact_id
     assert loop.engine.calls["/v1/load_lora_adapter"] == 2
+
+
+def test_status_says_what_each_process_serving_the_scenario_published(
+    loop_of: Any, storage_database: Database, tmp_path: Path
+) -> None:
+    loop: Loop = loop_of("vllm")
+    settings = ScenarioSettings(storage_database, SCENARIO)
+    first = artifact(tmp_path, 1)
+    loop.source.current = first
+    loop.publisher.step()
+    loop.publisher.report()
+    other = Publisher(
+        SCENARIO,
+        VllmAdapters(),
+        BASE,
+        url=loop.publisher.url,
+        source=loop.source,
+        process="second",
+        settings=settings,
+    )
+    try:
+        loop.engine.adapters.clear()  # so that the second process loads it too, and is refused
+        loop.engine.refuse_loads(1)
+        other.step()
+        other.report()
+        engine = loop.status()
+        assert engine["process"] == "first"
+        processes = {p["process"]: p for p in engine["processes"]}
+        assert set(processes) == {"first", "second"}
+        assert processes["first"]["served_artifact"] == first.artifact_id
+        assert processes["first"]["publications"] == 1
+        assert processes["second"]["served_artifact"] is None
+        assert processes["second"]["pending_artifact"] == first.artifact_id
+        assert processes["second"]["failures"] == 1
+        assert "500" in processes["second"]["last_error"]["error"]
+        assert not processes["second"]["gone"]
+        table = status_table(loop.client.get("/reef/status").json())
+        assert (
+            f"{SCENARIO}: process first (this one): serves {first.artifact_id} (1 published,"
+            " 0 failed; pending -)"
+        ) in table
+        assert (
+            f"{SCENARIO}: process second: serves - (0 published, 1 failed; pending"
+            f" {first.artifact_id}); last error: vLLM refused adapter"
+        ) in table
+        written = settings.get(f"{PUBLISHER_STATUS_PREFIX}second")
+        other.report()  # nothing changed: not written again before the interval
+        assert settings.get(f"{PUBLISHER_STATUS_PREFIX}second") == written
+    finally:
+        other.stop()
+    # A process that stops leaves the status.
+    assert [p["process"] for p in loop.status()["processes"]] == ["first"]
+    # One that ended without stopping shows as gone; the next process to start forgets it.
+    silent = 4 * STATUS_INTERVAL
+    crashed = {"served_artifact": first.artifact_id, "updated_at": time.time() - silent}
+    settings.set(f"{PUBLISHER_STATUS_PREFIX}crashed", crashed)
+    shown = {p["process"]: p for p in loop.status()["processes"]}
+    assert shown["crashed"]["gone"]
+    assert shown["crashed"]["silent_seconds"] >= silent
+    assert "process crashed: gone (silent" in status_table(loop.client.get("/reef/status").json())
+    third = Publisher(
+        SCENARIO, VllmAdapters(), BASE, url="http://unused", source=Source(), process="third",
+        settings=settings,
+    )  # fmt: skip
+    third.report()
+    third.stop()
+    assert [p["process"] for p in loop.status()["processes"]] == ["first"]
 
 
 def test_sglang_full_weights_name_the_weight_version_that_answered(

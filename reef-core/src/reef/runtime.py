@@ -53,7 +53,7 @@ from reef.server.publication import (
 )
 from reef.server.service import engine_address
 from reef.server.service_runtime import ServiceRuntime
-from reef.storage import Database
+from reef.storage import Database, ScenarioSettings
 from reef.train.stages import build_pipeline
 from reef.train.trainer import (
     PartsFactory,
@@ -207,6 +207,8 @@ class ReefRuntime(ServiceRuntime):
             engine_path=serving.artifacts_path,
             api_key=serving.admin_api_key or serving.api_key,
             keep=keep,
+            process=self.holder,
+            settings=ScenarioSettings(self._database(scenario), scenario),
         )
 
     def _parts_factory(

@@ -42,6 +42,12 @@ after a restart too; adapters of other scenarios and adapters Reef did not name 
 Every answer is labelled with the artifact Reef routed it to only when the engine's answer
 agrees (:meth:`Publisher.answered`); otherwise the record says ``null`` and the reason is
 counted in the status (``unlabelled_answers``).
+
+Every ``reef serve`` process of a deployment runs its own publisher per scenario, and each
+routes its own calls. So that any process's ``GET /reef/status`` says what every process
+serves, each publisher writes its status to the scenario's settings under
+``publisher_status:<process>`` (:meth:`Publisher.report`) when it changes and every
+:data:`STATUS_INTERVAL` seconds, and forgets it when it stops.
 """
 
 from __future__ import annotations
@@ -59,8 +65,11 @@ import httpx
 from reef.components.interface import Artifact
 from reef.core.records import JSON
 from reef.errors import ReefError
+from reef.storage import ScenarioSettings
 
 __all__ = [
+    "PUBLISHER_STATUS_PREFIX",
+    "STATUS_INTERVAL",
     "ArtifactSource",
     "EngineAdmin",
     "EngineRoute",
@@ -70,6 +79,7 @@ __all__ = [
     "SglangFullWeights",
     "VllmAdapters",
     "adapter_name",
+    "publisher_statuses",
 ]
 
 logger = logging.getLogger(__name__)
@@ -78,6 +88,11 @@ logger = logging.getLogger(__name__)
 MAX_BACKOFF: Final = 30.0
 #: The first pause after a failed publication, in seconds (doubled at each failure).
 FIRST_BACKOFF: Final = 0.5
+#: The scenario setting prefix under which each process's publisher writes its status.
+PUBLISHER_STATUS_PREFIX: Final = "publisher_status:"
+#: Seconds between two writes of a publisher's status that did not change; a process silent
+#: for three times as long counts as gone.
+STATUS_INTERVAL: Final = 10.0
 
 
 class PublicationError(ReefError):
@@ -317,6 +332,10 @@ class Publisher:
     :param keep: how many of the newest adapters stay loaded (``max_staleness`` + 1).
     :param poll_interval: seconds between two looks at the store.
     :param timeout: seconds one engine call may take.
+    :param process: this process's name in the status (the runtime's, which its trainers
+        hold their leases by).
+    :param settings: the scenario's settings, where :meth:`report` writes the status (``None``:
+        it is not written).
     """
 
     def __init__(
@@ -332,6 +351,8 @@ class Publisher:
         keep: int = 1,
         poll_interval: float = 0.2,
         timeout: float = 600.0,
+        process: str | None = None,
+        settings: ScenarioSettings | None = None,
     ) -> None:
         if keep < 1:
             raise ValueError(f"keep must be at least 1, got {keep}")
@@ -343,6 +364,10 @@ class Publisher:
         self._engine_path = engine_path
         self._keep = keep
         self._poll_interval = poll_interval
+        self.process = process
+        self._settings = settings
+        self._reported: JSON | None = None  # the status written last, but its countdown
+        self._reported_at = 0.0
         headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = httpx.Client(base_url=url, headers=headers, timeout=timeout)
         self._changed = threading.Condition()
@@ -381,7 +406,8 @@ class Publisher:
             self._thread.start()
 
     def stop(self) -> None:
-        """Stop following the store and close the connections; what is loaded stays loaded."""
+        """Stop following the store and close the connections; what is loaded stays loaded.
+        This process's status leaves the scenario's settings."""
         self._stop.set()
         self._wake.set()
         with self._changed:
@@ -390,6 +416,12 @@ class Publisher:
             self._thread.join()
             self._thread = None
         self._client.close()
+        if self._settings is not None and self._reported is not None:
+            try:
+                self._settings.delete(self._status_key())
+            except Exception:  # the store is gone: the entry shows as gone instead
+                logger.exception("scenario %r: publication status not removed", self.scenario)
+            self._reported = None
 
     def wake(self) -> None:
         """Look at the store now (a trainer of this process published)."""
@@ -401,8 +433,34 @@ class Publisher:
                 self.step()
             except Exception:  # never ends the thread: the next look tries again
                 logger.exception("scenario %r: publication step failed", self.scenario)
+            try:
+                self.report()
+            except Exception:  # the store is away: written again at the next change or interval
+                logger.exception("scenario %r: publication status not written", self.scenario)
+                self._reported_at = time.monotonic()
             self._wake.wait(self._poll_interval)
             self._wake.clear()
+
+    def _status_key(self) -> str:
+        return f"{PUBLISHER_STATUS_PREFIX}{self.process}"
+
+    def report(self) -> None:
+        """Write this process's status to the scenario's settings when it changed, or
+        :data:`STATUS_INTERVAL` seconds after the last write; the first write also forgets the
+        statuses of processes gone silent (three intervals without a write)."""
+        if self._settings is None:
+            return
+        status = self.status()
+        steady = {key: value for key, value in status.items() if key != "retry_in_seconds"}
+        now = time.monotonic()
+        if steady == self._reported and now - self._reported_at < STATUS_INTERVAL:
+            return
+        if self._reported is None:
+            for key, value in self._settings.items().items():
+                if key.startswith(PUBLISHER_STATUS_PREFIX) and _gone(_silent_for(value)):
+                    self._settings.delete(key)
+        self._settings.set(self._status_key(), {**status, "updated_at": time.time()})
+        self._reported, self._reported_at = steady, now
 
     def step(self) -> None:
         """One look at the store: publish its newest artifact when it is new (and no pause after
@@ -623,6 +681,7 @@ class Publisher:
             pending = None if latest is None or latest.artifact_id == served else latest.artifact_id
             retry_in = None if self._retry_at is None else self._retry_at - time.monotonic()
             return {
+                "process": self.process,
                 "engine": self.admin.kind,
                 "url": self.url,
                 "weights": self.admin.weights,
@@ -639,3 +698,37 @@ class Publisher:
                 "last_error": self._last_error,
                 "unlabelled_answers": dict(self._unlabelled),
             }
+
+
+def _silent_for(status: Any) -> float:
+    """Seconds since a written publisher status was written (infinite when it says no time)."""
+    updated = status.get("updated_at") if isinstance(status, dict) else None
+    if not isinstance(updated, int | float) or isinstance(updated, bool):
+        return float("inf")
+    return max(0.0, time.time() - updated)
+
+
+def _gone(silent: float) -> bool:
+    """Whether a process whose status was written ``silent`` seconds ago is gone."""
+    return silent > 3 * STATUS_INTERVAL
+
+
+def publisher_statuses(settings: dict[str, Any]) -> list[JSON]:
+    """Every process's publication status among a scenario's ``settings`` (as
+    :meth:`ScenarioSettings.items` gives them), by process name, each with ``silent_seconds``
+    (since it was written) and ``gone`` (silent for more than three :data:`STATUS_INTERVAL`:
+    the process ended without a clean stop)."""
+    statuses = []
+    for key, value in sorted(settings.items()):
+        if not key.startswith(PUBLISHER_STATUS_PREFIX) or not isinstance(value, dict):
+            continue
+        silent = _silent_for(value)
+        statuses.append(
+            {
+                **value,
+                "process": key.removeprefix(PUBLISHER_STATUS_PREFIX),
+                "silent_seconds": None if silent == float("inf") else round(silent, 1),
+                "gone": _gone(silent),
+            }
+        )
+    return statuses

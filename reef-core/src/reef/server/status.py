@@ -24,7 +24,7 @@ from reef.core.records import JSON
 from reef.server.admission import TrainerAdmission
 from reef.server.bodies import ScenarioStatus, StatusDocument, TrainerStatus, answer
 from reef.server.openapi import ApiRoute
-from reef.server.publication import Publisher
+from reef.server.publication import Publisher, publisher_statuses
 from reef.server.service import service_of
 from reef.storage import DropCounters, RecordStore, ScenarioSettings, TrainerSamples
 from reef.train.trainer import TRAINING_MODE_SETTING, snapshot_key, stored_training_mode
@@ -96,9 +96,12 @@ def scenario_status(
     :param trainers: each trainer's stages as admission knows them
         (:attr:`reef.server.admission.ScenarioAdmission.trainers`), for the values before its
         first snapshot.
-    :param engine: the publication status of its vLLM or SGLang server, if it has one.
+    :param engine: the publication status of its vLLM or SGLang server in this process, if it
+        has one; every process's (as each wrote it to the settings) is added as ``processes``.
     """
     stored = settings.items()
+    if engine is not None:
+        engine = {**engine, "processes": publisher_statuses(stored)}
     counts = DropCounters(samples.database, scenario).counts()
     held, _ = records.usage()
     evicted = sum(records.evictions().values())
@@ -130,6 +133,21 @@ def _left_out(trainer: Mapping[str, Any]) -> list[tuple[str, Any]]:
     return [(shown, pipeline[key]) for key, shown in names if pipeline.get(key)]
 
 
+def _shown(value: Any) -> str:
+    return "-" if value is None else str(value)
+
+
+def _publication_note(status: Mapping[str, Any]) -> str:
+    """A publisher's status in a few words: what it serves, how many publications, what is
+    pending, its last error."""
+    error = (status.get("last_error") or {}).get("error")
+    return (
+        f"serves {_shown(status.get('served_artifact'))} ({status.get('publications')}"
+        f" published, {status.get('failures')} failed; pending"
+        f" {_shown(status.get('pending_artifact'))})" + (f"; last error: {error}" if error else "")
+    )
+
+
 def status_table(document: Mapping[str, Any]) -> str:
     """``GET /reef/status``'s JSON as a table for a person: one row per scenario and trainer,
     then each scenario's drops, each trainer's last errors and what its extensions report (one
@@ -138,9 +156,6 @@ def status_table(document: Mapping[str, Any]) -> str:
               "BG", "RUNNING JOB", "SERVED ARTIFACT", "DROPS")  # fmt: skip
     rows: list[tuple[str, ...]] = [header]
     notes: list[str] = []
-
-    def shown(value: Any) -> str:
-        return "-" if value is None else str(value)
 
     for scenario in document.get("scenarios", []):
         name = scenario["scenario"]
@@ -154,16 +169,16 @@ def status_table(document: Mapping[str, Any]) -> str:
             rows.append(
                 (
                     name,
-                    shown(trainer.get("trainer")),
+                    _shown(trainer.get("trainer")),
                     scenario["training_mode"],
-                    shown(trainer.get("ready_samples")),
-                    shown(trainer.get("job_samples")),
-                    shown(trainer.get("buffer_size")),
-                    shown(trainer.get("pending_instructions")),
-                    shown(trainer.get("manual_buffer")),
-                    shown(trainer.get("background_jobs_running")),
-                    shown(running.get("job_id")),
-                    shown(trainer.get("served_artifact")),
+                    _shown(trainer.get("ready_samples")),
+                    _shown(trainer.get("job_samples")),
+                    _shown(trainer.get("buffer_size")),
+                    _shown(trainer.get("pending_instructions")),
+                    _shown(trainer.get("manual_buffer")),
+                    _shown(trainer.get("background_jobs_running")),
+                    _shown(running.get("job_id")),
+                    _shown(trainer.get("served_artifact")),
                     drops or "-",
                 )
             )
@@ -192,13 +207,16 @@ def status_table(document: Mapping[str, Any]) -> str:
         )
         engine = scenario.get("engine")
         if engine:
-            error = (engine.get("last_error") or {}).get("error")
-            notes.append(
-                f"{name}: {engine.get('engine')} serves {shown(engine.get('served_artifact'))}"
-                f" ({engine.get('publications')} published, {engine.get('failures')} failed;"
-                f" pending {shown(engine.get('pending_artifact'))})"
-                + (f"; last error: {error}" if error else "")
-            )
+            notes.append(f"{name}: {engine.get('engine')} {_publication_note(engine)}")
+            processes = engine.get("processes") or []
+            for process in processes if len(processes) > 1 else ():
+                this = " (this one)" if process.get("process") == engine.get("process") else ""
+                silent = process.get("silent_seconds")
+                gone = f"gone (silent {silent} s): " if process.get("gone") else ""
+                notes.append(
+                    f"{name}: process {process.get('process')}{this}: {gone}"
+                    + _publication_note(process)
+                )
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
              for row in rows]  # fmt: skip

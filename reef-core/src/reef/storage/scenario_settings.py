@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import delete, select
 
 from reef.storage import json_values
 from reef.storage.database import Database
@@ -39,6 +39,14 @@ class ScenarioSettings:
         row = {"scenario": self.scenario, "key": key, "value": json_values.dump(value)}
         with self._database.write() as connection:
             insert_or_replace(connection, scenario_settings, row, key=("scenario", "key"))
+
+    def delete(self, key: str) -> None:
+        """Forget ``key`` (nothing happens when it was never set)."""
+        query = delete(scenario_settings).where(
+            scenario_settings.c.scenario == self.scenario, scenario_settings.c.key == key
+        )
+        with self._database.write() as connection:
+            connection.execute(query)
 
     def items(self) -> dict[str, Any]:
         """Every setting of the scenario."""
