@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 
 import pytest
+from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
 
 from reef.storage import (
     ConflictError,
@@ -172,6 +174,30 @@ def test_named_samples_are_stored_once_without_group(store: TrainerSamples) -> N
     ]
     assert stored[0].body == {"id": "generated-tasks/t1"}
     assert store.consumed_record_ids("sft") == frozenset()
+
+
+def test_many_named_samples_in_one_call_are_all_stored_in_their_order(
+    store: TrainerSamples,
+) -> None:
+    """rule: P-PIPE-11 (made_samples: every one is stored, in the order it was made), for more
+    samples than one insert statement carries."""
+    tasks = [_sample(f"generated-tasks/t{n:04}", "task") for n in range(1201)]
+    assert store.add_samples("sft", tasks) == len(tasks)
+    assert _ids(store.untrained("sft")) == [task.id for task in tasks]
+    assert store.add_samples("sft", tasks) == 0
+
+
+def test_a_unit_the_database_refuses_raises_its_error_and_stores_nothing(
+    store: TrainerSamples, storage_database: Database
+) -> None:
+    """rule: P-SET-16 (a unit is stored whole or not at all). The database's error comes out as
+    SQLAlchemy's, as from every other statement (the service answers those with a 503)."""
+    with storage_database.write() as connection:
+        connection.execute(text("DROP TABLE reef_consumed_records"))
+    with pytest.raises(DBAPIError):
+        store.add_record_samples("sft", [_sample("sft:r1:0"), _sample("sft:r1:1")], ["r1"])
+    assert store.untrained("sft") == []
+    assert store.get(["sft:r1:0", "sft:r1:1"]) == []
 
 
 def test_untrained_reads_incrementally_after_a_position(store: TrainerSamples) -> None:

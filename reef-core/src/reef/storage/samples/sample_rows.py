@@ -22,6 +22,7 @@ from sqlalchemy import Connection, Row, delete, literal, select
 
 from reef.storage import json_values
 from reef.storage.database import Database
+from reef.storage.driver import driver_cursor, driver_sql
 from reef.storage.errors import ConflictError, UnknownTrainerError
 from reef.storage.positions import Position, after, lock_store_order
 from reef.storage.tables import (
@@ -32,12 +33,7 @@ from reef.storage.tables import (
     scenarios,
     trainers,
 )
-from reef.storage.upserts import (
-    dialect_insert,
-    insert_or_ignore,
-    insert_or_replace,
-    insert_selected_or_ignore,
-)
+from reef.storage.upserts import insert_or_ignore, insert_or_replace, insert_selected_or_ignore
 
 __all__ = ["JSON", "NewSample", "SampleKind", "SampleOrigin", "SampleRows", "StoredSample"]
 
@@ -46,6 +42,24 @@ SampleOrigin: TypeAlias = Literal["record", "named", "upload"]
 JSON: TypeAlias = dict[str, Any]
 
 _KINDS: frozenset[str] = frozenset(("trajectory", "task"))
+
+# The hot path's inserts, in SQL that SQLite and PostgreSQL run alike (see reef.storage.driver).
+# A sample's columns, in the order of its parameters; commit_tx is 0 (reef.storage.positions).
+_SAMPLE_COLUMNS = ("scenario", "id", "kind", "body", "group_id", "trainer", "origin", "removed")
+_SAMPLE_VALUES = f"(0, {', '.join('?' * len(_SAMPLE_COLUMNS))})"
+_INSERT_SAMPLES = (
+    f"INSERT INTO {samples.name} (commit_tx, {', '.join(_SAMPLE_COLUMNS)}) VALUES {{values}}"
+    " ON CONFLICT DO NOTHING RETURNING commit_tx, seq"
+)
+_ROWS_PER_INSERT = 500
+_INSERT_PENDING = (
+    f"INSERT INTO {pending_samples.name} (scenario, trainer, commit_tx, sample_seq)"
+    " VALUES (?, ?, ?, ?)"
+)
+_INSERT_CONSUMED = (
+    f"INSERT INTO {consumed_records.name} (scenario, trainer, record_id) VALUES (?, ?, ?)"
+    " ON CONFLICT DO NOTHING"
+)
 
 
 def _check_kind(_: object, __: attrs.Attribute[Any], kind: str) -> None:
@@ -113,16 +127,10 @@ class SampleRows:
         self._database = database
         self.scenario = scenario
         self._registered: set[str] = set()
-        # Statements of the hot paths, built once: SQLAlchemy then skips most of its work.
-        self._insert_new_samples = (
-            dialect_insert(database.dialect, samples)
-            .values(commit_tx=0)
-            .on_conflict_do_nothing()
-            .returning(samples.c.seq, samples.c.commit_tx)
-        )
-        self._insert_consumed = dialect_insert(
-            database.dialect, consumed_records
-        ).on_conflict_do_nothing()
+        # The inserts of the hot paths, sent straight to the driver (see reef.storage.driver).
+        self._insert_consumed = driver_sql(database.dialect, _INSERT_CONSUMED)
+        self._insert_pending_rows = driver_sql(database.dialect, _INSERT_PENDING)
+        self._sample_values = driver_sql(database.dialect, _SAMPLE_VALUES)
 
     @property
     def database(self) -> Database:
@@ -220,25 +228,23 @@ class SampleRows:
             # Insert first and look only when a row was there: storing a new unit, the common
             # case, costs no read.
             lock_store_order(connection, "samples", self.scenario)
-            inserted = connection.execute(self._insert_new_samples, rows).all()
-            if len(inserted) < len(rows):
-                stored = self._stored_rows(connection, [row["id"] for row in rows])
-                if inserted:
-                    new = {position.seq for position in inserted}
-                    taken = next(row.id for row in stored if row.seq not in new)
-                    raise ConflictError("sample", taken, self.scenario)
-                self._check_same(rows, stored)
-                return False
-            self._insert_pending(connection, inserted, [trainer])
-            if record_ids:
-                connection.execute(
-                    self._insert_consumed,
-                    [
-                        {"scenario": self.scenario, "trainer": trainer, "record_id": record_id}
-                        for record_id in record_ids
-                    ],
-                )
-        return True
+            with driver_cursor(connection) as cursor:
+                inserted = self._insert_rows(cursor, rows)
+                if len(inserted) == len(rows):
+                    self._insert_pending(cursor, inserted, [trainer])
+                    if record_ids:
+                        cursor.executemany(
+                            self._insert_consumed,
+                            [(self.scenario, trainer, record_id) for record_id in record_ids],
+                        )
+                    return True
+            stored = self._stored_rows(connection, [row["id"] for row in rows])
+            if inserted:
+                new = {position.seq for position in inserted}
+                taken = next(row.id for row in stored if row.seq not in new)
+                raise ConflictError("sample", taken, self.scenario)
+            self._check_same(rows, stored)
+            return False
 
     def add_samples(self, trainer: str, named_samples: Sequence[NewSample]) -> int:
         """Store named samples of ``trainer`` (the pipeline's ``made_samples``, P-PIPE-11).
@@ -284,32 +290,39 @@ class SampleRows:
 
     def _insert(
         self, connection: Connection, rows: list[dict[str, Any]], *, pending_for: list[str]
-    ) -> list[Row[tuple[int, int]]]:
+    ) -> list[Position]:
         if not rows:
             return []
         lock_store_order(connection, "samples", self.scenario)
-        positions = list(connection.execute(self._insert_new_samples, rows).all())
-        self._insert_pending(connection, positions, pending_for)
+        with driver_cursor(connection) as cursor:
+            positions = self._insert_rows(cursor, rows)
+            self._insert_pending(cursor, positions, pending_for)
+        return positions
+
+    def _insert_rows(self, cursor: Any, rows: list[dict[str, Any]]) -> list[Position]:
+        # Insert the sample rows that are not stored yet, a few hundred to a statement (within
+        # SQLite's limit of parameters); returns the positions of those inserted now.
+        positions = []
+        for start in range(0, len(rows), _ROWS_PER_INSERT):
+            chunk = rows[start : start + _ROWS_PER_INSERT]
+            values = ", ".join([self._sample_values] * len(chunk))
+            cursor.execute(
+                _INSERT_SAMPLES.format(values=values),
+                [row[name] for row in chunk for name in _SAMPLE_COLUMNS],
+            )
+            positions += [Position(commit_tx, seq) for commit_tx, seq in cursor.fetchall()]
         return positions
 
     def _insert_pending(
-        self,
-        connection: Connection,
-        positions: Sequence[Row[tuple[int, int]]],
-        trainers_: list[str],
+        self, cursor: Any, positions: Sequence[Position], trainers_: list[str]
     ) -> None:
         pending = [
-            {
-                "scenario": self.scenario,
-                "trainer": trainer,
-                "commit_tx": position.commit_tx,
-                "sample_seq": position.seq,
-            }
+            (self.scenario, trainer, position.commit_tx, position.seq)
             for trainer in trainers_
             for position in positions
         ]
         if pending:
-            connection.execute(pending_samples.insert(), pending)
+            cursor.executemany(self._insert_pending_rows, pending)
 
     def untrained(
         self, trainer: str, *, after_position: Position | None = None, limit: int | None = None
