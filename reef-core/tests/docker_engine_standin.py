@@ -2,7 +2,10 @@
 :mod:`reef.containers.docker` documents, on a unix socket, for machines without a daemon.
 
 It answers, under the ``/v1.43`` prefix, with the Engine's status codes and bodies for them:
-``POST /containers/create`` (``404`` for an image it does not have), ``PUT
+``GET /images/{name}/json`` (``200`` with the image's name, ``404`` for an image it does not
+have), ``POST /build?t=<tag>`` (a tar build context; the Engine's stream of JSON lines, with an
+``error`` line when the context has no ``Dockerfile`` or its ``FROM`` names an image it does
+not have), ``POST /containers/create`` (``404`` for an image it does not have), ``PUT
 /containers/{id}/archive?path=/`` (a tar of the run's folders), ``POST /containers/{id}/start``,
 ``POST /containers/{id}/wait`` (``{"StatusCode": n}``), ``POST /containers/{id}/kill``, ``GET
 /containers/{id}/logs`` (stdout framed as the Engine frames a container without a TTY: an 8-byte
@@ -11,7 +14,9 @@ file; ``404`` when it is not there) and ``DELETE /containers/{id}``. Every call 
 ``calls``; any other is answered 404 and kept in ``unexpected``.
 
 What it is not: it has no images or layers. ``images`` names the images it pretends to have; a
-container's command runs in Reef's own sandbox backend (bubblewrap, this machine's ``/usr``),
+build runs none of the Dockerfile's steps: it checks the ``FROM`` line, keeps the context's
+files in ``builds`` under the tag and adds the tag to ``images``. A container's command, of
+any image, runs in Reef's own sandbox backend (bubblewrap, this machine's ``/usr``),
 in a folder made from the uploaded tar, with ``HostConfig.Memory`` as its memory limit. The
 other HostConfig fields are only kept, for the tests to check what the backend asked for.
 """
@@ -38,6 +43,8 @@ from reef.containers.sandbox import SandboxBackend, SandboxProcess, collect_file
 _ROUTES: tuple[tuple[str, re.Pattern[str], str], ...] = tuple(
     (method, re.compile(f"^/v1.43{pattern}$"), name)
     for method, pattern, name in (
+        ("GET", r"/images/(.+)/json", "inspect_image"),
+        ("POST", r"/build", "build"),
         ("POST", r"/containers/create", "create"),
         ("PUT", r"/containers/([^/]+)/archive", "put_archive"),
         ("POST", r"/containers/([^/]+)/start", "start"),
@@ -65,7 +72,9 @@ class DockerEngineStandIn:
 
     def __init__(self, folder: Path, images: tuple[str, ...]) -> None:
         self.folder = folder
-        self.images = images
+        self.images = set(images)
+        #: The context files of each image built, by its tag.
+        self.builds: dict[str, dict[str, str]] = {}
         self.calls: list[tuple[str, str, Any]] = []
         self.unexpected: list[tuple[str, str]] = []
         self.containers: dict[str, _Container] = {}
@@ -124,6 +133,37 @@ class DockerEngineStandIn:
     @staticmethod
     def _json(status: int, value: object) -> tuple[int, bytes, str]:
         return status, json.dumps(value).encode(), "application/json"
+
+    def _inspect_image(
+        self, name: str, query: dict[str, str], body: bytes
+    ) -> tuple[int, bytes, str]:
+        if name not in self.images:
+            return self._json(404, {"message": f"No such image: {name}"})
+        return self._json(200, {"Id": f"sha256:{uuid.uuid5(uuid.NAMESPACE_URL, name).hex}"})
+
+    def _build(self, query: dict[str, str], body: bytes) -> tuple[int, bytes, str]:
+        files: dict[str, str] = {}
+        with tarfile.open(fileobj=io.BytesIO(body)) as tar:
+            for member in tar.getmembers():
+                extracted = tar.extractfile(member) if member.isfile() else None
+                if extracted is not None:
+                    files[member.name] = extracted.read().decode("utf-8")
+        steps = [line.split() for line in files.get("Dockerfile", "").splitlines()]
+        base = next((step[1] for step in steps if len(step) > 1 and step[0].upper() == "FROM"), "")
+        lines: list[object] = [{"stream": f"Step 1/{len(steps)} : FROM {base}\n"}]
+        if "Dockerfile" not in files:
+            error = "Cannot locate specified Dockerfile: Dockerfile"
+        elif base not in self.images:
+            error = f"pull access denied for {base}, repository does not exist"
+        else:
+            error = ""
+            self.images.add(query["t"])
+            self.builds[query["t"]] = files
+            lines.append({"stream": f"Successfully tagged {query['t']}\n"})
+        if error:
+            lines.append({"errorDetail": {"message": error}, "error": error})
+        stream = "".join(json.dumps(line) + "\r\n" for line in lines).encode()
+        return 200, stream, "application/json"
 
     def _create(self, query: dict[str, str], body: bytes) -> tuple[int, bytes, str]:
         document = json.loads(body)

@@ -25,7 +25,7 @@ from reef.containers import (
     run_oracle,
     run_verifier,
 )
-from reef.containers.docker import DockerBackend
+from reef.containers.docker import DockerBackend, environment_tag
 from reef.core.deployment import ContainerSettings
 from reef.core.harbor import HarborTask
 
@@ -241,4 +241,56 @@ def test_the_docker_backend_asks_for_an_isolated_limited_container(tmp_path: Pat
         )
         with pytest.raises(ContainerError, match="No such image: mine:1"):
             run_oracle(docker, other, LIMITS)
+        docker.close()
+
+
+def test_the_docker_backend_builds_a_tasks_environment_dockerfile_once(tmp_path: Path) -> None:
+    standin = _load_standin().DockerEngineStandIn(tmp_path, images=("python:3.12-slim",))
+    dockerfile = "FROM python:3.12-slim\nRUN pip install numpy\nCOPY data/ /data/\n"
+    with standin:
+        docker = DockerBackend(standin.url, default_image="python:3.12-slim")
+        staging = TaskStaging(tmp_path / "tasks")
+        built = staging.stage(
+            task("built", environment__Dockerfile=dockerfile, environment__data__a_txt="a\n")
+        )
+        assert run_oracle(docker, built, LIMITS).reward == 1.0
+        tag = environment_tag({"Dockerfile": dockerfile, "data/a_txt": "a\n"})
+        assert tag.startswith("reef-task-env:")
+        assert standin.builds == {tag: {"Dockerfile": dockerfile, "data/a_txt": "a\n"}}
+        names = [name for name, _, _ in standin.calls]
+        assert names[:3] == ["inspect_image", "build", "create"]
+        create = next(body for name, _, body in standin.calls if name == "create")
+        assert create["Image"] == tag
+        # The daemon has the image now: the next run of the same environment builds nothing.
+        standin.calls.clear()
+        assert run_verifier(docker, built, {"answer.txt": "5"}, LIMITS).reward == 1.0
+        assert [name for name, _, _ in standin.calls][:2] == ["inspect_image", "create"]
+        # A task that names its image runs it, and one without an environment the default.
+        named = staging.stage(
+            task(
+                "named",
+                toml='[environment]\ndocker_image = "python:3.12-slim"\n',
+                environment__Dockerfile="FROM python:3.12-slim\n",
+            )
+        )
+        plain = staging.stage(task("plain"))
+        for staged in (named, plain):
+            standin.calls.clear()
+            assert run_oracle(docker, staged, LIMITS).reward == 1.0
+            assert standin.calls[0][0] == "create"
+            assert standin.calls[0][2]["Image"] == "python:3.12-slim"
+        docker.close()
+        assert standin.unexpected == []
+
+
+def test_a_failed_build_fails_the_run_with_the_builds_error(tmp_path: Path) -> None:
+    standin = _load_standin().DockerEngineStandIn(tmp_path, images=("python:3.12-slim",))
+    with standin:
+        docker = DockerBackend(standin.url, default_image="python:3.12-slim")
+        staged = TaskStaging(tmp_path / "tasks").stage(
+            task("unbuildable", environment__Dockerfile="FROM nowhere:1\n")
+        )
+        with pytest.raises(ContainerError, match="pull access denied for nowhere:1"):
+            run_oracle(docker, staged, LIMITS)
+        assert "create" not in [name for name, _, _ in standin.calls]
         docker.close()

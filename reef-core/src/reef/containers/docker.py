@@ -5,28 +5,34 @@ TCP (``http://host:2375``) with httpx (``reef-core[server]``), and makes these c
 others (``tests/docker_engine_standin.py`` implements exactly these for the tests of machines
 without a daemon):
 
-1. ``POST /containers/create``: the run's image (the task's ``[environment].docker_image``,
-   else the backend's ``default_image``), ``Cmd``, ``WorkingDir``, ``Env``, running as
+1. The run's image: the task's ``[environment].docker_image`` when it names one (never pulled:
+   it must be on the daemon, ``docker pull`` or ``docker build`` it first; an unknown image
+   fails the run); else, when the task has an ``environment/Dockerfile``, the image built from
+   its ``environment/`` folder, tagged ``reef-task-env:<digest of the folder>``:
+   ``GET /images/{tag}/json`` tells whether the daemon has it (200) or not (404), and only
+   then ``POST /build?t=<tag>&rm=1&forcerm=1`` builds it from a tar of the folder (the answer
+   is the Engine's stream of JSON lines; a line with ``error`` fails the run, with the build's
+   message); else the backend's ``default_image``. A build has the daemon's network (its
+   ``FROM`` and ``RUN`` steps may fetch); the runs of the image never do.
+2. ``POST /containers/create``: that image, ``Cmd``, ``WorkingDir``, ``Env``, running as
    ``nobody``, with ``HostConfig``: ``NetworkMode: none``, ``Memory`` (and ``MemorySwap`` equal
    to it: no swap), ``PidsLimit``, ``Ulimits`` (file size, no core files), ``CapDrop: [ALL]``
-   and ``SecurityOpt: [no-new-privileges]``. The image is never pulled: it must be on the
-   daemon (``docker pull`` or ``docker build`` it first); an unknown image fails the run.
-2. ``PUT /containers/{id}/archive?path=/``: the run's files, with its four folders, as a tar.
-3. ``POST /containers/{id}/start``.
-4. ``POST /containers/{id}/wait``, under the run's wall-clock limit; past it,
+   and ``SecurityOpt: [no-new-privileges]``.
+3. ``PUT /containers/{id}/archive?path=/``: the run's files, with its four folders, as a tar.
+4. ``POST /containers/{id}/start``.
+5. ``POST /containers/{id}/wait``, under the run's wall-clock limit; past it,
    ``POST /containers/{id}/kill`` and the run is timed out.
-5. ``GET /containers/{id}/logs?stdout=1&stderr=1``: the output (the Engine's framed stream of a
+6. ``GET /containers/{id}/logs?stdout=1&stderr=1``: the output (the Engine's framed stream of a
    container without a TTY).
-6. ``GET /containers/{id}/archive?path=<file>`` for each collected file (404: not there).
-7. ``DELETE /containers/{id}?force=1``, always.
-
-Building an ``environment/Dockerfile`` is not done here: build the images of your tasks with
-``docker build`` and name them in ``task.toml``.
+7. ``GET /containers/{id}/archive?path=<file>`` for each collected file (404: not there).
+8. ``DELETE /containers/{id}?force=1``, always.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
+import json
 import struct
 import tarfile
 from collections.abc import Mapping
@@ -42,10 +48,49 @@ from reef.containers.interface import (
     container_path,
 )
 
-__all__ = ["DockerBackend", "files_tar"]
+__all__ = ["BUILT_IMAGES", "DockerBackend", "context_tar", "environment_tag", "files_tar"]
 
 _API: Final = "/v1.43"
 _PIDS: Final = 256
+#: The repository of the images the backend builds from tasks' ``environment/`` folders.
+BUILT_IMAGES: Final = "reef-task-env"
+
+
+def _add_file(tar: tarfile.TarFile, name: str, text: str, mode: int) -> None:
+    data = text.encode("utf-8")
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    info.mode = mode
+    tar.addfile(info, io.BytesIO(data))
+
+
+def environment_tag(environment: Mapping[str, str]) -> str:
+    """The tag of the image built from ``environment`` (a task's ``environment/`` folder):
+    the same folder always gives the same tag, so the daemon builds it once."""
+    digest = hashlib.sha256(json.dumps(sorted(environment.items())).encode("utf-8"))
+    return f"{BUILT_IMAGES}:{digest.hexdigest()[:32]}"
+
+
+def context_tar(environment: Mapping[str, str]) -> bytes:
+    """The build context ``POST /build`` takes: a tar of the ``environment/`` folder's files,
+    by their paths inside it (a parent folder is implied by its files' paths)."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for path, text in sorted(environment.items()):
+            _add_file(tar, path, text, 0o644)
+    return buffer.getvalue()
+
+
+def _build_error(stream: str) -> str | None:
+    """The first error of the Engine's build stream (JSON lines), else ``None``."""
+    for line in stream.splitlines():
+        try:
+            message = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(message, dict) and message.get("error"):
+            return str(message["error"]).strip()
+    return None
 
 
 def files_tar(files: Mapping[str, str]) -> bytes:
@@ -70,11 +115,7 @@ def files_tar(files: Mapping[str, str]) -> bytes:
                     folder.type = tarfile.DIRTYPE
                     folder.mode = 0o777 if FOLDERS[top] else 0o755
                     tar.addfile(folder)
-            data = text.encode("utf-8")
-            info = tarfile.TarInfo("/".join(parts))
-            info.size = len(data)
-            info.mode = 0o666 if FOLDERS[top] else 0o644
-            tar.addfile(info, io.BytesIO(data))
+            _add_file(tar, "/".join(parts), text, 0o666 if FOLDERS[top] else 0o644)
     return buffer.getvalue()
 
 
@@ -103,13 +144,21 @@ class DockerBackend:
     """Runs each :class:`RunSpec` in a Docker container (see the module's documentation).
 
     :param url: the daemon: ``unix:///path/to/docker.sock`` or ``http://host:port``.
-    :param default_image: the image of a run that names none.
+    :param default_image: the image of a run that names none and builds none.
     :param max_file_bytes: the largest file a run may write.
+    :param build_timeout_seconds: how long building one task's image may take.
     """
 
     name = "docker"
 
-    def __init__(self, url: str, *, default_image: str, max_file_bytes: int = 64 << 20) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        default_image: str,
+        max_file_bytes: int = 64 << 20,
+        build_timeout_seconds: float = 1800.0,
+    ) -> None:
         try:
             import httpx
         except ImportError as exc:  # pragma: no cover - the server extra brings httpx
@@ -128,6 +177,7 @@ class DockerBackend:
             )
         self._default_image = default_image
         self._max_file_bytes = max_file_bytes
+        self._build_timeout = build_timeout_seconds
 
     def close(self) -> None:
         """Close the connections to the daemon."""
@@ -147,10 +197,36 @@ class DockerBackend:
             )
         return response
 
+    def image(self, spec: RunSpec) -> str:
+        """The image ``spec`` runs in: its own, else the one its environment builds (built now
+        unless the daemon has it), else the default (see the module's documentation).
+
+        :raises ContainerError: when the build fails, with the build's error.
+        """
+        if spec.image is not None:
+            return spec.image
+        if "Dockerfile" not in spec.environment:
+            return self._default_image
+        tag = environment_tag(spec.environment)
+        if self._call("GET", f"/images/{tag}/json", ok=(200, 404)).status_code == 200:
+            return tag
+        built = self._call(
+            "POST",
+            "/build",
+            params={"t": tag, "rm": 1, "forcerm": 1},
+            content=context_tar(spec.environment),
+            headers={"Content-Type": "application/x-tar"},
+            timeout=self._build_timeout,
+        )
+        error = _build_error(built.text)
+        if error is not None:
+            raise ContainerError(f"building the task's environment/Dockerfile failed: {error}")
+        return tag
+
     def run(self, spec: RunSpec) -> RunResult:
         """Run ``spec`` (see :class:`reef.containers.interface.ContainerBackend`)."""
         body = {
-            "Image": spec.image or self._default_image,
+            "Image": self.image(spec),
             "Cmd": list(spec.command),
             "WorkingDir": spec.workdir,
             "Env": [f"{key}={value}" for key, value in spec.env.items()],

@@ -76,6 +76,14 @@ def _check_collect(_: object, __: attrs.Attribute[Any], paths: tuple[str, ...]) 
         container_path(path, readable=True)
 
 
+def _check_environment(_: object, __: attrs.Attribute[Any], files: Mapping[str, str]) -> None:
+    for path in files:
+        if any(not _SEGMENT.fullmatch(segment) for segment in path.split("/")):
+            raise ValueError(
+                f"environment path {path!r} must be relative, of plain names (no '..')"
+            )
+
+
 def _strings(values: Iterable[str]) -> tuple[str, ...]:
     return tuple(values)
 
@@ -96,7 +104,11 @@ class RunSpec:
     :ivar memory_bytes: the memory the run's processes may take.
     :ivar collect: container paths under ``/app`` or ``/logs`` to read back after the run.
     :ivar image: the container image (the Docker backend's; the sandbox runs this machine's
-        read-only system instead). ``None``: the backend's default image.
+        read-only system instead). ``None``: the image ``environment`` builds, else the
+        backend's default image.
+    :ivar environment: the task's ``environment/`` folder, by path inside it
+        (``Dockerfile``): the build context the Docker backend builds the run's image from
+        when ``image`` is ``None`` and it holds a ``Dockerfile``. The sandbox ignores it.
     :ivar workdir: the folder the command starts in.
     :ivar env: environment variables of the command (nothing else is passed in).
     """
@@ -107,6 +119,7 @@ class RunSpec:
     memory_bytes: int = attrs.field(validator=_positive)
     collect: tuple[str, ...] = attrs.field(default=(), converter=_strings, validator=_check_collect)
     image: str | None = None
+    environment: Mapping[str, str] = attrs.field(factory=dict, validator=_check_environment)
     workdir: str = "/app"
     env: Mapping[str, str] = attrs.field(factory=dict)
 

@@ -91,6 +91,10 @@ def _run(
             memory_bytes=memory_mb << 20,
             collect=(REWARD_TXT, REWARD_JSON),
             image=config.docker_image,
+            environment={
+                path.removeprefix("/environment/"): text
+                for path, text in staged.files("environment").items()
+            },
         )
     )
     # `timeout -s KILL` exits 137 when it kills its step.
