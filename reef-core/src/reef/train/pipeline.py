@@ -33,7 +33,10 @@ time) as they are now.
 Why this module is long: it is the contract's one ``TrainingPipeline`` object, and each of its
 calls is a few lines over the store and the stages. What has a life of its own lives beside it:
 the buffer and staleness verdicts in :mod:`reef.train.buffer`, reserved job data in
-:mod:`reef.train.reservation`.
+:mod:`reef.train.reservation`. The sections left here (records in, the buffer, job data, modes
+and instructions) all read and change the same reservations, instructions and untrained
+samples, so cutting them apart would give classes that share private state, not modules that
+stand alone.
 """
 
 from __future__ import annotations
