@@ -520,7 +520,10 @@ def test_a_publishing_engine_is_checked_when_the_deployment_loads(
         (
             '{component: "reef.components.local:LocalComponent",'
             " options: {state_dir: %(state)s, model_path: %(state)s}}",
-            "vLLM takes trained weights at run time as LoRA adapters only",
+            "vLLM takes trained weights at run time as LoRA adapters only: no route of its"
+            " server loads full weights from a folder .*; set training.options.lora to train a"
+            " LoRA adapter, or serve the scenario with engine sglang, which loads full weights"
+            " from disk",
         ),
         ("{component: noop}", "set training.component to local"),
         (

@@ -191,8 +191,10 @@ class ReefRuntime(ServiceRuntime):
         elif serving.engine == "vllm":
             raise ValueError(
                 f"scenario {scenario!r}: vLLM takes trained weights at run time as LoRA adapters"
-                " only (its full-weight transfer needs the trainer's own GPU); set"
-                " training.options.lora, or serve with engine sglang"
+                " only: no route of its server loads full weights from a folder (its full-weight"
+                " updates come over NCCL or CUDA IPC from the trainer's own GPU process); set"
+                " training.options.lora to train a LoRA adapter, or serve the scenario with"
+                " engine sglang, which loads full weights from disk"
             )
         else:
             admin = SglangFullWeights(serving.model)

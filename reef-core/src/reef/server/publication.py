@@ -14,9 +14,10 @@ them):
 - vLLM, LoRA adapters: ``POST /v1/load_lora_adapter {lora_name, lora_path}`` (its server runs
   with ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`` and ``--enable-lora``), answered 200 with a
   text body, or an error object; ``POST /v1/unload_lora_adapter {lora_name}``. A call names the
-  adapter as its ``model``, and vLLM's answer names it back in ``model``. vLLM updates full
-  weights only through its NCCL/IPC weight transfer, which needs the trainer's own GPU: with
-  full weights the runtime refuses a ``vllm`` engine (docs/decisions.md#artifacts).
+  adapter as its ``model``, and vLLM's answer names it back in ``model``. No route of vLLM's
+  server loads full weights from a folder: its weight-transfer routes carry tensors over NCCL
+  or CUDA IPC from the trainer's own GPU process, so with full weights the runtime refuses a
+  ``vllm`` engine (docs/decisions.md#artifacts).
 - SGLang, LoRA adapters: ``POST /load_lora_adapter {lora_name, lora_path}`` and
   ``POST /unload_lora_adapter {lora_name}``, answered ``{success, error_message,
   loaded_adapters}`` (400 when not ``success``); a call names ``<base model>:<adapter>`` as its
