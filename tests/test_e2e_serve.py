@@ -6,9 +6,10 @@
   adapter;
 - a SIGKILL of ``reef serve`` in the middle: after a restart no record, report or sample is
   lost and no sample trains twice;
-- two ``reef serve`` processes on one PostgreSQL store: the leader is killed, the other takes
-  the trainer's lease over and training continues, nothing trained twice (needs
-  ``REEF_TEST_DATABASE_URL``);
+- two ``reef serve`` processes on one PostgreSQL store: the leader is killed (by the test, or
+  by itself at a fault point between saving a job's weights and writing its outcome), the other
+  takes the trainer's lease over and training continues, nothing acknowledged lost, nothing
+  trained twice (needs ``REEF_TEST_DATABASE_URL``);
 - the loop with a vLLM stand-in taking LoRA adapters and an SGLang stand-in taking full weights
   (:mod:`reef.testing.engine_standins`): every record names the artifact that answered.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,8 @@ import openai
 import pytest
 from sqlalchemy import create_engine, text
 
+from reef.components.faults import FAULT_POINT_ENV
+from reef.storage import JobHistory, open_database
 from reef.testing.serve import TINY_GPT_OPTIONS, tiny_local_deployment
 from reef.testing.serve import ServeProcess as Serve
 from reef.testing.service import serve_on_loopback
@@ -436,3 +440,63 @@ def _settings_snapshot(url: str) -> str:
             )
     finally:
         engine.dispose()
+
+
+@pytest.mark.postgres
+def test_a_leader_killed_at_a_fault_point_loses_nothing_and_trains_nothing_twice(
+    workdir: Path,
+) -> None:
+    """Two processes on one PostgreSQL store; the lease holder SIGKILLs itself at
+    ``local.weights_saved`` (its first job's weights saved, the job's outcome not written), not
+    by timing luck. The other takes the lease over, finds the job trained and commits it (the
+    weights say what trained them: docs/decisions.md#a-job-killed-after-its-weights-were-saved),
+    serves those weights and trains on. Every acknowledged call and report is stored, every
+    sample trains exactly once: the predecessor's artifacts keep their age (P-STALE-5), so with
+    ``max_staleness`` 3 nothing is left stale."""
+    base = os.environ.get(DATABASE_URL_VARIABLE)
+    if not base:
+        pytest.skip(f"{DATABASE_URL_VARIABLE} does not name a PostgreSQL database")
+    with postgres_schema_url(base) as url:
+        deployment = tiny_local_deployment(workdir, url)
+        agent = Agent()
+        fault = {FAULT_POINT_ENV: "local.weights_saved"}
+        leader = Serve(deployment, workdir / "a.log", lease_ttl=2.0, env=fault)
+        follower: Serve | None = None
+        try:
+            first = _first_weights(leader)  # alone: it holds the lease
+            follower = Serve(deployment, workdir / "b.log", lease_ttl=2.0)
+            assert _holder_pid(url) == leader.process.pid
+            agent.round(leader.base_url)  # half a job: the leader does not train yet
+            for _ in range(3):  # both admit; the leader's first job fills and it dies
+                agent.round(follower.base_url)
+            assert leader.process.wait(120) == -signal.SIGKILL  # at the fault point
+            _wait(
+                lambda: _holder_pid(url) == follower.process.pid,
+                60,
+                "the follower to take the lease over",
+                follower.base_url,
+            )
+            for _ in range(2):
+                agent.round(follower.base_url)
+            _train_out(agent, url, follower.base_url)
+            assert follower.terminate() == 0
+            served = json.loads(_settings_snapshot(url))["served_artifacts"]
+        finally:
+            leader.stop()
+            if follower is not None:
+                follower.stop()
+        counts = _store_counts(url)
+        database = open_database(url)
+        try:
+            jobs = JobHistory(database, SCENARIO).read()
+        finally:
+            database.dispose()
+    assert set(agent.records) | set(agent.reports) <= counts["ids"]  # nothing acknowledged lost
+    assert counts["samples"] == len(agent.reports)  # one sample per report, none made twice
+    assert counts["trains"] == [1] * len(agent.reports)  # every sample trained, once
+    # The killed job is finished, not failed, and not trained again by the follower.
+    assert [job.event for job in jobs] == ["finished"] * len(jobs)
+    assert sum(job.consumed for job in jobs) == len(agent.reports)
+    # The follower first served the weights the killed job saved.
+    assert served[0] == first
+    assert served[1] != first

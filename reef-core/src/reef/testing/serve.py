@@ -10,6 +10,7 @@ serves it with the local engine.
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -101,6 +102,8 @@ class ServeProcess:
     :param lease_ttl: ``--lease-ttl``.
     :param token: an admin token of the deployment; ``None`` runs it with
         ``--allow-unauthenticated`` (loopback only).
+    :param env: variables added to this process's environment for it (a fault point:
+        ``REEF_FAULT_POINT``).
     :raises AssertionError: when it exits, or does not answer within a minute.
     """
 
@@ -111,6 +114,7 @@ class ServeProcess:
         *,
         lease_ttl: float = 10.0,
         token: str | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
@@ -121,7 +125,12 @@ class ServeProcess:
         command += ["--lease-ttl", str(lease_ttl), "--log-level", "warning"]
         if token is None:
             command.append("--allow-unauthenticated")
-        self.process = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen(
+            command,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=None if env is None else {**os.environ, **env},
+        )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             assert self.process.poll() is None, log.read_text()
