@@ -95,6 +95,32 @@ def test_a_new_tenure_keeps_the_age_of_what_its_predecessor_served(
     assert samples.untrained("c") == []
 
 
+def test_status_table_says_which_of_several_trainers_the_engine_serves() -> None:
+    """docs/components.md#a-scenario-of-several-components: a row per trainer, and a line that
+    names the one whose artifacts answer the calls (none behind a plain URL engine)."""
+    pytest.importorskip("starlette")  # reef status is part of the service (the server extra)
+    from reef.server.status import status_table
+
+    trainers: list[dict[str, Any]] = [
+        {"trainer": "small", "component": "local", "serves": True, "served_artifact": "a1"},
+        {"trainer": "wide", "component": "local", "serves": False, "served_artifact": "b1"},
+    ]
+    document = {"scenarios": [{"scenario": "s", "training_mode": "auto", "trainers": trainers}]}
+    lines = status_table(document).splitlines()
+    assert [line.split()[:2] for line in lines[1:3]] == [["s", "small"], ["s", "wide"]]
+    assert (
+        "s: the engine answers with trainer small's artifacts; the other trainers' artifacts"
+        " answer no call"
+    ) in lines
+    trainers[0]["serves"] = False
+    assert "s: the engine answers with none of its trainers' artifacts" in (
+        status_table(document).splitlines()
+    )
+    # One trainer: nothing to tell apart.
+    document["scenarios"][0]["trainers"] = trainers[:1]
+    assert not [line for line in status_table(document).splitlines() if "answers with" in line]
+
+
 def test_status_table_shows_what_is_held_out_as_stale() -> None:
     """docs/decisions.md#counting-what-did-not-train: the drops column shows the stale samples
     the pipeline holds out and their group-mates, beside the durable drops, not ``-``."""

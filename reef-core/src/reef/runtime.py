@@ -2,12 +2,14 @@
 components, and the built-in local engine.
 
 :class:`ReefRuntime` builds, from a deployment, one :class:`~reef.train.trainer.Trainer` per
-scenario and training component (a scenario without a ``training`` section records and admits,
-but trains nothing). Each trainer builds its pipeline and component when it takes its lease, so
+scenario and entry of its ``training`` section (a scenario without one records and admits, but
+trains nothing). Each trainer builds its pipeline and component when it takes its lease, so
 a process that waits as a standby holds no stale weights. A scenario whose ``serving.engine``
 is ``local`` is answered by a :class:`~reef.components.local_engine.LocalEngine` over the
-artifacts of its ``local`` component (shared through the component's ``state_dir``, so every
-process serves what the trainer published last, wherever the trainer runs).
+artifacts of its served ``local`` component (``Deployment.served_training``; shared through the
+component's ``state_dir``, so every process serves what the trainer published last, wherever
+the trainer runs). The other trainers of a scenario of several publish into their own folders
+only.
 
 A scenario served by ``vllm`` or ``sglang`` gets a :class:`~reef.server.publication.Publisher`
 that follows the same artifacts and puts each new one into the engine, in every process (an

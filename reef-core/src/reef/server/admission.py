@@ -41,6 +41,7 @@ class TrainerAdmission:
     :ivar buffer_size: the samples its buffer holds, as configured.
     :ivar uploads: its record-to-sample stage, kept for ``uploaded_sample`` when the trainer
         takes uploads; ``None`` otherwise.
+    :ivar component: its training component, as the deployment names it.
     """
 
     stage: str
@@ -49,6 +50,7 @@ class TrainerAdmission:
     job_samples: int | None
     buffer_size: int | None
     uploads: Record2Sample | None = attrs.field(default=None, eq=False, repr=False)
+    component: str | None = None
 
 
 @attrs.frozen
@@ -77,6 +79,7 @@ class ScenarioAdmission:
             does not parse or a stage refuses its config.
         """
         names = scenario_trainers(section)
+        components = {entry.trainer: entry.component for entry in section.trainings}
         trainers = {}
         for name in names:
             context = PipelineContext(scenario=scenario, component=name, trainers=names)
@@ -91,6 +94,7 @@ class ScenarioAdmission:
                 job_samples=sample2job.job_samples,
                 buffer_size=sample2job.buffer_size,
                 uploads=record2sample if accepts else None,
+                component=components[name],
             )
             sample2job.close()
             if not accepts:

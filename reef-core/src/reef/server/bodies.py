@@ -215,6 +215,11 @@ class TrainerStatus:
     #: What each extension reports of the scenario (``reef_scenario_status``), by extension
     #: name, as of the snapshot: Agent ECC's epoch in force and last seal under ``ecc``.
     extensions: JSONObject = attrs.field(factory=dict)
+    #: Its training component, as the deployment names it.
+    component: str | None = None
+    #: The scenario's engine answers with this trainer's artifacts; a trainer that does not
+    #: serve still publishes its own (its ``served_artifact`` is its last), which answer no call.
+    serves: bool = False
 
 
 @attrs.frozen

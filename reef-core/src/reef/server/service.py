@@ -91,6 +91,8 @@ class ServedScenario:
     :ivar browser: its samples, as people browse them.
     :ivar history: its trainers' jobs, as people read them.
     :ivar health: whether its store can write.
+    :ivar served_trainer: the trainer whose artifacts its engine answers with; ``None`` when
+        the engine takes no trained weights (``Deployment.served_training``).
     """
 
     name: str
@@ -103,6 +105,7 @@ class ServedScenario:
     health: StoreHealth
     ledger: ScenarioLedger | None = None
     engine: ChatEngine | None = None
+    served_trainer: str | None = None
 
 
 class Service:
@@ -139,6 +142,7 @@ class Service:
             tasks[name] = TaskStorage(database, name)
             trainers[name] = scenario_trainers(section)
             serving = deployment.serving_of(name)
+            served = deployment.served_training(name)
             self.scenarios[name] = ServedScenario(
                 name=name,
                 records=RecordStore(database, name),
@@ -148,6 +152,7 @@ class Service:
                 browser=SampleBrowser(database, name),
                 history=JobHistory(database, name),
                 health=self.health[url],
+                served_trainer=None if served is None else served.trainer,
             )
             if serving is not None:
                 self.scenarios[name].engine = self._engine(name, serving)

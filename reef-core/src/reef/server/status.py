@@ -46,9 +46,11 @@ def trainer_status(
     snapshot: Mapping[str, Any],
     drops: Mapping[str, int],
     stages: TrainerAdmission,
+    serves: bool = False,
 ) -> TrainerStatus:
     """One trainer's status from the store and its snapshot (``{}`` before its first); what
-    the snapshot does not give yet comes from its ``stages``."""
+    the snapshot does not give yet comes from its ``stages``. ``serves``: the scenario's engine
+    answers with this trainer's artifacts."""
     unread = {i.request_id for i in samples.unread_instructions(trainer)}
     queued = snapshot.get("queued_instructions") or []
     pending = unread | {str(i) for i in queued if isinstance(i, str)}
@@ -79,6 +81,8 @@ def trainer_status(
         jobs_ended=_int_or_none(snapshot.get("jobs_ended")),
         pipeline=pipeline if isinstance(pipeline, dict) else {},
         extensions=extensions if isinstance(extensions, dict) else {},
+        component=stages.component,
+        serves=serves,
     )
 
 
@@ -90,6 +94,7 @@ def scenario_status(
     settings: ScenarioSettings,
     trainers: Mapping[str, TrainerAdmission],
     engine: Mapping[str, Any] | None = None,
+    served: str | None = None,
 ) -> ScenarioStatus:
     """One scenario's status.
 
@@ -98,6 +103,7 @@ def scenario_status(
         first snapshot.
     :param engine: the publication status of its vLLM or SGLang server in this process, if it
         has one; every process's (as each wrote it to the settings) is added as ``processes``.
+    :param served: the trainer whose artifacts the scenario's engine answers with, if any.
     """
     stored = settings.items()
     if engine is not None:
@@ -115,6 +121,7 @@ def scenario_status(
                 snapshot=stored.get(snapshot_key(trainer)) or {},
                 drops=counts.get(trainer, {}),
                 stages=stages,
+                serves=trainer == served,
             )
             for trainer, stages in trainers.items()
         ),
@@ -194,6 +201,14 @@ def status_table(document: Mapping[str, Any]) -> str:
             for extension, report in sorted((trainer.get("extensions") or {}).items()):
                 shown_report = json.dumps(report, sort_keys=True, separators=(", ", ": "))
                 notes.append(f"{name}/{trainer.get('trainer')}: {extension}: {shown_report}")
+        if len(trainers) > 1:
+            serving = [t.get("trainer") for t in trainers if t.get("serves")]
+            notes.append(
+                f"{name}: the engine answers with trainer {serving[0]}'s artifacts; the other"
+                " trainers' artifacts answer no call"
+                if serving
+                else f"{name}: the engine answers with none of its trainers' artifacts"
+            )
         if not scenario.get("trainers"):
             notes.append(
                 f"{name}: no training section: its calls and reports are kept, nothing trains"
@@ -243,6 +258,7 @@ async def get_status(request: Request) -> Response:
                     settings=scenario.settings,
                     trainers=scenario.admission.trainers,
                     engine=_publication(service.runtime.publisher(scenario.name)),
+                    served=scenario.served_trainer,
                 )
                 for scenario in service.scenarios.values()
                 if caller.sees(scenario.name)
