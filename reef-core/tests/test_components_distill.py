@@ -23,9 +23,9 @@ from reef.components.job_parameters import JobParameters, TeacherSettings  # noq
 from reef.components.job_samples import prepare_job  # noqa: E402
 from reef.components.local import LocalComponent  # noqa: E402
 from reef.components.objectives import batch_loss  # noqa: E402
-from reef.components.teacher import (  # noqa: E402
+from reef.components.teacher import ModelTeacher  # noqa: E402
+from reef.components.teacher_scores import (  # noqa: E402
     EngineTeacher,
-    ModelTeacher,
     TeacherError,
     kl_advantages,
 )

@@ -22,6 +22,7 @@ from reef.components.slime.data_source import (
     generate_rollout,
 )
 from reef.core.job_data import JobData, TrajectorySample
+from reef.core.plugins import PluginConfigError
 from reef.testing.samples import exchange
 from reef.testing.slime_run import Crash, Sample, SlimeRun
 
@@ -169,3 +170,36 @@ def test_a_job_that_cannot_render_fails_with_the_reason(tmp_path: Path) -> None:
     outcome = reef.wait(handle, timeout=30)
     assert outcome.event == "failed"
     assert "does not roll out tasks" in (outcome.error or "")
+
+
+def test_ppo_reaches_slime_only_with_slimes_clip_range_set_to_the_jobs(tmp_path: Path) -> None:
+    """Slime's PPO loss (``--loss-type policy_loss``) is the ppo objective; its clip range is
+    slime's ``--eps-clip`` and ``--eps-clip-high``, which the data source checks against the
+    job's ``clip_low`` and ``clip_high`` before slime trains a group of it."""
+    reef = component(tmp_path)
+    submit_all(reef, [job(0)], objective="ppo", reward_baseline="none")
+    args = SlimeRun(tmp_path).args
+    wrong = SimpleNamespace(**{**vars(args), "eps_clip": 0.2, "eps_clip_high": None})
+    source = ReefDataSource(wrong, sample_class=Sample)
+    source.load(-1)
+    with pytest.raises(
+        ReefDataSourceError,
+        match=r"clip_low 0.2 and clip_high 0.28, but slime clips the ratio with --eps-clip 0.2"
+        r" --eps-clip-high 0.2: start slime with --eps-clip 0.2 --eps-clip-high 0.28",
+    ):
+        generate_rollout(wrong, 0, source)
+    right = SimpleNamespace(**{**vars(args), "eps_clip": 0.2, "eps_clip_high": 0.28})
+    source = ReefDataSource(right, sample_class=Sample)
+    source.load(-1)
+    groups = generate_rollout(right, 0, source)
+    # reward_baseline none: the reward as it is, not centred in its group.
+    assert [s.reward for s in groups[0]] == [0.0, 1.0]
+
+
+def test_distillation_is_refused_with_the_reason_and_what_to_use(tmp_path: Path) -> None:
+    reef = component(tmp_path)
+    parameters = {"objective": "importance_sampling", "distillation": {"teacher": {}}}
+    with pytest.raises(PluginConfigError, match="local or the tinker component") as refused:
+        reef.submit(job(0), parameters)
+    assert refused.value.errors[0].key == "$.parameters.distillation"
+    reef.close()

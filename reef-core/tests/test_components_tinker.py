@@ -24,7 +24,7 @@ from reef.components.tinker.component import (  # noqa: E402
     TinkerComponentSettings,
     checkpoint_artifact_id,
 )
-from reef.components.tinker.datums import cross_entropy_datum, importance_sampling_datum  # noqa: E402
+from reef.components.tinker.datums import cross_entropy_datum, policy_datum  # noqa: E402
 from reef.core.chat_rendering import RenderedSequence  # noqa: E402
 from reef.core.job_data import JobData, TrajectorySample  # noqa: E402
 from reef.core.plugins import PluginConfigError  # noqa: E402
@@ -106,13 +106,18 @@ def test_a_padded_steps_weights_count_as_its_share_of_a_full_step() -> None:
 
 def test_an_importance_sampling_datum_carries_start_logprobs_and_masked_advantages() -> None:
     sequence = RenderedSequence((1, 2, 3, 4), (0, 0, 1, 1))
-    datum = importance_sampling_datum(sequence, [-1.0, -2.0, -3.0], advantage=0.5, divisor=2.0)
+    datum = policy_datum(sequence, [-1.0, -2.0, -3.0], advantage=0.5, divisor=2.0)
     assert set(datum.loss_fn_inputs) == {"target_tokens", "logprobs", "advantages"}
     assert datum.loss_fn_inputs["target_tokens"].tolist() == [2, 3, 4]
     assert datum.loss_fn_inputs["logprobs"].tolist() == [-1.0, -2.0, -3.0]
     assert np.allclose(datum.loss_fn_inputs["advantages"].to_numpy(), [0.0, 0.25, 0.25])
     with pytest.raises(ValueError, match="start log probabilities"):
-        importance_sampling_datum(sequence, [-1.0], advantage=0.5, divisor=2.0)
+        policy_datum(sequence, [-1.0], advantage=0.5, divisor=2.0)
+    # A distilling objective's advantage is per token; only the trained tokens keep theirs.
+    per_token = policy_datum(sequence, [-1.0, -2.0, -3.0], [4.0, 2.0, -6.0], divisor=2.0)
+    assert np.allclose(per_token.loss_fn_inputs["advantages"].to_numpy(), [0.0, 1.0, -3.0])
+    with pytest.raises(ValueError, match="advantages"):
+        policy_datum(sequence, [-1.0, -2.0, -3.0], [1.0], divisor=2.0)
 
 
 # --------------------------------------------------------------------------- the loop
@@ -296,3 +301,124 @@ def test_the_sampler_serves_the_latest_artifact_and_names_it(
     assert again.artifact_id == trained.artifact_id != first.artifact_id
     reply = tinker.renderer.tokenizer.decode(again.completions[0].tokens)
     assert reply.startswith("red")
+
+
+# --------------------------------------------------------------------------- ppo, distillation
+
+
+def test_ppo_trains_with_tinkers_ppo_loss_and_the_jobs_clip_range(
+    tmp_path: Path, service: TinkerStandIn
+) -> None:
+    """The ``ppo`` objective is Tinker's built-in ``ppo`` loss, its thresholds the job's
+    ``1 - clip_low`` and ``1 + clip_high`` (OpenClaw-RL's 0.2 and 0.28 by default)."""
+    tinker = component(tmp_path, service)
+    rewarded = tuple(
+        TrajectorySample(s.trajectory, reward=float(i % 2), sample_id=s.sample_id, group_id="g")
+        for i, s in enumerate(samples(4))
+    )
+    runs: list[tuple[dict[str, Any], tuple[float, float]]] = [
+        ({"objective": "ppo"}, (0.8, 1.28)),
+        ({"objective": "ppo", "clip_low": 0.1, "clip_high": 0.5}, (0.9, 1.5)),
+    ]
+    for number, (parameters, clip) in enumerate(runs):
+        service.losses.clear()
+        data = JobData(f"j:data:{number}", rewarded)
+        outcome = tinker.wait(tinker.submit(data, parameters), timeout=60)
+        assert outcome.event == "finished", outcome.error
+        assert outcome.metrics["objective"] == "ppo"
+        expected = {"clip_low_threshold": clip[0], "clip_high_threshold": clip[1]}
+        assert len(service.losses) == outcome.metrics["steps"] == 2
+        for loss_fn, config in service.losses:
+            assert loss_fn == "ppo"
+            assert config is not None
+            assert config == pytest.approx(expected)
+
+
+def test_the_stand_ins_ppo_clips_the_ratio_as_tinker_documents(service: TinkerStandIn) -> None:
+    """-sum(min(r * A, clip(r, low, high) * A)): a ratio outside the thresholds stops counting
+    where it would gain more than the clip allows."""
+    client = service.create_lora_training_client("stand-in/tiny").result()
+    sequence = RenderedSequence((1, 2, 3), (0, 1, 1))
+    now = target_logprobs_of(client, sequence)
+    # The start weights gave each token half the probability: the ratio is 2.
+    start = [v - float(np.log(2.0)) for v in now]
+    datum = policy_datum(sequence, start, 1.0, divisor=1.0)
+    config = {"clip_low_threshold": 0.8, "clip_high_threshold": 1.28}
+    plain = client.forward([datum], "importance_sampling").result()
+    assert plain.metrics["loss:sum"] == pytest.approx(-4.0, rel=1e-5)  # 2 tokens, ratio 2
+    clipped = client.forward_backward([datum], "ppo", config).result()
+    assert clipped.metrics["loss:sum"] == pytest.approx(-2 * 1.28, rel=1e-5)
+    default = client.forward_backward([datum], "ppo").result()
+    assert default.metrics["loss:sum"] == pytest.approx(-2 * 1.2, rel=1e-5)
+
+
+def target_logprobs_of(client: Any, sequence: RenderedSequence) -> list[float]:
+    output = client.forward([cross_entropy_datum(sequence, 1.0)], "cross_entropy").result()
+    return [float(v) for v in output.loss_fn_outputs[0]["logprobs"].to_numpy()]
+
+
+def test_the_student_is_its_own_teacher_at_the_jobs_start_weights(
+    tmp_path: Path, service: TinkerStandIn
+) -> None:
+    """Distillation with the self teacher: each trained token's ``log p_student - log
+    p_teacher`` is read at the job's start weights, the teacher's in the teacher sequence (the
+    hinted prompt and the student's reply); ``teacher_kl`` is their mean."""
+    tinker = component(tmp_path, service)
+    start_checkpoint = json_of(tinker.publish().path)["checkpoint"]
+    hinted = {"messages": [{"role": "user", "content": "q? The answer is blue red."}]}
+    sample = TrajectorySample(exchange("q?", "blue red", teacher=hinted), sample_id="s")
+    parameters = {"objective": "importance_sampling", "distillation": {"teacher": {}}}
+    outcome = tinker.wait(tinker.submit(JobData("d:0", (sample,)), parameters), timeout=60)
+    assert outcome.event == "finished", outcome.error
+    renderer = tinker.renderer
+    (student,) = renderer.render_sample(sample.trajectory).sequences
+    from reef.core.teacher_rendering import render_teacher
+
+    (teacher,) = render_teacher(
+        renderer, hinted, renderer.render_sample(sample.trajectory)
+    ).sequences
+    model = service.model_of(start_checkpoint)
+
+    def marked(sequence: RenderedSequence) -> list[float]:
+        with torch.no_grad():
+            row = torch.log_softmax(model(torch.tensor([list(sequence.token_ids)]))[0], -1)
+        ids = sequence.token_ids
+        return [float(row[j - 1, ids[j]]) for j in range(1, len(ids)) if sequence.loss_mask[j]]
+
+    differences = [s - t for s, t in zip(marked(student), marked(teacher), strict=True)]
+    assert outcome.metrics["teacher_kl"] == pytest.approx(
+        sum(differences) / len(differences), abs=1e-5
+    )
+    assert outcome.metrics["teacher_kl"] != 0.0
+    assert outcome.metrics["samples_without_teacher"] == 0
+    # Without more context the self teacher is the student: its KL is exactly 0.
+    plain = TrajectorySample(exchange("q?", "blue red"), sample_id="p")
+    same = tinker.wait(tinker.submit(JobData("d:1", (plain,)), parameters), timeout=60)
+    assert same.event == "finished", same.error
+    assert same.metrics["teacher_kl"] == 0.0
+    assert same.metrics["samples_without_teacher"] == 1
+
+
+def json_of(folder: Path) -> dict[str, Any]:
+    import json
+
+    body: dict[str, Any] = json.loads((folder / "artifact.json").read_text())
+    return body
+
+
+def test_an_engine_teacher_is_asked_and_a_local_model_folder_is_refused(
+    tmp_path: Path, service: TinkerStandIn
+) -> None:
+    tinker = component(tmp_path, service)
+    data = JobData("d:0", (TrajectorySample(exchange("q?", "blue"), sample_id="s"),))
+    folder = {"objective": "ppo", "distillation": {"teacher": {"model_path": str(tmp_path)}}}
+    with pytest.raises(PluginConfigError, match="base_url") as refused:
+        tinker.submit(data, folder)
+    assert refused.value.errors[0].key == "$.parameters.distillation.teacher.model_path"
+    # An engine no one answers at: the job fails naming it, in bounded time.
+    engine = {"base_url": "http://127.0.0.1:9/v1", "timeout_seconds": 0.5, "attempts": 1}
+    outcome = tinker.wait(
+        tinker.submit(data, {"objective": "ppo", "distillation": {"teacher": engine}}), timeout=60
+    )
+    assert outcome.event == "failed"
+    assert "http://127.0.0.1:9/v1/completions" in (outcome.error or "")

@@ -157,10 +157,14 @@ class JobParameters(PluginSettings):
                 f"{' or '.join(POLICY_OBJECTIVES)}, not {self.objective}"
             )
 
-    def refuse_unsupported(self, component: type[Any], objectives: Sequence[str]) -> None:
+    def refuse_unsupported(
+        self, component: type[Any], objectives: Sequence[str], *, distillation: str | None = None
+    ) -> None:
         """Refuse parameters a component cannot train: an objective not in ``objectives``, or
-        distillation (only the ``local`` component scores with a teacher).
+        ``distillation`` when the component gives a reason it cannot score with a teacher.
 
+        :param distillation: why the component does not train a distilling objective, and what
+            to use instead; ``None`` when it does.
         :raises PluginConfigError: naming the parameter and what the component takes.
         """
         if self.objective not in objectives:
@@ -170,9 +174,5 @@ class JobParameters(PluginSettings):
                 f"{self.objective} is not trained here; this component trains "
                 f"{', '.join(objectives)}",
             )
-        if self.distillation is not None:
-            raise PluginConfigError(
-                component.__name__,
-                "$.parameters.distillation",
-                "this component does not score with a teacher; the local component does",
-            )
+        if self.distillation is not None and distillation is not None:
+            raise PluginConfigError(component.__name__, "$.parameters.distillation", distillation)

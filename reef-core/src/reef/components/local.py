@@ -64,7 +64,8 @@ from reef.components.objectives import batch_logprobs, batch_loss, token_batch
 from reef.components.scheduling import SequenceRef, StepPlan, plan_steps
 from reef.components.task_rollouts import roll_out_tasks
 from reef.components.task_training import RolloutBatch, model_sampler, task_metrics
-from reef.components.teacher import Teachers, distillation_rows, samples_without_teacher
+from reef.components.teacher import Teachers, distillation_rows
+from reef.components.teacher_scores import samples_without_teacher
 from reef.components.tiny_gpt import TinyGPT, TinyGPTConfig, TinyGPTModel
 from reef.core.chat_rendering import ChatRenderer, RenderedSequence, Tokenizer
 from reef.core.config import config_option

@@ -1,34 +1,23 @@
-"""The teacher of a distilling objective: a model that scores the student's tokens.
+"""The teachers a component runs on its own device, for a distilling objective.
 
 A distilling job (job parameter ``distillation``) trains each sample's reply toward a teacher.
 :func:`reef.components.job_samples.prepare_job` renders each sample's teacher sequence
-(:mod:`reef.core.teacher_rendering`); a :class:`TeacherScorer` then gives the teacher's log
-probability of each of the student's trained tokens in it, and :func:`kl_advantages` turns
-them, with the student's own log probabilities at the job's start weights, into the per-token
-advantage the policy objective trains (as tinker-cookbook's on-policy distillation does):
-
-    A_t = -kl_coef * (log p_student(y_t) - log p_teacher(y_t))
-
-Three teachers (:class:`reef.components.job_parameters.TeacherSettings`):
+(:mod:`reef.core.teacher_rendering`); a teacher then scores the student's trained tokens in it
+and :mod:`reef.components.teacher_scores` makes the per-token advantage of them. Three teachers
+(:class:`reef.components.job_parameters.TeacherSettings`):
 
 - :class:`ModelTeacher` over a local model folder (``model_path``): a Hugging Face causal LM,
   or a folder the ``local`` component saved; run by the component, with no gradient.
 - :class:`ModelTeacher` over the student itself at the job's start weights (no ``model_path``,
   no ``base_url``): the teacher request's extra context makes it a teacher (SDPO).
-- :class:`EngineTeacher` over an OpenAI-compatible engine (``base_url``) that returns prompt
-  log probabilities: vLLM's ``/v1/completions`` with the prompt as token ids and
-  ``prompt_logprobs``. The engine must serve a model with the student's tokenizer.
+- :class:`~reef.components.teacher_scores.EngineTeacher` over an OpenAI-compatible engine
+  (``base_url``) that returns prompt log probabilities.
 """
 
 from __future__ import annotations
 
-import json
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
 
 import torch
 
@@ -38,32 +27,14 @@ from reef.components.job_parameters import TeacherSettings
 from reef.components.job_samples import PreparedJob
 from reef.components.objectives import token_logprobs
 from reef.components.scheduling import SequenceRef
-from reef.core.chat_rendering import RenderedSample, RenderedSequence
-from reef.core.teacher_rendering import sample_teacher
-from reef.errors import ReefError
-
-
-class TeacherError(ReefError, RuntimeError):
-    """The teacher could not score a sequence: the job fails with this reason."""
-
-
-class TeacherScorer(Protocol):
-    """What a distilling objective needs of its teacher."""
-
-    def logprobs(self, samples: Sequence[RenderedSample]) -> list[list[float]]:
-        """For each teacher sequence, the teacher's log probability of each marked token (loss
-        mask 1) given every token before it, in order: one value per student trained token.
-
-        :raises TeacherError: when the teacher cannot answer.
-        """
-        ...
-
-
-def _marked(sequence: RenderedSequence, values: Sequence[float]) -> list[float]:
-    """The values of ``sequence``'s marked tokens, from one value per token after the first."""
-    if sequence.loss_mask and sequence.loss_mask[0]:
-        raise TeacherError("a teacher sequence cannot score its first token: nothing precedes it")
-    return [values[j - 1] for j in range(1, len(sequence.token_ids)) if sequence.loss_mask[j]]
+from reef.components.teacher_scores import (
+    EngineTeacher,
+    TeacherError,
+    TeacherScorer,
+    marked_values,
+    token_advantages,
+)
+from reef.core.chat_rendering import RenderedSample
 
 
 class ModelTeacher:
@@ -89,97 +60,12 @@ class ModelTeacher:
                     values: list[float] = []
                     for sequence in sample.sequences:
                         row = token_logprobs(self.model, [sequence.token_ids], self.device)[0]
-                        values += _marked(sequence, row.float().tolist())
+                        values += marked_values(sequence, row.float().tolist())
                     scored.append(values)
             return scored
         finally:
             if was_training:
                 self.model.module.train()
-
-
-class EngineTeacher:
-    """A teacher behind an OpenAI-compatible engine that returns prompt log probabilities.
-
-    Each teacher sequence is one ``POST {base_url}/completions`` with ``prompt`` the token ids,
-    ``max_tokens: 1`` and ``prompt_logprobs: 0``; the answer's ``choices[0].prompt_logprobs``
-    holds, for each prompt position after the first, the log probability of the token there
-    (keyed by its id). A call that fails or times out is tried again, up to ``attempts``.
-
-    :param settings: the teacher's settings (``base_url`` set).
-    """
-
-    def __init__(self, settings: TeacherSettings) -> None:
-        if settings.base_url is None:
-            raise ValueError("an engine teacher needs a base_url")
-        self.settings = settings
-        self.url = settings.base_url.rstrip("/") + "/completions"
-
-    def _post(self, body: dict[str, Any]) -> dict[str, Any]:
-        headers = {"content-type": "application/json"}
-        if self.settings.api_key:
-            headers["authorization"] = f"Bearer {self.settings.api_key}"
-        request = urllib.request.Request(
-            self.url, data=json.dumps(body).encode(), headers=headers, method="POST"
-        )
-        errors: list[str] = []
-        for attempt in range(self.settings.attempts):
-            if attempt:
-                time.sleep(min(2.0**attempt * 0.1, 2.0))
-            try:
-                with urllib.request.urlopen(
-                    request, timeout=self.settings.timeout_seconds
-                ) as answer:
-                    payload = json.loads(answer.read())
-                if isinstance(payload, dict):
-                    return payload
-                errors.append("the answer is not a JSON object")
-            except urllib.error.HTTPError as exc:
-                errors.append(f"HTTP {exc.code}")
-                if exc.code < 500 and exc.code != 429:
-                    break  # a refused request is refused again
-            except (OSError, ValueError) as exc:  # URLError, timeouts, a body that is not JSON
-                errors.append(f"{type(exc).__name__}: {exc}")
-        raise TeacherError(
-            f"the teacher engine at {self.url} did not score a sequence after "
-            f"{len(errors)} attempt(s): {'; '.join(errors)}"
-        )
-
-    def _score(self, sequence: RenderedSequence) -> list[float]:
-        ids = list(sequence.token_ids)
-        body: dict[str, Any] = {
-            "prompt": ids,
-            "max_tokens": 1,
-            "temperature": 0.0,
-            "prompt_logprobs": 0,
-        }
-        if self.settings.model is not None:
-            body["model"] = self.settings.model
-        answer = self._post(body)
-        choices = answer.get("choices")
-        entries = (
-            choices[0].get("prompt_logprobs") if isinstance(choices, list) and choices else None
-        )
-        if not isinstance(entries, list) or len(entries) != len(ids):
-            raise TeacherError(
-                f"the teacher engine at {self.url} returned no prompt_logprobs for the "
-                f"{len(ids)} prompt tokens: it must answer prompt_logprobs (vLLM does)"
-            )
-        values: list[float] = []
-        for position in range(1, len(ids)):
-            entry = entries[position]
-            found = entry.get(str(ids[position])) if isinstance(entry, dict) else None
-            value = found.get("logprob") if isinstance(found, dict) else found
-            if not isinstance(value, int | float):
-                raise TeacherError(
-                    f"the teacher engine's prompt_logprobs[{position}] lacks token "
-                    f"{ids[position]}'s log probability"
-                )
-            values.append(float(value))
-        return _marked(sequence, values)
-
-    def logprobs(self, samples: Sequence[RenderedSample]) -> list[list[float]]:
-        """See :class:`TeacherScorer`; one engine call per sequence."""
-        return [[v for s in sample.sequences for v in self._score(s)] for sample in samples]
 
 
 class Teachers:
@@ -217,34 +103,6 @@ class Teachers:
         return teacher
 
 
-def samples_without_teacher(job: PreparedJob) -> int:
-    """The job's training samples whose teacher request has no ``messages`` (or that have
-    none): scored in the student's own prompt, so under the self teacher their KL is 0 and they
-    train only their reward (the job metric of that name)."""
-    return sum(
-        1
-        for i, _ in job.rendered
-        if (teacher := sample_teacher(job.samples[i].trajectory)) is None
-        or teacher.get("messages") is None
-    )
-
-
-def kl_advantages(
-    student: Sequence[float], teacher: Sequence[float], *, kl_coef: float
-) -> list[float]:
-    """The per-token advantage of a distilling objective: ``-kl_coef * (student - teacher)``
-    for each trained token (both log probabilities of the same sampled token).
-
-    :raises TeacherError: when the two do not score the same number of tokens.
-    """
-    if len(student) != len(teacher):
-        raise TeacherError(
-            f"the teacher scored {len(teacher)} tokens of a reply of {len(student)} trained "
-            "tokens: its sequence does not hold the student's reply"
-        )
-    return [-kl_coef * (s - t) for s, t in zip(student, teacher, strict=True)]
-
-
 def distillation_rows(
     job: PreparedJob,
     start: Mapping[SequenceRef, torch.Tensor],
@@ -252,32 +110,13 @@ def distillation_rows(
     *,
     kl_coef: float,
 ) -> tuple[dict[SequenceRef, torch.Tensor], float | None]:
-    """Each sequence's per-token advantage under a distilling objective, and the mean reverse
-    KL (``log p_student - log p_teacher`` over the trained tokens, the ``teacher_kl`` metric).
-
-    A trained token's advantage is :func:`kl_advantages` plus the sample's reward advantage
-    (``job.advantage_of``, 0 without ``reward_coef``); other positions hold the reward advantage
-    and train nothing (their loss mask is 0).
-
-    :param start: the student's log probabilities at the job's start weights, for every
-        sequence of every sample to score (one value per token after the first).
-    :returns: the rows by sequence, each of ``len(sequence) - 1`` values, on ``start``'s device.
-    """
-    positions = sorted({ref[0] for ref in start})
-    scored = scorer.logprobs([job.teachers[job.rendered[p][0]] for p in positions])
-    rows: dict[SequenceRef, torch.Tensor] = {}
-    differences: list[float] = []
-    for position, teacher in zip(positions, scored, strict=True):
-        sequences = job.rendered[position][1].sequences
-        marks = [[j for j in range(1, len(s.token_ids)) if s.loss_mask[j]] for s in sequences]
-        student = [float(start[(position, k)][j - 1]) for k, js in enumerate(marks) for j in js]
-        token_values = iter(kl_advantages(student, teacher, kl_coef=kl_coef))
-        differences += [s - t for s, t in zip(student, teacher, strict=True)]
-        base = job.advantage_of(position)
-        for k, js in enumerate(marks):
-            row = torch.full_like(start[(position, k)], base, dtype=torch.float32)
-            for j in js:
-                row[j - 1] = base + next(token_values)
-            rows[(position, k)] = row
-    kl = sum(differences) / len(differences) if differences else None
-    return rows, kl
+    """:func:`~reef.components.teacher_scores.token_advantages` of the start weights' log
+    probabilities ``start``, as rows on their device (see there)."""
+    rows, kl = token_advantages(
+        job, {ref: row.float().tolist() for ref, row in start.items()}, scorer, kl_coef=kl_coef
+    )
+    tensors = {
+        ref: torch.tensor(values, dtype=torch.float32, device=start[ref].device)
+        for ref, values in rows.items()
+    }
+    return tensors, kl

@@ -9,9 +9,12 @@ documentation defines it:
 - ``create_lora_training_client(base_model, rank, seed)``: a new training run (its id is the
   client's ``model_id``) whose model is a small :class:`~reef.components.tiny_gpt.TinyGPT` over
   the byte tokenizer, built from ``seed`` (the stand-in trains every weight, not a LoRA);
-- ``forward`` / ``forward_backward(data, loss_fn)``: ``cross_entropy`` is
+- ``forward`` / ``forward_backward(data, loss_fn, loss_fn_config)``: ``cross_entropy`` is
   ``-sum(logprob * weights)``, ``importance_sampling`` is
-  ``-sum(exp(logprob - logprobs) * advantages)``, over every token of every datum, where
+  ``-sum(exp(logprob - logprobs) * advantages)``, ``ppo`` is
+  ``-sum(min(r * advantages, clamp(r, clip_low_threshold, clip_high_threshold) * advantages))``
+  with ``r = exp(logprob - logprobs)`` and the thresholds of ``loss_fn_config`` (0.8 and 1.2
+  without one, Tinker's clip of 0.2), over every token of every datum, where
   ``logprob`` is the model's log probability of ``target_tokens[i]`` after
   ``model_input[: i + 1]``; each output has the datum's ``logprobs`` and ``metrics["loss:sum"]``;
   gradients accumulate until ``optim_step``;
@@ -39,7 +42,7 @@ from __future__ import annotations
 import copy
 import itertools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -87,6 +90,8 @@ class TinkerStandIn:
         self.checkpoint_times: dict[str, datetime] = {}
         self.sampler_weights: dict[str, dict[str, torch.Tensor]] = {}
         self.calls: list[str] = []
+        #: each ``forward_backward``'s ``loss_fn`` and ``loss_fn_config``, in order
+        self.losses: list[tuple[str, Mapping[str, float | str] | None]] = []
         self._faults: dict[str, list[_Fault]] = {}
         self._ids = itertools.count()
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tinker-stand-in")
@@ -238,8 +243,16 @@ class StandInTrainingClient:
         return self._service.runs[self.model_id]
 
     def _losses(
-        self, data: list[types.Datum], loss_fn: str, *, backward: bool
+        self,
+        data: list[types.Datum],
+        loss_fn: str,
+        *,
+        backward: bool,
+        config: Mapping[str, float | str] | None = None,
     ) -> types.ForwardBackwardOutput:
+        clip = config or {}
+        low = float(clip.get("clip_low_threshold", 0.8))
+        high = float(clip.get("clip_high_threshold", 1.2))
         model = self._run.model
         model.train(backward)
         outputs = []
@@ -257,6 +270,11 @@ class StandInTrainingClient:
                 elif loss_fn == "importance_sampling":
                     ratio = torch.exp(logprob - inputs["logprobs"])
                     loss = -(ratio * inputs["advantages"]).sum()
+                elif loss_fn == "ppo":
+                    ratio = torch.exp(logprob - inputs["logprobs"])
+                    gain = ratio * inputs["advantages"]
+                    clipped = torch.clamp(ratio, low, high) * inputs["advantages"]
+                    loss = -torch.minimum(gain, clipped).sum()
                 else:
                     raise ValueError(f"the stand-in has no loss {loss_fn!r}")
             total = total + loss
@@ -273,10 +291,15 @@ class StandInTrainingClient:
         return self._service._call("forward", lambda: self._losses(data, loss_fn, backward=False))
 
     def forward_backward(
-        self, data: list[types.Datum], loss_fn: str
+        self,
+        data: list[types.Datum],
+        loss_fn: str,
+        loss_fn_config: Mapping[str, float | str] | None = None,
     ) -> Future[types.ForwardBackwardOutput]:
+        self._service.losses.append((loss_fn, loss_fn_config))
         return self._service._call(
-            "forward_backward", lambda: self._losses(data, loss_fn, backward=True)
+            "forward_backward",
+            lambda: self._losses(data, loss_fn, backward=True, config=loss_fn_config),
         )
 
     def optim_step(self, optim_params: types.AdamParams) -> Future[types.OptimStepResponse]:

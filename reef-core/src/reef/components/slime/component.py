@@ -164,7 +164,16 @@ class SlimeComponent:
         :raises reef.core.plugins.PluginConfigError: for parameters it does not take.
         """
         job = JobParameters.parse(parameters, plugin_class=type(self), path="$.parameters")
-        job.refuse_unsupported(type(self), ("cross_entropy", "importance_sampling"))
+        job.refuse_unsupported(
+            type(self),
+            ("cross_entropy", "importance_sampling", "ppo"),
+            distillation="slime trains Reef's samples as its data source hands them over, with "
+            "the rewards Reef computed; its own on-policy distillation (--use-opd) scores the "
+            "student's tokens in the student's prompt (a Megatron teacher checkpoint) or in "
+            "slime's rollouts (an SGLang teacher its reward function asks), never in the "
+            "teacher sequence Reef renders with the teacher's context: train a distilling "
+            "recipe with the local or the tinker component",
+        )
         handle = JobHandle(data.id, self._name)
         if data.id not in self._jobs and self.exchange.seq_of(data.id) is None:
             self._jobs[data.id] = self._executor.submit(self._write, data, job)
@@ -177,9 +186,14 @@ class SlimeComponent:
             job.objective,
             max_seq_len=self.settings.max_seq_len,
             component=self._name,
+            reward_baseline=job.reward_baseline,
         )
         metrics = job_metrics(prepared, StepPlan((), 0), losses=[], trained_tokens=0, consumed=[])
-        self.exchange.add_job(data.id, {"groups": _groups(prepared), "metrics": metrics})
+        body: JSON = {"groups": _groups(prepared), "metrics": metrics}
+        if job.objective == "ppo":
+            # Slime's PPO loss clips with its own arguments: its data source checks them.
+            body["clip"] = [job.clip_low, job.clip_high]
+        self.exchange.add_job(data.id, body)
 
     def poll(self, handle: JobHandle) -> JobOutcome | None:
         """The job's outcome once slime saved the weights that trained all of it, else

@@ -36,6 +36,7 @@ and ``reef_wait_seconds`` (unset: wait for data as long as it takes).
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -252,6 +253,7 @@ class ReefDataSource:
             job = self.exchange.job(seq)
             if job is None:
                 break
+            self._check_clip(job)
             for index, group in enumerate(job["groups"]):
                 key = (seq, index)
                 if key not in self._trained and key not in self._handed:
@@ -260,6 +262,22 @@ class ReefDataSource:
                         break
             seq += 1
         return ready
+
+    def _check_clip(self, job: dict[str, Any]) -> None:
+        """Refuse a ``ppo`` job whose clip range is not slime's: slime's PPO loss clips the
+        ratio to ``[1 - --eps-clip, 1 + --eps-clip-high]`` for every rollout."""
+        if "clip" not in job:
+            return
+        low, high = (float(v) for v in job["clip"])
+        slime_low = float(getattr(self.args, "eps_clip", 0.2))
+        slime_high = getattr(self.args, "eps_clip_high", None)
+        slime_high = slime_low if slime_high is None else float(slime_high)
+        if not (math.isclose(low, slime_low) and math.isclose(high, slime_high)):
+            raise ReefDataSourceError(
+                f"Reef's job {job['job_id']} trains ppo with clip_low {low} and clip_high"
+                f" {high}, but slime clips the ratio with --eps-clip {slime_low} --eps-clip-high"
+                f" {slime_high}: start slime with --eps-clip {low} --eps-clip-high {high}"
+            )
 
     def _slime_group(self, key: GroupKey, group: dict[str, Any]) -> list[Any]:
         make = self._sample_class or _slime_sample_class()

@@ -7,11 +7,17 @@ A job runs on the component's own thread (the trainer never waits on Tinker):
    (:func:`reef.components.job_samples.prepare_job`), with the configured tokenizer and the
    engine's chat template arguments;
 3. plan the optimizer steps of ``batch_size`` units (:mod:`reef.components.scheduling`);
-4. for ``importance_sampling``, one ``forward`` reads every trained token's log probability
-   under the job's start weights;
+4. for ``importance_sampling`` and ``ppo``, one ``forward`` reads every trained token's log
+   probability under the job's start weights; under a distilling objective (``distillation``)
+   the teacher then scores the same tokens in each sample's teacher sequence: the student
+   itself at the job's start weights (a second ``forward``, of the teacher sequences, before
+   any step) or an engine that returns prompt log probabilities (``base_url``), and each
+   token's advantage is ``-kl_coef * (log p_student - log p_teacher)`` plus the reward's
+   (:mod:`reef.components.teacher_scores`, the ``teacher_kl`` metric);
 5. per step, one ``forward_backward`` of the step's ``Datum`` values
-   (:mod:`reef.components.tinker.datums`) and one ``optim_step`` with the configured Adam
-   parameters; every future is awaited with ``request_timeout``;
+   (:mod:`reef.components.tinker.datums`) with Tinker's built-in loss of the objective's name
+   (``ppo`` with the job's clip range as its ``loss_fn_config``) and one ``optim_step`` with the
+   configured Adam parameters; every future is awaited with ``request_timeout``;
 6. save the trained weights as a Tinker training checkpoint (with the optimizer state) named
    for this attempt of the job, then record the job's outcome under ``state_dir``.
 
@@ -49,7 +55,7 @@ import os
 import threading
 import traceback
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -58,21 +64,28 @@ from tinker import types
 
 from reef.components.hf_tokenizer import HFTokenizer, load_tokenizer
 from reef.components.interface import Artifact, JobHandle
-from reef.components.job_parameters import JobParameters
+from reef.components.job_parameters import POLICY_OBJECTIVES, JobParameters, TeacherSettings
 from reef.components.job_runner import JobRunner
 from reef.components.job_samples import PreparedJob, consumed_lines, job_metrics, prepare_job
 from reef.components.json_files import read_json, write_json
-from reef.components.scheduling import StepPlan, plan_steps
+from reef.components.scheduling import SequenceRef, StepPlan, plan_steps
+from reef.components.teacher_scores import (
+    EngineTeacher,
+    TeacherScorer,
+    marked_values,
+    samples_without_teacher,
+    token_advantages,
+)
 from reef.components.tinker.connection import Connect, TinkerConnection, TrainingClientLike
 from reef.components.tinker.datums import (
     cross_entropy_datum,
-    importance_sampling_datum,
+    policy_datum,
     target_logprobs,
 )
-from reef.core.chat_rendering import ChatRenderer, Tokenizer
+from reef.core.chat_rendering import ChatRenderer, RenderedSample, Tokenizer
 from reef.core.config import config_option
 from reef.core.job_data import JobData, JobOutcome
-from reef.core.plugins import PluginSettings
+from reef.core.plugins import PluginConfigError, PluginSettings
 from reef.core.records import JSON
 
 logger = logging.getLogger(__name__)
@@ -138,6 +151,31 @@ class TinkerComponentSettings(PluginSettings):
 # -------------------------------------------------------------------------------------------
 # the journal under state_dir
 # -------------------------------------------------------------------------------------------
+
+
+class _SelfTeacher:
+    """The student as its own teacher: a ``forward`` of the teacher sequences on the training
+    client, at the weights it holds (the job's start weights, before the first step).
+
+    :param tinker: the connection that waits for the answer.
+    :param client: the job's training client.
+    """
+
+    def __init__(self, tinker: TinkerConnection, client: TrainingClientLike) -> None:
+        self.tinker = tinker
+        self.client = client
+
+    def logprobs(self, samples: Sequence[RenderedSample]) -> list[list[float]]:
+        """See :class:`~reef.components.teacher_scores.TeacherScorer`; one ``forward``."""
+        sequences = [sequence for sample in samples for sequence in sample.sequences]
+        if not sequences:
+            return [[] for _ in samples]
+        datums = [cross_entropy_datum(sequence, 1.0) for sequence in sequences]
+        output = self.tinker.wait(self.client.forward(datums, "cross_entropy"), "the teacher")
+        rows = iter(zip(sequences, target_logprobs(output), strict=True))
+        return [
+            [v for _ in sample.sequences for v in marked_values(*next(rows))] for sample in samples
+        ]
 
 
 def checkpoint_artifact_id(checkpoint: str) -> str:
@@ -281,7 +319,17 @@ class TinkerComponent:
         :raises reef.core.plugins.PluginConfigError: for parameters it does not take.
         """
         job = JobParameters.parse(parameters, plugin_class=type(self), path="$.parameters")
-        job.refuse_unsupported(type(self), ("cross_entropy", "importance_sampling"))
+        job.refuse_unsupported(type(self), ("cross_entropy", "importance_sampling", "ppo"))
+        if job.distillation is not None and job.distillation.teacher.model_path is not None:
+            raise PluginConfigError(
+                type(self).__name__,
+                "$.parameters.distillation.teacher.model_path",
+                "Tinker runs the model on its service, so this component cannot run a local "
+                "model folder as the teacher: give the teacher a base_url (an engine that "
+                "answers prompt_logprobs with the student's tokenizer, such as vLLM), or no "
+                "teacher (the student itself at the job's start weights), or train with the "
+                "local component",
+            )
         return self.jobs.submit(data.id, lambda: self._run(data, job))
 
     def poll(self, handle: JobHandle) -> JobOutcome | None:
@@ -362,6 +410,8 @@ class TinkerComponent:
             job.objective,
             max_seq_len=self.settings.max_seq_len,
             component=self._name,
+            distillation=job.distillation,
+            reward_baseline=job.reward_baseline,
         )
         plan = plan_steps(
             prepared.sequence_lengths,
@@ -369,7 +419,24 @@ class TinkerComponent:
             scheduling=job.scheduling,
         )
         start = (
-            self._start_logprobs(client, prepared, plan) if job.objective != "cross_entropy" else {}
+            self._start_logprobs(client, prepared, plan, whole=job.distillation is not None)
+            if job.objective in POLICY_OBJECTIVES
+            else {}
+        )
+        token_rows: dict[SequenceRef, list[float]] = {}
+        teacher_kl = None
+        if job.distillation is not None:
+            # Before the first step: the self teacher is the job's start weights.
+            token_rows, teacher_kl = token_advantages(
+                prepared,
+                start,
+                self._teacher(client, job.distillation.teacher),
+                kl_coef=job.distillation.kl_coef,
+            )
+        loss_fn_config = (
+            {"clip_low_threshold": 1 - job.clip_low, "clip_high_threshold": 1 + job.clip_high}
+            if job.objective == "ppo"
+            else None
         )
         adam = types.AdamParams(
             learning_rate=job.learning_rate or self.settings.learning_rate,
@@ -395,14 +462,21 @@ class TinkerComponent:
                 datums = [cross_entropy_datum(sequence, divisor) for sequence in sequences]
             else:
                 datums = [
-                    importance_sampling_datum(
-                        sequence, start[ref], prepared.advantage_of(ref[0]), divisor
+                    policy_datum(
+                        sequence,
+                        start[ref],
+                        token_rows[ref] if token_rows else prepared.advantage_of(ref[0]),
+                        divisor,
                     )
                     for ref, sequence in zip(step.sequences, sequences, strict=True)
                 ]
             # Both submitted before either is awaited, as the SDK asks: the service runs them
             # back to back.
-            backward = client.forward_backward(datums, job.objective)  # type: ignore[arg-type]
+            backward = client.forward_backward(
+                datums,
+                job.objective,  # type: ignore[arg-type]
+                loss_fn_config,
+            )
             optimizer = client.optim_step(adam)
             output = self.tinker.wait(backward, f"forward_backward of step {len(losses)}")
             self.tinker.wait(optimizer, f"optim_step of step {len(losses)}")
@@ -412,22 +486,37 @@ class TinkerComponent:
         metrics = job_metrics(
             prepared, plan, losses=losses, trained_tokens=trained_tokens, consumed=consumed
         )
+        if job.distillation is not None:
+            metrics["teacher_kl"] = teacher_kl
+            metrics["samples_without_teacher"] = samples_without_teacher(prepared)
         outcome = JobOutcome(data.id, self._name, "finished", metrics=metrics)
         if losses:
             self._commit(client, outcome)
         return outcome
 
     def _start_logprobs(
-        self, client: TrainingClientLike, prepared: PreparedJob, plan: StepPlan
-    ) -> dict[tuple[int, int], list[float]]:
+        self, client: TrainingClientLike, prepared: PreparedJob, plan: StepPlan, *, whole: bool
+    ) -> dict[SequenceRef, list[float]]:
         """Every planned sequence's target-token log probabilities under the job's start
-        weights, in one ``forward`` (P-REND-3)."""
+        weights, in one ``forward`` (P-REND-3); with ``whole``, every sequence of each planned
+        sample (a teacher scores whole samples)."""
         refs = [ref for step in plan.steps for ref in step.sequences]
+        if whole:
+            planned = sorted({ref[0] for ref in refs})
+            counts = [len(prepared.rendered[p][1].sequences) for p in planned]
+            refs = [(p, k) for p, count in zip(planned, counts, strict=True) for k in range(count)]
         if not refs:
             return {}
         datums = [cross_entropy_datum(prepared.rendered[s][1].sequences[i], 1.0) for s, i in refs]
         output = self.tinker.wait(client.forward(datums, "cross_entropy"), "the start forward")
         return dict(zip(refs, target_logprobs(output), strict=True))
+
+    def _teacher(self, client: TrainingClientLike, settings: TeacherSettings) -> TeacherScorer:
+        """The job's teacher: an engine (``base_url``), or the student at the job's start
+        weights (asked before the job's first step)."""
+        if settings.base_url is not None:
+            return EngineTeacher(settings)
+        return _SelfTeacher(self.tinker, client)
 
     def _commit(self, client: TrainingClientLike, outcome: JobOutcome) -> None:
         """Save the job's checkpoint: what makes it finished (see the module's documentation)."""

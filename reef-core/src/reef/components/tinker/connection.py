@@ -36,7 +36,10 @@ class TrainingClientLike(Protocol):
     ) -> TinkerFuture[types.ForwardBackwardOutput]: ...
 
     def forward_backward(
-        self, data: list[types.Datum], loss_fn: types.LossFnType
+        self,
+        data: list[types.Datum],
+        loss_fn: types.LossFnType,
+        loss_fn_config: Mapping[str, float | str] | None = None,
     ) -> TinkerFuture[types.ForwardBackwardOutput]: ...
 
     def optim_step(self, optim_params: types.AdamParams) -> TinkerFuture[Any]: ...

@@ -15,8 +15,13 @@ Tinker's conventions, and how Reef's objectives map onto its built-in losses:
   ``logprobs`` are the tokens' log probabilities under the job's start weights (the "sampler"
   of Tinker's docs: P-REND-3 makes them the job's start weights, which Reef reads with one
   ``forward`` before the first step) and ``advantages`` the sample's advantage on each trained
-  token, 0 elsewhere, divided by the same divisor. The loss then means what the local
-  component's ``importance_sampling`` means.
+  token (or, under a distilling objective, each token's own), 0 elsewhere, divided by the same
+  divisor. The loss then means what the local component's ``importance_sampling`` means.
+- ``ppo`` takes the same inputs and is ``-sum(min(r * advantages, clip(r, low, high) *
+  advantages))`` with ``r = exp(logprob - logprobs)`` and the thresholds of its
+  ``loss_fn_config`` (``clip_low_threshold``, ``clip_high_threshold``: the ratio's bounds
+  themselves, ``1 - clip_low`` and ``1 + clip_high``). Dividing the advantages by a positive
+  divisor divides each token's minimum by it, so it too is the local component's mean.
 """
 
 from __future__ import annotations
@@ -51,29 +56,33 @@ def cross_entropy_datum(sequence: RenderedSequence, divisor: float) -> types.Dat
     )
 
 
-def importance_sampling_datum(
+def policy_datum(
     sequence: RenderedSequence,
     start_logprobs: Sequence[float],
-    advantage: float,
+    advantage: float | Sequence[float],
     divisor: float,
 ) -> types.Datum:
-    """The ``importance_sampling`` datum of ``sequence``.
+    """The ``importance_sampling`` (or ``ppo``) datum of ``sequence``.
 
     :param start_logprobs: each target token's log probability under the job's start weights
         (one per token after the first).
-    :param advantage: the sample's advantage, given to each of its trained tokens.
+    :param advantage: the sample's advantage, given to each of its trained tokens; or one per
+        target token (a distilling objective's), of which the trained tokens' count.
     """
     model_input, targets, mask = _inputs(sequence)
     if len(start_logprobs) != len(targets):
         raise ValueError(
             f"{len(start_logprobs)} start log probabilities for {len(targets)} target tokens"
         )
+    values = np.asarray(advantage, dtype=np.float64)
+    if values.ndim and len(values) != len(targets):
+        raise ValueError(f"{len(values)} advantages for {len(targets)} target tokens")
     return types.Datum(
         model_input=model_input,
         loss_fn_inputs={
             "target_tokens": types.TensorData.from_numpy(targets),
             "logprobs": types.TensorData.from_numpy(np.asarray(start_logprobs, dtype=np.float32)),
-            "advantages": types.TensorData.from_numpy(mask * np.float32(advantage / divisor)),
+            "advantages": types.TensorData.from_numpy(mask * (values / divisor).astype(np.float32)),
         },
     )
 
