@@ -9,9 +9,11 @@ comparison group (``metadata.group``), which is what the grouped recipe trains o
 
 Every answer names the artifact (weights) that gave it (``system_fingerprint`` from the local
 engine; from vLLM, the adapter's name in ``model``); the reward curve is the mean reward of the
-answers of each artifact, in the order they were served. The
-run stops once the trainer has published ``--jobs`` new artifacts, prints the scenario's status
-and the curve, and writes the curve as a PNG.
+answers of each artifact, in the order they were served. While it runs it prints a progress
+line whenever a job ends (jobs trained of the total, elapsed time, ETA). The run stops once the
+trainer has published ``--jobs`` new artifacts, prints the scenario's status and the curves
+(reward per artifact, training loss per job, from the job history) as text, and draws them as a
+PNG (:mod:`plot`).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import httpx
 import openai
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from plot import write_line_chart
+from plot import ArtifactPoint, progress_line, text_curve, write_png
 
 TARGET = "reef"
 QUESTION = "What is the magic word?"
@@ -59,17 +61,34 @@ def ask(client: openai.OpenAI) -> Any:
 
 def wait_for_service(base_url: str, timeout: float) -> None:
     """Until ``GET /reef/status`` answers and the trainer has published its first weights."""
-    deadline = time.monotonic() + timeout
+    print(f"waiting for reef serve at {base_url} to publish its first weights", flush=True)
+    started = time.monotonic()
+    deadline = started + timeout
     while time.monotonic() < deadline:
         try:
-            status = httpx.get(f"{base_url}/reef/status", timeout=5).json()
-            trainers = status["scenarios"][0]["trainers"]
-            if trainers and trainers[0]["served_artifact"]:
+            if _trainer(httpx.get(f"{base_url}/reef/status", timeout=5).json())["served_artifact"]:
+                print(f"[{time.monotonic() - started:6.1f}s] reef serve is up", flush=True)
                 return
         except (httpx.HTTPError, KeyError, IndexError, ValueError):
             pass
         time.sleep(0.5)
     raise SystemExit(f"reef serve did not come up at {base_url} within {timeout} s")
+
+
+def _trainer(status: Any) -> Any:
+    """The (only) trainer's part of a ``GET /reef/status`` answer."""
+    return status["scenarios"][0]["trainers"][0]
+
+
+def _job_losses(http: httpx.Client, scenario: str) -> list[float | None]:
+    """The training loss of each job that ended, oldest first (``None`` for one that failed)."""
+    page = http.get(f"/reef/scenarios/{scenario}/jobs", params={"limit": 500})
+    page.raise_for_status()
+    return [
+        job["metrics"].get("loss") if job["event"] == "finished" else None
+        for job in page.json()["jobs"]
+        if job["event"] is not None
+    ]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -83,6 +102,8 @@ def run(args: argparse.Namespace) -> int:
     rewards: dict[str, list[float]] = {}
     started = time.monotonic()
     group = 0
+    trained = 0
+    print(f"training {args.jobs} jobs (at most {args.time_limit:.0f} s)", flush=True)
     while len(artifacts) <= args.jobs and time.monotonic() - started < args.time_limit:
         # The round's answers are asked for at once, as an agent's parallel rollouts would be.
         with ThreadPoolExecutor(max_workers=4) as pool:
@@ -96,7 +117,6 @@ def run(args: argparse.Namespace) -> int:
             if artifact not in rewards:
                 artifacts.append(artifact)
                 rewards[artifact] = []
-                print(f"[{time.monotonic() - started:6.1f}s] serving artifact {len(artifacts) - 1}")
             rewards[artifact].append(reward)
             report = {
                 "id": f"{args.run_id}-g{group}-m{member}",
@@ -106,27 +126,30 @@ def run(args: argparse.Namespace) -> int:
             }
             response = http.post(f"/reef/scenarios/{args.scenario}/reports", json=report)
             response.raise_for_status()
-        recent = rewards[artifacts[-1]]
-        if group % 10 == 0:
-            print(
-                f"[{time.monotonic() - started:6.1f}s] round {group}: artifact {len(artifacts) - 1}"
-                f", mean reward {sum(recent) / len(recent):.3f}, last answer {answer!r}"
-            )
         group += 1
+        ended = _trainer(http.get("/reef/status").json())["jobs_ended"] or 0
+        if ended != trained:
+            trained = ended
+            recent = rewards[artifacts[-1]]
+            print(
+                f"{progress_line(trained, args.jobs, time.monotonic() - started)}; "
+                f"artifact {len(artifacts) - 1} answers with mean reward "
+                f"{sum(recent) / len(recent):.3f}, last answer {answer!r}",
+                flush=True,
+            )
     status = http.get("/reef/status").json()
     print("\n== status ==")
     print(json.dumps(status, indent=2))
-    curve = [
-        (i, sum(rewards[a]) / len(rewards[a]), len(rewards[a])) for i, a in enumerate(artifacts)
+    points = [
+        ArtifactPoint(i, len(rewards[a]), sum(rewards[a]) / len(rewards[a]))
+        for i, a in enumerate(artifacts)
     ]
-    print("\n== reward by artifact (weights version) ==")
-    print(f"{'artifact':>8}  {'answers':>7}  {'mean reward':>11}")
-    for index, mean, count in curve:
-        print(f"{index:>8}  {count:>7}  {mean:>11.3f}  {'#' * round(mean * 40)}")
-    png = Path(args.plot)
-    write_line_chart(png, [mean for _, mean, _ in curve])
-    print(f"\nreward curve written to {png}")
-    first, last = curve[0][1], _tail_mean(curve)
+    losses = _job_losses(http, args.scenario)
+    print()
+    print("\n".join(text_curve(points, losses)))
+    print()
+    print(write_png(Path(args.plot), points, losses))
+    first, last = points[0].mean_reward, _tail_mean(points)
     print(f"mean reward: {first:.3f} (initial weights) -> {last:.3f} (last artifacts)")
     if len(artifacts) <= args.jobs:
         print(f"stopped at the time limit after {len(artifacts) - 1} jobs", file=sys.stderr)
@@ -134,9 +157,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _tail_mean(curve: Sequence[tuple[int, float, int]]) -> float:
-    tail = curve[-3:]
-    return sum(mean for _, mean, _ in tail) / len(tail)
+def _tail_mean(points: Sequence[ArtifactPoint]) -> float:
+    tail = points[-3:]
+    return sum(p.mean_reward for p in tail) / len(tail)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

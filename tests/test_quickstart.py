@@ -1,0 +1,133 @@
+"""The quickstart shows its run: progress lines while jobs train, then the reward curve per
+artifact and the loss per job as text, and the same curves as a PNG drawn with matplotlib.
+
+Whether the model learns the task in the quickstart's full run (minutes) is measured by
+``scripts/quickstart`` itself, not here; ``docs/trainer.md`` gives the command and the result.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from reef.testing.serve import ServeProcess
+
+ROOT = Path(__file__).resolve().parents[1]
+QUICKSTART = ROOT / "examples" / "quickstart" / "serve"
+PROGRESS = re.compile(r"^jobs trained (\d+)/(\d+), elapsed \d+:\d\d, ETA (\d+:\d\d|unknown)")
+
+
+def _plot() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("quickstart_plot", QUICKSTART / "plot.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+
+
+def test_progress_line_counts_jobs_and_estimates_the_rest_from_the_pace_so_far() -> None:
+    plot = _plot()
+    assert plot.progress_line(0, 30, 12.0) == "jobs trained 0/30, elapsed 0:12, ETA unknown"
+    # 3 jobs in 42 s: 27 more take 378 s.
+    assert plot.progress_line(3, 30, 42.0) == "jobs trained 3/30, elapsed 0:42, ETA 6:18"
+    assert plot.progress_line(31, 30, 90.0) == "jobs trained 31/30, elapsed 1:30, ETA 0:00"
+
+
+def test_text_curve_puts_each_artifact_at_its_reward_and_each_job_beside_its_loss() -> None:
+    plot = _plot()
+    points = [plot.ArtifactPoint(0, 8, 0.1), plot.ArtifactPoint(1, 16, 0.55)]
+    lines = plot.text_curve(points, [0.25, -0.125])
+    assert lines[0] == plot.TITLE
+    rows = {line[:4]: line[6:] for line in lines if line[4:6] == " |"}
+    assert set(rows) == {f"{level / 10:4.1f}" for level in range(11)}
+    # Column 1 is artifact 0, column 2 artifact 1 (two characters each).
+    assert [level for level, cells in rows.items() if cells[:2] == " *"] == [" 0.1"]
+    assert [level for level, cells in rows.items() if cells[2:4] == " *"] == [" 0.6"]
+    table = lines[lines.index("") + 1 :]
+    assert table[0].split() == ["n", "answers", "mean", "reward", "loss", "of", "job", "n"]
+    assert table[1].split()[:4] == ["0", "8", "0.100", "-"]
+    assert table[2].split()[:4] == ["1", "16", "0.550", "0.2500"]
+    assert table[3].split() == ["2", "-", "-", "-0.1250"]  # a job whose weights never answered
+    assert plot.text_curve([], []) == ["no answer was graded: there is no curve"]
+
+
+def test_png_has_both_curves_with_axes_labels_and_title(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    plot = _plot()
+    points = [plot.ArtifactPoint(i, 8, min(1.0, 0.1 * i)) for i in range(12)]
+    png = tmp_path / "out" / "curve.png"
+    assert plot.write_png(png, points, [0.1 / n for n in range(1, 12)]) == (
+        f"curves written to {png}"
+    )
+    assert _png_size(png) == (800, 650)
+
+    figure = plot.figure_of(points, [0.1] * 11)
+    rewards, losses = figure.axes
+    assert figure.get_suptitle() == plot.TITLE
+    assert rewards.get_xlabel() == "artifact (weights in serving order; 0: the initial weights)"
+    assert rewards.get_ylabel() == "mean reward"
+    assert losses.get_xlabel() == "job (in training order)"
+    assert losses.get_ylabel() == "loss"
+    assert list(rewards.lines[0].get_ydata()) == [p.mean_reward for p in points]
+    assert list(losses.lines[0].get_xdata()) == list(range(1, 12))
+
+
+def test_the_quickstart_run_prints_progress_the_text_curve_and_writes_the_png(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The quickstart's agent against ``reef serve`` with the quickstart's deployment, for two
+    jobs instead of thirty."""
+    pytest.importorskip("matplotlib")
+    monkeypatch.setenv("REEF_QUICKSTART_DIR", str(tmp_path))
+    serve = ServeProcess(QUICKSTART / "deployment.yaml", tmp_path / "serve.log")
+    png = tmp_path / "curve.png"
+    try:
+        result = subprocess.run(
+            [
+                *(sys.executable, QUICKSTART / "agent.py", "--base-url", serve.base_url),
+                *("--jobs", "2", "--time-limit", "150", "--plot", str(png)),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+        assert serve.terminate() == 0
+    finally:
+        serve.stop()
+    log = (tmp_path / "serve.log").read_text()
+    assert result.returncode == 0, result.stdout + result.stderr + log
+    lines = result.stdout.splitlines()
+    progress = [m for line in lines if (m := PROGRESS.match(line))]
+    assert progress, result.stdout
+    assert all(m.group(2) == "2" for m in progress)
+    trained = [int(m.group(1)) for m in progress]
+    assert trained == sorted(trained)
+    assert trained[-1] >= 2
+    assert all(m.group(3) != "unknown" for m in progress)
+    start = lines.index("Quickstart: learning the magic word")
+    assert lines[start + 1] == "mean reward"
+    table = lines[lines.index("", start) + 1 :]
+    assert table[0].split()[:2] == ["n", "answers"]
+    rows = [row.split() for row in table[1:] if row and row.split()[0].isdigit()]
+    assert [int(row[0]) for row in rows] == list(range(len(rows)))
+    assert len(rows) >= 3  # the initial weights and those of the two jobs
+    assert all(0.0 <= float(row[2]) <= 1.0 for row in rows if row[2] != "-")
+    assert rows[0][3] == "-"  # the initial weights come from no job
+    float(rows[1][3])  # job 1's loss, from the job history
+    assert f"curves written to {png}" in lines
+    assert _png_size(png) == (800, 650)
+    summary = r"^mean reward: \d\.\d{3} \(initial weights\) -> \d\.\d{3}"
+    assert re.search(summary, result.stdout, re.MULTILINE)
