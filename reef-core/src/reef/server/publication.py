@@ -217,8 +217,24 @@ def _error_message(parsed: Any, text: str) -> str:
     return text[:300]
 
 
+def _sglang_post(client: httpx.Client, path: str, body: JSON) -> tuple[int, str | None]:
+    """POST ``body`` to one of SGLang's weight endpoints, which answer ``{success, ...}``: the
+    status, and the error message unless it succeeded."""
+    status, parsed, text = _request(client, "POST", path, body)
+    if status == 200 and isinstance(parsed, dict) and parsed.get("success") is True:
+        return status, None
+    return status, _error_message(parsed, text)
+
+
+class _ListedAdapters:
+    """An engine that lists its loaded adapters in ``GET /v1/models`` (vLLM, SGLang)."""
+
+    def adapters(self, client: httpx.Client) -> list[str]:
+        return _listed_adapters(client)
+
+
 @attrs.frozen
-class VllmAdapters:
+class VllmAdapters(_ListedAdapters):
     """vLLM's run-time LoRA endpoints."""
 
     kind: str = "vllm"
@@ -244,15 +260,12 @@ class VllmAdapters:
                 f"vLLM did not unload adapter {name}: {status} {_error_message(parsed, text)}"
             )
 
-    def adapters(self, client: httpx.Client) -> list[str]:
-        return _listed_adapters(client)
-
     def model(self, name: str) -> str:
         return name
 
 
 @attrs.frozen
-class SglangAdapters:
+class SglangAdapters(_ListedAdapters):
     """SGLang's run-time LoRA endpoints; calls name ``<base model>:<adapter>``."""
 
     base_model: str
@@ -261,24 +274,16 @@ class SglangAdapters:
 
     def load(self, client: httpx.Client, name: str, path: str, artifact_id: str) -> None:
         del artifact_id
-        status, parsed, text = _request(
-            client, "POST", "/load_lora_adapter", {"lora_name": name, "lora_path": path}
-        )
-        message = _error_message(parsed, text)
-        succeeded = isinstance(parsed, dict) and parsed.get("success") is True
-        if (status == 200 and succeeded) or "already loaded" in message:
-            return
-        raise PublicationError(f"SGLang refused adapter {name} ({path}): {status} {message}")
+        body: JSON = {"lora_name": name, "lora_path": path}
+        status, error = _sglang_post(client, "/load_lora_adapter", body)
+        # Another process published the same artifact: the adapter is there.
+        if error is not None and "already loaded" not in error:
+            raise PublicationError(f"SGLang refused adapter {name} ({path}): {status} {error}")
 
     def unload(self, client: httpx.Client, name: str) -> None:
-        status, parsed, text = _request(client, "POST", "/unload_lora_adapter", {"lora_name": name})
-        if not (status == 200 and isinstance(parsed, dict) and parsed.get("success") is True):
-            raise PublicationError(
-                f"SGLang did not unload adapter {name}: {status} {_error_message(parsed, text)}"
-            )
-
-    def adapters(self, client: httpx.Client) -> list[str]:
-        return _listed_adapters(client)
+        status, error = _sglang_post(client, "/unload_lora_adapter", {"lora_name": name})
+        if error is not None:
+            raise PublicationError(f"SGLang did not unload adapter {name}: {status} {error}")
 
     def model(self, name: str) -> str:
         return f"{self.base_model}:{name}"
@@ -294,18 +299,12 @@ class SglangFullWeights:
 
     def load(self, client: httpx.Client, name: str, path: str, artifact_id: str) -> None:
         del name
-        status, parsed, text = _request(
-            client,
-            "POST",
-            "/update_weights_from_disk",
-            {"model_path": path, "weight_version": artifact_id},
-        )
-        if status == 200 and isinstance(parsed, dict) and parsed.get("success") is True:
-            return
-        raise PublicationError(
-            f"SGLang did not update its weights from {path}: {status}"
-            f" {_error_message(parsed, text)}"
-        )
+        body: JSON = {"model_path": path, "weight_version": artifact_id}
+        status, error = _sglang_post(client, "/update_weights_from_disk", body)
+        if error is not None:
+            raise PublicationError(
+                f"SGLang did not update its weights from {path}: {status} {error}"
+            )
 
     def unload(self, client: httpx.Client, name: str) -> None:
         del client, name  # full weights are replaced, never unloaded
