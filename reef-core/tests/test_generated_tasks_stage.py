@@ -16,7 +16,7 @@ import pytest
 
 from reef.core.harbor import HarborTask
 from reef.core.job_data import JobData, JobOutcome, TaskSample
-from reef.core.records import InferenceRecord
+from reef.core.records import InferenceRecord, Record
 from reef.recipe.generated_tasks import (
     FailedTask,
     HeldOutTask,
@@ -124,6 +124,15 @@ def _harness(
 def _tagged(cid: str, turns: int, session: str, tagged: bool = True) -> InferenceRecord:
     record = call(cid, turns, session=session)
     return attrs.evolve(record, tags=dict([TAG])) if tagged else record
+
+
+#: The settings of rounds that each take one source session (calls tagged ``TAG``).
+ONE_SESSION_A_ROUND: dict[str, Any] = {"source_records_per_round": 1, "source_tag": "=".join(TAG)}
+
+
+def _one_session() -> list[Record]:
+    """Source session ``a``: a tagged call ``c1`` and the report ``r1`` that ends it."""
+    return [_tagged("c1", 1, "a"), report("r1", "c1")]
 
 
 # -- rounds and generations ------------------------------------------------------------------
@@ -313,11 +322,10 @@ def test_a_task_that_drops_its_requests_sources_is_rejected(
         storage_database,
         harnesses,
         Forgetful(tasks_per_generation=1),
-        source_records_per_round=1,
-        source_tag="source=yes",
+        **ONE_SESSION_A_ROUND,
         rounds=1,
     )
-    harness.pipeline.push_many([_tagged("c1", 1, "a"), report("r1", "c1")])
+    harness.pipeline.push_many(_one_session())
     harness.settle()
     assert harness.buffer_names() == []
     ((_, (result,)),) = harness.generator.recorded
@@ -336,12 +344,11 @@ def test_tasks_sharing_a_source_share_its_split_and_eval_tasks_never_train(
         storage_database,
         harnesses,
         ArithmeticTasks(tasks_per_generation=2),
-        source_records_per_round=1,
-        source_tag="source=yes",
+        **ONE_SESSION_A_ROUND,
         eval_fraction=0.999,  # a fresh source all but surely lands in eval
         rounds=1,
     )
-    harness.pipeline.push_many([_tagged("c1", 1, "a"), report("r1", "c1")])
+    harness.pipeline.push_many(_one_session())
     harness.settle()
     assert harness.buffer_names() == []  # both tasks share r1's sources: both in eval
     ((_, results),) = harness.generator.recorded  # no train task: results go out at once
@@ -421,12 +428,11 @@ def test_a_session_after_the_last_round_is_released_at_once(
         storage_database,
         harnesses,
         ArithmeticTasks(tasks_per_generation=1),
-        source_records_per_round=1,
-        source_tag="source=yes",
+        **ONE_SESSION_A_ROUND,
         rounds=1,
     )
     harness.settle()
-    harness.pipeline.push_many([_tagged("c1", 1, "a"), report("r1", "c1")])
+    harness.pipeline.push_many(_one_session())
     assert harness.stage.status()["ended_records"] == {"after_last_round": 2}
 
 
@@ -592,13 +598,12 @@ def test_a_restart_just_after_a_jobs_end_gives_its_results_from_the_replayed_out
 def test_a_replayed_session_that_a_generation_used_makes_no_new_generation(
     storage_database: Database, harnesses: list[Harness]
 ) -> None:
-    settings: dict[str, Any] = {"source_records_per_round": 1, "source_tag": "source=yes"}
-    records = [_tagged("c1", 1, "a"), report("r1", "c1")]
-    before = _harness(storage_database, harnesses, ArithmeticTasks(), **settings)
+    records = _one_session()
+    before = _harness(storage_database, harnesses, ArithmeticTasks(), **ONE_SESSION_A_ROUND)
     before.pipeline.push_many(records)
     before.settle()
     before.close()  # its release of r1 was never committed: the records come again
-    after = _harness(storage_database, harnesses, ArithmeticTasks(), **settings)
+    after = _harness(storage_database, harnesses, ArithmeticTasks(), **ONE_SESSION_A_ROUND)
     after.pipeline.push_many(records)
     assert after.stage.status()["ended_records"] == {"replayed_session": 2}
     after.settle()
