@@ -5,7 +5,8 @@ the ``local`` component (``small``, which the local engine serves, and ``wide``,
 state folder and learning rate). A scripted agent calls the engine and a grader reports each
 answer. Both trainers train every reported sample exactly once, each publishes its own
 artifacts, every call is answered by the served trainer's weights, and the status shows each
-trainer.
+trainer. A second scenario (``sft``, no engine) takes uploaded trajectories: each of its two
+trainers trains every upload once.
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ import openai
 import pytest
 from sqlalchemy import create_engine, text
 
+from reef.core.atif import trajectory_to_json
+from reef.core.atif_build import trajectory_from_records
+from reef.core.records import InferenceRecord
 from reef.testing.serve import REEF, TINY_GPT_OPTIONS
 from reef.testing.serve import ServeProcess as Serve
 
@@ -241,3 +245,102 @@ def test_two_components_each_train_every_reported_sample_once(tmp_path: Path) ->
     assert len(stored["answered"]) == len(reports)
     assert set(stored["answered"]) <= small
     assert not set(stored["answered"]) & trained_wide
+
+
+UPLOADS = """
+storage:
+  url: "{url}"
+scenarios:
+  notes:
+    recipe: sft
+    pipeline:
+      sample2job: {{config: {{job_samples: 4}}}}
+    training:
+      - component: local
+        name: one
+        options:
+          state_dir: "{folder}/one"
+          batch_size: 4
+{model}
+      - component: local
+        name: two
+        options:
+          state_dir: "{folder}/two"
+          batch_size: 2
+{model}
+"""
+
+
+def _trajectory(trajectory_id: str) -> dict[str, Any]:
+    """An ATIF trajectory of one exchange, with an agent step to train."""
+    record = InferenceRecord(
+        f"{trajectory_id}.c",
+        "notes",
+        {"messages": [{"role": "user", "content": f"note {trajectory_id}"}]},
+        {"choices": [{"index": 0, "message": {"role": "assistant", "content": "noted"}}]},
+    )
+    return trajectory_to_json(trajectory_from_records([record], trajectory_id=trajectory_id))
+
+
+def test_each_trainer_that_accepts_uploads_trains_every_upload_once(tmp_path: Path) -> None:
+    """rule: P-UP-7 P-PIPE-19 an uploaded trajectory is one stored sample of no trainer, and
+    each trainer of the scenario that accepts uploads trains it once."""
+    url = f"sqlite:///{tmp_path / 'reef.db'}"
+    deployment = tmp_path / "deployment.yaml"
+    deployment.write_text(
+        UPLOADS.format(url=url, folder=tmp_path, model=indent(TINY_GPT_OPTIONS, "  ")),
+        encoding="utf-8",
+    )
+    uploads = [f"t{number}" for number in range(8)]  # two jobs of 4 for each trainer
+    serve = Serve(deployment, tmp_path / "serve.log")
+    try:
+        for trajectory_id in uploads:
+            created = httpx.post(
+                f"{serve.base_url}/reef/items",
+                json={"trajectory": _trajectory(trajectory_id)},
+                timeout=30,
+            )
+            assert created.status_code == 201, created.text
+            attached = httpx.post(
+                f"{serve.base_url}/reef/scenarios/notes/items/{trajectory_id}", timeout=30
+            )
+            assert attached.status_code == 201, attached.text
+
+        def trained() -> bool:
+            status = httpx.get(f"{serve.base_url}/reef/status", timeout=10).json()
+            (scenario,) = status["scenarios"]
+            return all(
+                (t["jobs_ended"] or 0) >= 2 and t["running_job"] is None
+                for t in scenario["trainers"]
+            )
+
+        deadline = time.monotonic() + 180
+        while not trained():
+            assert time.monotonic() < deadline, "timed out waiting for both trainers' jobs"
+            time.sleep(0.2)
+        assert serve.terminate() == 0
+    finally:
+        if serve.process.poll() is None:
+            serve.kill()
+
+    engine = create_engine(url)
+    try:
+        with engine.connect() as connection:
+            samples = connection.execute(
+                text("SELECT id, trainer, origin FROM reef_samples WHERE scenario = 'notes'")
+            ).all()
+            trains = connection.execute(
+                text(
+                    "SELECT s.id, t.trainer, t.count FROM reef_sample_trains t"
+                    " JOIN reef_samples s ON t.sample_seq = s.seq WHERE s.scenario = 'notes'"
+                )
+            ).all()
+    finally:
+        engine.dispose()
+    # One stored sample per upload, of no trainer; each trainer trained each of them once.
+    assert sorted((row.id, row.trainer, row.origin) for row in samples) == [
+        (trajectory_id, None, "upload") for trajectory_id in sorted(uploads)
+    ]
+    assert sorted((row.id, row.trainer, row.count) for row in trains) == sorted(
+        (trajectory_id, trainer, 1) for trajectory_id in uploads for trainer in ("one", "two")
+    )
