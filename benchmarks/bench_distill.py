@@ -17,14 +17,21 @@ baseline measured in the same run.
   is printable ASCII, -1 otherwise; the second turn is the first one's next state. The figure is the
   job's mean judged reward (``reward_mean``): it rises as the student learns what the judge
   wants.
+- ``--recipe openclaw-hindsight``: OpenClaw-RL's hindsight objective (``hints: true``), in the
+  same two-turn conversations; the scripted judge votes +1 on every turn with the answer as its
+  hint, and the teacher that reads the hint is the one of ``--recipe distill`` (the hint makes
+  the teacher prompt it was trained on). The figure is ``teacher_kl``: it falls as the student
+  learns what the hint revealed.
 
     .venv/bin/python benchmarks/bench_distill.py --recipe distill --jobs 4
     .venv/bin/python benchmarks/bench_distill.py --recipe openclaw-rl --jobs 4
+    .venv/bin/python benchmarks/bench_distill.py --recipe openclaw-hindsight --jobs 4
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import re
 import sys
 import tempfile
@@ -47,8 +54,10 @@ SCENARIO = "word"
 QUESTION = "Say the word."
 CONTEXT = "The word is ok."
 #: Samples per job, and the student's learning rate, of each recipe's run.
-PER_JOB = {"distill": 8, "openclaw-rl": 16}
-LEARNING_RATE = {"distill": 0.01, "openclaw-rl": 0.03}
+PER_JOB = {"distill": 8, "openclaw-rl": 16, "openclaw-hindsight": 8}
+LEARNING_RATE = {"distill": 0.01, "openclaw-rl": 0.03, "openclaw-hindsight": 0.01}
+#: Each run's figure: a job metric, or the job's mean reward.
+FIGURE = {"distill": "teacher_kl", "openclaw-rl": "reward_mean", "openclaw-hindsight": "teacher_kl"}
 
 _DEPLOYMENT = """
 storage: {{url: "sqlite:///{folder}/reef.db"}}
@@ -149,12 +158,13 @@ def _distill_round(base_url: str, number: int) -> None:
         assert answer.status_code in (200, 201), answer.text
 
 
-def _openclaw_round(base_url: str, number: int) -> None:
+def _openclaw_round(base_url: str, number: int, *, recipe: str = "openclaw-rl") -> None:
     del number
     client = _client(base_url)
-    for _ in range(PER_JOB["openclaw-rl"]):
+    for _ in range(PER_JOB[recipe]):
         messages: list[dict[str, Any]] = [{"role": "user", "content": QUESTION}]
-        reply, _ = _ask(client, messages, max_tokens=1)  # the judged token alone
+        # The binary run judges one token; the hindsight run distils a reply like distill's.
+        reply, _ = _ask(client, messages, max_tokens=1 if recipe == "openclaw-rl" else 3)
         # The second turn is the first one's next state: the judge reads it.
         messages += [
             {"role": "assistant", "content": reply},
@@ -175,21 +185,38 @@ def judged(messages: list[dict[str, Any]]) -> str:
     return "\\boxed{1}" if good else "\\boxed{-1}"
 
 
+def hinted(messages: list[dict[str, Any]]) -> str:
+    """The scripted hindsight judge: every turn could have been better, and the hint is the
+    answer (``CONTEXT``)."""
+    del messages
+    return f"[HINT_START]{CONTEXT}[HINT_END]\n\\boxed{{1}}"
+
+
 def run(recipe: str, jobs: int, folder: Path, judge_url: str | None = None) -> list[float]:
     """Train ``jobs`` jobs of ``recipe``; returns the figure of each job, in order."""
+    metric = FIGURE[recipe]
+    judging = (
+        f'judge: {{base_url: "{judge_url}", model: judge, votes: 3, timeout_seconds: 10,'
+        " attempts: 2, deadline_seconds: 30}, next_state_timeout_seconds: 600, max_staleness: 1"
+    )
+    play: Callable[[str, int], None]
     if recipe == "distill":
         teacher = _teacher(folder / "teacher")
         recipe_section = f'{{class: distill, config: {{teacher: {{model_path: "{teacher}"}}}}}}'
         record2sample = "{max_staleness: 1}"
-        play, metric = _distill_round, "teacher_kl"
-    else:
+        play = _distill_round
+    elif recipe == "openclaw-rl":
         recipe_section = "{class: openclaw-rl, config: {objective: binary}}"
-        record2sample = (
-            f'{{judge: {{base_url: "{judge_url}", model: judge, votes: 3, timeout_seconds: 10,'
-            " attempts: 2, deadline_seconds: 30}, next_state_timeout_seconds: 600,"
-            " max_staleness: 1}"
+        record2sample = f"{{{judging}}}"
+        play = _openclaw_round
+    else:
+        teacher = _teacher(folder / "teacher")
+        recipe_section = (
+            "{class: openclaw-rl, config: {objective: hindsight,"
+            f' teacher: {{model_path: "{teacher}"}}}}}}'
         )
-        play, metric = _openclaw_round, "reward_mean"
+        record2sample = f"{{{judging}, hints: true}}"
+        play = functools.partial(_openclaw_round, recipe=recipe)
     (folder / "state").mkdir(parents=True, exist_ok=True)
     deployment = folder / "deployment.yaml"
     deployment.write_text(
@@ -238,16 +265,17 @@ def run(recipe: str, jobs: int, folder: Path, judge_url: str | None = None) -> l
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--recipe", choices=("distill", "openclaw-rl"), default="distill")
+    parser.add_argument("--recipe", choices=tuple(FIGURE), default="distill")
     parser.add_argument("--jobs", type=int, default=4)
     arguments = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as folder:
-        if arguments.recipe == "openclaw-rl":
-            with serve_on_loopback(judge_engine(judged)) as judge:
-                figures = run(arguments.recipe, arguments.jobs, Path(folder), f"{judge}/v1")
-        else:
+        if arguments.recipe == "distill":
             figures = run(arguments.recipe, arguments.jobs, Path(folder))
-    name = "teacher_kl" if arguments.recipe == "distill" else "reward_mean"
+        else:
+            script = judged if arguments.recipe == "openclaw-rl" else hinted
+            with serve_on_loopback(judge_engine(script)) as judge:
+                figures = run(arguments.recipe, arguments.jobs, Path(folder), f"{judge}/v1")
+    name = FIGURE[arguments.recipe]
     print(
         f"{arguments.recipe}: {name} first {figures[0]:.4f} last {figures[-1]:.4f}"
         f" (last - first {figures[-1] - figures[0]:+.4f})"

@@ -5,7 +5,9 @@ assert the direction of its curve.
 
 - on-policy distillation toward a teacher that knows the answer: the reverse KL from the
   student to the teacher (``teacher_kl``) falls over the jobs;
-- OpenClaw-RL with a scripted judge: the mean judged reward rises over the jobs.
+- OpenClaw-RL with a scripted judge: the mean judged reward rises over the jobs;
+- OpenClaw-RL's hindsight objective, with a scripted judge whose hint is the answer and a teacher
+  that knows what the hint means: the reverse KL to that hinted teacher falls over the jobs.
 """
 
 from __future__ import annotations
@@ -40,3 +42,8 @@ def test_distillation_lowers_the_kl_to_a_teacher_that_knows_the_answer() -> None
 def test_openclaw_rl_raises_the_judged_reward() -> None:
     reward = _curve("openclaw-rl", 6)
     assert sum(reward[-2:]) > sum(reward[:2]), reward
+
+
+def test_openclaw_hindsight_lowers_the_kl_to_the_hinted_teacher() -> None:
+    kl = _curve("openclaw-hindsight", 4)
+    assert sum(kl[-2:]) < sum(kl[:2]), kl
