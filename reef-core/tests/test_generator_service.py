@@ -18,38 +18,40 @@ pytest.importorskip("httpx")
 from starlette.testclient import TestClient
 
 from reef.core.deployment import ContainerSettings, GeneratorSection
-from reef.plugins.scenarios import load_deployment
 from reef.record2sample.generated_tasks import GeneratedTaskSamples, saved_scenario_task
 from reef.record2sample.generator.service import GeneratorService, TaskNotFound
 from reef.sample2job.generated_tasks import GeneratedTaskJobData
-from reef.server import ServiceConfigError, create_app
+from reef.server import ServiceConfigError
 from reef.storage import Database, RecordStore, TaskStorage
 from reef.testing import pipeline_context, training_pipeline
 from reef.testing.generators import ArithmeticTasks, WordTasks
-from reef.testing.service import serve_on_loopback, service_test_plugins
+from reef.testing.service import ServiceToken, auth_section, serve_on_loopback, service_app
 from reef.testing.task_engines import arithmetic_task, hint_policy
 
 pytestmark = pytest.mark.skipif(
     shutil.which("bwrap") is None, reason="bubblewrap is not installed (scripts/setup does)"
 )
 
-ADMIN = {"authorization": "Bearer admin-secret-for-tests"}
-AGENT = {"authorization": "Bearer agent-secret-for-tests"}
+TOKENS = (
+    ServiceToken("admin", ("infer", "feedback", "admin")),
+    ServiceToken("agent", ("infer",)),
+)
+ADMIN, AGENT = (token.headers for token in TOKENS)
 BASE = "/reef/scenarios/support/generator"
 LIMITS = ContainerSettings(timeout_seconds=20, memory_mb=256)
 
-DEPLOYMENT = """
+DEPLOYMENT = (
+    """
 storage: {url: "%(url)s"}
 serving: {engine: "%(engine)s/v1"}
-auth:
-  tokens:
-    admin: {token: admin-secret-for-tests, scopes: [infer, feedback, admin]}
-    agent: {token: agent-secret-for-tests, scopes: [infer]}
-%(generator)sscenarios:
+"""
+    + auth_section(*TOKENS)
+    + """%(generator)sscenarios:
   support:
     recipe: servicetest
     training: {component: noop}
 """
+)
 
 
 @pytest.fixture(scope="module")
@@ -64,8 +66,7 @@ def app_for(url: str, database: Database, engine: str, tasks_root: Path | None) 
         limits = "{timeout_seconds: 20, memory_mb: 256}"
         generator = f'generator: {{tasks_root: "{tasks_root}", containers: {limits}}}\n'
     text = DEPLOYMENT % {"url": url, "engine": engine, "generator": generator}
-    deployment = load_deployment(text, plugins=service_test_plugins())
-    return create_app(deployment, databases={url: database}, plugins=service_test_plugins())
+    return service_app(text, url, database)
 
 
 @pytest.fixture

@@ -42,22 +42,29 @@ from reef.storage import (
     TrainerSamples,
 )
 from reef.testing.engines import scripted_engine
-from reef.testing.service import serve_on_loopback, service_test_plugins
+from reef.testing.service import (
+    ServiceToken,
+    auth_section,
+    serve_on_loopback,
+    service_app,
+    service_test_plugins,
+)
 from reef.train.trainer import snapshot_key
 
-ADMIN = {"authorization": "Bearer admin-secret-for-tests"}
-AGENT = {"authorization": "Bearer agent-secret-for-tests"}
-GRADER = {"authorization": "Bearer grader-secret-for-tests"}
+TOKENS = (
+    ServiceToken("admin", ("infer", "feedback", "admin")),
+    ServiceToken("agent", ("infer",)),
+    ServiceToken("grader", ("feedback",), ("support",)),
+)
+ADMIN, AGENT, GRADER = (token.headers for token in TOKENS)
 
-DEPLOYMENT = """
+DEPLOYMENT = (
+    """
 storage: {url: "%(url)s"}
 serving: {engine: "%(engine)s/v1"}
-auth:
-  tokens:
-    admin: {token: admin-secret-for-tests, scopes: [infer, feedback, admin]}
-    agent: {token: agent-secret-for-tests, scopes: [infer]}
-    grader: {token: grader-secret-for-tests, scopes: [feedback], scenarios: [support]}
-scenarios:
+"""
+    + auth_section(*TOKENS)
+    + """scenarios:
   support:
     recipe: servicetest
     training: {component: noop}
@@ -66,6 +73,7 @@ scenarios:
     pipeline: {sample2job: {class: "reef.testing.service:AutoOnlyJobData"}}
     training: {component: noop}
 """
+)
 
 
 def load(url: str, engine: str, text: str = DEPLOYMENT) -> Deployment:
@@ -80,11 +88,8 @@ def engine_url() -> Iterator[str]:
 
 @pytest.fixture
 def client(storage_url: str, storage_database: Database, engine_url: str) -> Iterator[TestClient]:
-    deployment = load(storage_url, engine_url)
-    app = create_app(
-        deployment, databases={storage_url: storage_database}, plugins=service_test_plugins()
-    )
-    with TestClient(app) as test_client:
+    text = DEPLOYMENT % {"url": storage_url, "engine": engine_url}
+    with TestClient(service_app(text, storage_url, storage_database)) as test_client:
         yield test_client
 
 

@@ -22,25 +22,25 @@ from reef.core.atif import trajectory_to_json
 from reef.core.atif_build import trajectory_from_records
 from reef.core.job_data import TaskSample, TrajectorySample, sample_body
 from reef.core.records import InferenceRecord
-from reef.plugins.scenarios import load_deployment
-from reef.server import RECORD_ID_HEADER, ServerOptions, create_app
+from reef.server import RECORD_ID_HEADER, ServerOptions
 from reef.storage import Database, JobHistory, NewSample, SampleOfJob, StaleSamples, TrainerSamples
 from reef.testing.engines import scripted_engine
-from reef.testing.service import serve_on_loopback, service_test_plugins
+from reef.testing.service import ServiceToken, auth_section, serve_on_loopback, service_app
 
-ADMIN = {"authorization": "Bearer admin-secret-for-tests"}
-BILLING_ADMIN = {"authorization": "Bearer billing-secret-for-tests"}
-GRADER = {"authorization": "Bearer grader-secret-for-tests"}
+TOKENS = (
+    ServiceToken("admin", ("infer", "feedback", "admin")),
+    ServiceToken("billing", ("admin",), ("billing",)),
+    ServiceToken("grader", ("infer", "feedback")),
+)
+ADMIN, BILLING_ADMIN, GRADER = (token.headers for token in TOKENS)
 
-DEPLOYMENT = """
+DEPLOYMENT = (
+    """
 storage: {url: "%(url)s"}
 serving: {engine: "%(engine)s/v1"}
-auth:
-  tokens:
-    admin: {token: admin-secret-for-tests, scopes: [infer, feedback, admin]}
-    billing: {token: billing-secret-for-tests, scopes: [admin], scenarios: [billing]}
-    grader: {token: grader-secret-for-tests, scopes: [infer, feedback]}
-scenarios:
+"""
+    + auth_section(*TOKENS)
+    + """scenarios:
   support:
     recipe: servicetest
     training: {component: noop}
@@ -48,6 +48,7 @@ scenarios:
     recipe: servicetest
     training: {component: noop}
 """
+)
 
 
 @pytest.fixture(scope="module")
@@ -58,13 +59,8 @@ def engine_url() -> Iterator[str]:
 
 @pytest.fixture
 def client(storage_url: str, storage_database: Database, engine_url: str) -> Iterator[TestClient]:
-    deployment = load_deployment(
-        DEPLOYMENT % {"url": storage_url, "engine": engine_url}, plugins=service_test_plugins()
-    )
-    app = create_app(
-        deployment, databases={storage_url: storage_database}, plugins=service_test_plugins()
-    )
-    with TestClient(app) as test_client:
+    text = DEPLOYMENT % {"url": storage_url, "engine": engine_url}
+    with TestClient(service_app(text, storage_url, storage_database)) as test_client:
         yield test_client
 
 
@@ -326,12 +322,10 @@ def test_without_auth_the_console_page_answers_loopback_clients_only(
     storage_url: str, storage_database: Database, engine_url: str
 ) -> None:
     text = DEPLOYMENT.split("auth:\n")[0] + "scenarios:\n" + DEPLOYMENT.split("\nscenarios:\n")[1]
-    app = create_app(
-        load_deployment(
-            text % {"url": storage_url, "engine": engine_url}, plugins=service_test_plugins()
-        ),
-        databases={storage_url: storage_database},
-        plugins=service_test_plugins(),
+    app = service_app(
+        text % {"url": storage_url, "engine": engine_url},
+        storage_url,
+        storage_database,
         options=ServerOptions(allow_unauthenticated=True),
     )
     with TestClient(app) as remote:  # its peer is "testclient", not loopback

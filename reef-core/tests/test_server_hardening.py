@@ -24,15 +24,21 @@ from reef.core.atif_build import trajectory_from_records
 from reef.core.deployment import MIN_TOKEN_LENGTH, DeploymentError
 from reef.core.records import InferenceRecord
 from reef.plugins.scenarios import load_deployment
-from reef.server import RECORD_ID_HEADER, create_app
+from reef.server import RECORD_ID_HEADER
 from reef.server.request_json import MAX_DEPTH
 from reef.storage import Database, RecordStore
 from reef.testing.engines import scripted_engine
-from reef.testing.service import serve_on_loopback, service_test_plugins
+from reef.testing.service import (
+    ServiceToken,
+    serve_on_loopback,
+    service_app,
+    service_test_plugins,
+)
 
-ADMIN = {"authorization": "Bearer admin-secret-for-tests"}
-SUPPORT = {"authorization": "Bearer support-feeder-secret"}
-BILLING = {"authorization": "Bearer billing-feeder-secret"}
+ADMIN_TOKEN = ServiceToken("admin", ("infer", "feedback", "admin"))
+SUPPORT_TOKEN = ServiceToken("support-feeder", ("infer", "feedback"), ("support",))
+BILLING_TOKEN = ServiceToken("billing-feeder", ("infer", "feedback"), ("billing",))
+ADMIN, SUPPORT, BILLING = (t.headers for t in (ADMIN_TOKEN, SUPPORT_TOKEN, BILLING_TOKEN))
 
 DEPLOYMENT = """
 storage: {url: "%(url)s"}
@@ -48,11 +54,7 @@ scenarios:
     recipe: servicetest
     training: {component: noop}
 """
-TOKENS = """\
-    admin: {token: admin-secret-for-tests, scopes: [infer, feedback, admin]}
-    support-feeder: {token: support-feeder-secret, scopes: [infer, feedback], scenarios: [support]}
-    billing-feeder: {token: billing-feeder-secret, scopes: [infer, feedback], scenarios: [billing]}
-"""
+TOKENS = "".join(token.entry() for token in (ADMIN_TOKEN, SUPPORT_TOKEN, BILLING_TOKEN))
 
 
 def deployment_text(url: str, engine: str, tokens: str = TOKENS) -> str:
@@ -70,9 +72,7 @@ def engine() -> Iterator[tuple[str, Any]]:
 def client(
     storage_url: str, storage_database: Database, engine: tuple[str, Any]
 ) -> Iterator[TestClient]:
-    plugins = service_test_plugins()
-    deployment = load_deployment(deployment_text(storage_url, engine[0]), plugins=plugins)
-    app = create_app(deployment, databases={storage_url: storage_database}, plugins=plugins)
+    app = service_app(deployment_text(storage_url, engine[0]), storage_url, storage_database)
     with TestClient(app) as test_client:
         yield test_client
 
@@ -118,7 +118,7 @@ def test_an_empty_presented_token_is_unauthorised(client: TestClient) -> None:
 
 def test_only_ascii_spaces_surround_a_token(client: TestClient) -> None:
     """U+00A0 and U+0085 are not spaces of the header: a token wrapped in them is unknown."""
-    secret = ADMIN["authorization"].removeprefix("Bearer ")
+    secret = ADMIN_TOKEN.secret
     assert client.get("/reef/status", headers={"authorization": f"Bearer  {secret}  "}).is_success
     for space in ("\xa0", "\x85"):
         for header in (f"Bearer {space}{secret}{space}", f"Bearer {space}"):

@@ -3,6 +3,9 @@
 - :func:`serve_on_loopback` runs an ASGI application with uvicorn on a free loopback port in a
   thread of the test process and yields its base URL; it returns once the server stopped. Serve
   :func:`reef.testing.engines.scripted_engine` with it for an engine that answers.
+- :class:`ServiceToken` is a token of a test deployment: :func:`auth_section` declares tokens in
+  the deployment's YAML and :attr:`ServiceToken.headers` presents one, from one definition;
+  :func:`service_app` builds the service of a test deployment on an opened database.
 - :class:`UploadingJobData` and :class:`AgentTurnSamples` are minimal stages for a scenario
   that takes uploads in both modes; :class:`AutoOnlyJobData` one that supports ``auto`` only
   and takes no uploads; :class:`ServiceTestRecipe` names them, and :func:`service_test_plugins`
@@ -18,6 +21,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar
 
+import attrs
 import uvicorn
 
 from reef.core.deployment import ServiceSection
@@ -25,10 +29,13 @@ from reef.core.job_data import JobData, Sample, TrajectorySample
 from reef.core.records import JSON
 from reef.pipeline_context import TrainingMode
 from reef.plugins import Plugins
+from reef.plugins.scenarios import load_deployment
 from reef.recipe import PipelineSpec, Recipe
 from reef.record2sample.stage import Record2Sample
 from reef.sample2job.stage import Sample2Job
+from reef.server import ServerOptions, create_app
 from reef.server.connections import GuardedConfig
+from reef.storage import Database
 from reef.testing import inline_plugin
 
 __all__ = [
@@ -36,11 +43,56 @@ __all__ = [
     "AutoOnlyJobData",
     "NullComponent",
     "ServiceTestRecipe",
+    "ServiceToken",
     "UploadingJobData",
+    "auth_section",
     "free_port",
     "serve_on_loopback",
+    "service_app",
     "service_test_plugins",
 ]
+
+
+@attrs.frozen
+class ServiceToken:
+    """A token of a test deployment: its name under ``auth.tokens``, its scopes and the
+    scenarios it is limited to (every scenario when ``None``). Its secret is
+    ``<name>-secret-for-tests``."""
+
+    name: str
+    scopes: tuple[str, ...]
+    scenarios: tuple[str, ...] | None = None
+
+    @property
+    def secret(self) -> str:
+        return f"{self.name}-secret-for-tests"
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """The request headers that present the token."""
+        return {"authorization": f"Bearer {self.secret}"}
+
+    def entry(self) -> str:
+        """The token's line under ``auth.tokens`` (YAML, indented, ending in a newline)."""
+        scopes = ", ".join(self.scopes)
+        limited = "" if self.scenarios is None else f", scenarios: [{', '.join(self.scenarios)}]"
+        return f"    {self.name}: {{token: {self.secret}, scopes: [{scopes}]{limited}}}\n"
+
+
+def auth_section(*tokens: ServiceToken) -> str:
+    """The ``auth`` section of a deployment that declares ``tokens`` (YAML, ending in a
+    newline)."""
+    return "auth:\n  tokens:\n" + "".join(token.entry() for token in tokens)
+
+
+def service_app(
+    text: str, url: str, database: Database, *, options: ServerOptions | None = None
+) -> Any:
+    """The service of the deployment ``text`` (its stages from :func:`service_test_plugins`),
+    storing in ``database``, the storage its ``storage.url`` names as ``url``."""
+    plugins = service_test_plugins()
+    deployment = load_deployment(text, plugins=plugins)
+    return create_app(deployment, databases={url: database}, plugins=plugins, options=options)
 
 
 def free_port() -> int:
