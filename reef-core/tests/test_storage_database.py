@@ -9,8 +9,10 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
 
 from reef.storage import Database, open_database
+from reef.storage.driver import driver_cursor
 from reef.storage.tables import metadata
 
 
@@ -121,3 +123,33 @@ def test_a_held_writer_rolls_back_and_starts_afresh_after_a_failed_transaction(
     finally:
         writer.close()
     assert rows == []
+
+
+def _insert_after_the_server_dropped_the_connection(database: Database) -> None:
+    with database.write() as connection:
+        pid = connection.execute(text("SELECT pg_backend_pid()")).scalar_one()
+        with database.engine.connect() as other:
+            other.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+        with driver_cursor(connection) as cursor:
+            cursor.execute("INSERT INTO reef_scenarios (scenario) VALUES ('lost')")
+
+
+def test_a_connection_lost_under_a_driver_level_insert_is_invalidated_as_sqlalchemy_does(
+    storage_database: Database,
+) -> None:
+    """The driver-level inserts (reef.storage.driver) fail like SQLAlchemy's own statements when
+    the server drops the connection: SQLAlchemy's error carrying the server's reason (not a
+    second failure of the rollback on the dead connection), the connection marked invalidated,
+    and the next write works."""
+    if storage_database.dialect != "postgresql":
+        pytest.skip("a server that drops a connection is PostgreSQL's")
+    psycopg = pytest.importorskip("psycopg")
+    with pytest.raises(DBAPIError) as failed:
+        _insert_after_the_server_dropped_the_connection(storage_database)
+    assert isinstance(failed.value.orig, psycopg.errors.AdminShutdown)
+    assert failed.value.connection_invalidated
+    with storage_database.write() as connection:
+        connection.execute(text("INSERT INTO reef_scenarios (scenario) VALUES ('next')"))
+    with storage_database.read() as connection:
+        rows = connection.execute(text("SELECT scenario FROM reef_scenarios")).scalars().all()
+    assert rows == ["next"]
