@@ -7,10 +7,12 @@ from pathlib import Path
 
 import pytest
 
+# The loop runs reef serve (the server extra) with the local component (the torch extra).
+pytest.importorskip("torch")
+pytest.importorskip("httpx")
+
 from reef.testing.serve import ServeProcess
 from reef_tttd.toy_runner import ToyRunner, toy_deployment
-
-pytest.importorskip("torch")
 
 STEPS, GROUPS, ROLLOUTS = 6, 2, 8
 
