@@ -4,7 +4,6 @@ no record, restaging from the task store, and its auth."""
 
 from __future__ import annotations
 
-import asyncio
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,9 +16,7 @@ pytest.importorskip("httpx")
 
 from starlette.testclient import TestClient
 
-from reef.core.deployment import ContainerSettings, GeneratorSection
-from reef.record2sample.generated_tasks import GeneratedTaskSamples, saved_scenario_task
-from reef.record2sample.generator.service import GeneratorService, TaskNotFound
+from reef.record2sample.generated_tasks import GeneratedTaskSamples
 from reef.sample2job.generated_tasks import GeneratedTaskJobData
 from reef.server import ServiceConfigError
 from reef.storage import Database, RecordStore, TaskStorage
@@ -38,7 +35,6 @@ TOKENS = (
 )
 ADMIN, AGENT = (token.headers for token in TOKENS)
 BASE = "/reef/scenarios/support/generator"
-LIMITS = ContainerSettings(timeout_seconds=20, memory_mb=256)
 
 DEPLOYMENT = (
     """
@@ -49,7 +45,7 @@ serving: {engine: "%(engine)s/v1"}
     + """%(generator)sscenarios:
   support:
     recipe: servicetest
-    training: {component: noop}
+    training: %(training)s
 """
 )
 
@@ -60,12 +56,20 @@ def policy_url() -> Iterator[str]:
         yield url
 
 
-def app_for(url: str, database: Database, engine: str, tasks_root: Path | None) -> Any:
+def app_for(
+    url: str,
+    database: Database,
+    engine: str,
+    tasks_root: Path | None,
+    training: str = "{component: noop}",
+) -> Any:
     generator = ""
     if tasks_root is not None:
         limits = "{timeout_seconds: 20, memory_mb: 256}"
         generator = f'generator: {{tasks_root: "{tasks_root}", containers: {limits}}}\n'
-    text = DEPLOYMENT % {"url": url, "engine": engine, "generator": generator}
+    text = DEPLOYMENT % {
+        "url": url, "engine": engine, "generator": generator, "training": training
+    }  # fmt: skip
     return service_app(text, url, database)
 
 
@@ -185,7 +189,7 @@ def test_a_generator_section_whose_backend_cannot_run_stops_the_service(
 
 
 def test_the_service_stages_again_a_task_that_any_trainer_of_the_scenario_saved(
-    storage_database: Database, tmp_path: Path
+    storage_url: str, storage_database: Database, policy_url: str, tmp_path: Path
 ) -> None:
     # rule: P-TASK-26 — in a scenario of several trainers each trainer's stage keeps its tasks
     # in its own store (<trainer>:generated-tasks); the service looks in every one of them.
@@ -211,13 +215,18 @@ def test_the_service_stages_again_a_task_that_any_trainer_of_the_scenario_saved(
     finally:
         for stage in stages:
             stage.close(10)
-    section = GeneratorSection(tasks_root=str(tmp_path / "tasks"), containers=LIMITS)
-    service = GeneratorService(
-        section,
-        task_source=lambda scenario, name: saved_scenario_task(storage, scenario, trainers, name),
-    )
-    for name in ("add-g1-0", "reverse-g1-1"):  # one of each trainer's, from an empty tasks root
-        verdict = asyncio.run(service.oracle(service.staged("support", name)))
-        assert verdict.reward == 1.0, (name, verdict)
-    with pytest.raises(TaskNotFound, match="no saved task 'add-g9-0'"):
-        service.staged("support", "add-g9-0")
+    # The service of a deployment whose scenario lists both trainers, its tasks root empty.
+    training = "[{component: noop, name: small}, {component: noop, name: wide}]"
+    app = app_for(storage_url, storage_database, policy_url, tmp_path / "tasks", training)
+    with TestClient(app) as c:
+        for name in ("add-g1-0", "reverse-g1-1"):  # one of each trainer's
+            verdict = c.post(
+                f"{BASE}/verify", json={"task_name": name, "oracle": True}, headers=ADMIN
+            )
+            assert verdict.status_code == 200, (name, verdict.text)
+            assert verdict.json()["reward"] == 1.0, (name, verdict.text)
+        missing = c.post(
+            f"{BASE}/verify", json={"task_name": "add-g9-0", "oracle": True}, headers=ADMIN
+        )
+        assert missing.status_code == 404
+        assert "no saved task 'add-g9-0'" in missing.text
