@@ -12,6 +12,12 @@ test here fails with that mutant (recorded beside it) and passes with the code a
 - P-STG-15: the stages compute nothing numeric: rewards reach the job as they were given
   (mutant: a stage centres a group's rewards, an advantage), and no stage module imports a
   numeric library.
+
+Found by ``scripts/mutation`` (docs/testing.md) on ``record2sample/stage.py``:
+
+- P-STALE-3: ``max_staleness`` defaults to 0 in the base class too (mutant: 1).
+- P-STALE-4: a task sample's age counts from the artifact in its ``metadata.training``
+  (mutant: a task sample names no artifact, so it is always stale).
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from reef.components.interface import Artifact, JobHandle
 from reef.core.job_data import JobData, JobOutcome, TaskSample, TrajectorySample, sample_body
 from reef.core.records import InferenceRecord, RecordFormatError, from_json, to_json
 from reef.pipeline_context import PipelineContext
-from reef.record2sample import ReportSamples
+from reef.record2sample import Record2Sample, ReportSamples
 from reef.record2sample.no_samples import NoSamples
 from reef.sample2job import GroupedJobData
 from reef.storage import Database, NewSample, TrainerSamples
@@ -244,3 +250,38 @@ def test_no_stage_module_imports_a_numeric_library() -> None:
                     f"{path.relative_to(SRC)}: {n}" for n in names if n.split(".")[0] in numeric
                 ]
     assert found == []
+
+
+# -- found by scripts/mutation on record2sample/stage.py ---------------------------------------
+
+
+class OwnStage(Record2Sample):
+    """A recipe's stage that leaves ``max_staleness`` to the base class."""
+
+
+@pytest.mark.parametrize("stage_class", [OwnStage, ReportSamples])
+def test_max_staleness_defaults_to_zero(stage_class: type[Record2Sample]) -> None:
+    """rule: P-STALE-3 -- without ``max_staleness`` only the served artifact's data trains: a
+    sample one artifact behind is stale (mutant: the base class's default is 1)."""
+    stage = stage_class(PipelineContext("s", "c", has_runtime_loader=True))
+    assert stage.max_staleness == 0
+    for artifact in ("art-0", "art-1"):
+        stage.observe_serving_artifact_id(artifact)
+    assert stage.is_stale(_task_made_under("art-0"))
+    assert not stage.is_stale(_task_made_under("art-1"))
+
+
+def test_a_task_rollout_is_judged_by_the_artifact_it_names() -> None:
+    """rule: P-STALE-4 -- a task sample names its artifact in ``metadata.training.artifact_id``
+    and its age is counted from it (mutant: the stage reads no artifact from a task sample, so
+    every task sample is stale once an artifact is served, P-STALE-8)."""
+    stage = ReportSamples(PipelineContext("s", "c", has_runtime_loader=True), max_staleness=1)
+    for artifact in ("art-0", "art-1", "art-2"):
+        stage.observe_serving_artifact_id(artifact)
+    assert not stage.is_stale(_task_made_under("art-2"))
+    assert not stage.is_stale(_task_made_under("art-1"))
+    assert stage.is_stale(_task_made_under("art-0"))
+
+
+def _task_made_under(artifact: str) -> TaskSample:
+    return TaskSample("t", {}, metadata={"training": {"artifact_id": artifact}}, sample_id=artifact)
