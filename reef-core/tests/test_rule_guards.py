@@ -18,6 +18,13 @@ Found by ``scripts/mutation`` (docs/testing.md) on ``record2sample/stage.py``:
 - P-STALE-3: ``max_staleness`` defaults to 0 in the base class too (mutant: 1).
 - P-STALE-4: a task sample's age counts from the artifact in its ``metadata.training``
   (mutant: a task sample names no artifact, so it is always stale).
+
+And on ``train/pipeline.py``:
+
+- P-PIPE-11: ``made_samples()`` stores what the stage made (mutant: it stores nothing).
+- P-MODE-1: a pipeline's mode is ``auto`` unless set (mutant: the property answers ``None``).
+- P-PIPE-12: a recorded job outcome is durable and replayed to the next pipeline's stage
+  (mutant: ``record_job_outcome`` records nothing).
 """
 
 from __future__ import annotations
@@ -285,3 +292,58 @@ def test_a_task_rollout_is_judged_by_the_artifact_it_names() -> None:
 
 def _task_made_under(artifact: str) -> TaskSample:
     return TaskSample("t", {}, metadata={"training": {"artifact_id": artifact}}, sample_id=artifact)
+
+
+# -- found by scripts/mutation on train/pipeline.py --------------------------------------------
+
+
+class MakingStage(NoSamples):
+    """Makes one named sample from no record set; keeps the outcomes it is told of."""
+
+    def __init__(self, context: PipelineContext) -> None:
+        super().__init__(context)
+        self.ended: list[JobOutcome] = []
+        self.made = [("made-1", TrajectorySample({"steps": []}, reward=1.0))]
+
+    def made_samples(self) -> tuple[tuple[str, Any], ...]:
+        made, self.made = tuple(self.made), []
+        return made
+
+    def job_ended(self, outcome: JobOutcome) -> None:
+        self.ended.append(outcome)
+
+
+def _making_pipeline(database: Database) -> TrainingPipeline:
+    context = PipelineContext("s", "c")
+    return TrainingPipeline(
+        MakingStage(context),
+        GroupedJobData(context, job_samples=1, buffer_size=10),
+        samples=TrainerSamples(database, "s"),
+        context=context,
+    )
+
+
+def test_made_samples_stores_what_the_stage_made(storage_database: Database) -> None:
+    """rule: P-PIPE-11 P-MODE-1 -- ``made_samples()`` stores the stage's named samples (mutant:
+    it stores nothing); and a pipeline's mode is ``auto`` unless set (mutant: no mode)."""
+    pipeline = _making_pipeline(storage_database)
+    assert pipeline.training_mode == "auto"
+    pipeline.made_samples()
+    assert [s.id for s in TrainerSamples(storage_database, "s").untrained("c")] == ["made-1"]
+    pipeline.close(1)
+
+
+def test_a_recorded_job_outcome_is_replayed_to_the_next_pipeline(
+    storage_database: Database,
+) -> None:
+    """rule: P-PIPE-12 -- ``record_job_outcome`` makes the end durable: a pipeline built after a
+    restart hands it to its stage's ``job_ended`` (mutant: nothing is recorded)."""
+    before = _making_pipeline(storage_database)
+    outcome = JobOutcome("job-1", "c", "finished", metrics={"loss": 0.5})
+    before.record_job_outcome(outcome)
+    before.close(1)
+    after = _making_pipeline(storage_database)
+    assert after.last_job_outcome() == outcome
+    assert isinstance(after.record2sample, MakingStage)
+    assert after.record2sample.ended == [outcome]
+    after.close(1)
