@@ -25,6 +25,7 @@ from agent_ecc import (
     audit_epochs,
 )
 from agent_ecc.scorer import label_reward
+from agent_ecc.seal import SealError
 from agent_ecc.synthetic import SyntheticExecutor, SyntheticWorld
 from agent_ecc.versions import GraderVersion, iter_checks
 
@@ -363,3 +364,68 @@ def test_infrastructure_failures_graded_as_fails_are_counted_and_warned(
     decision = session.finish(session.assemble(startup))
     assert decision.stats["infra_fails"] == 0
     assert [g.outcome for g in decision.groups] == ["excluded", "batch"]
+
+
+def test_fillers_pad_to_the_batch_size_and_no_further(
+    registry: DirectoryRegistry, world: SyntheticWorld, store: ContentStore
+) -> None:
+    """rule: E-SEAL-8: neutral fillers make up exactly what the batch lacks, even when more
+    groups were excluded (a backfilled group excluded too); found by scripts/mutation (mutant:
+    the fillers asked are the batch size plus the batch, not less it)."""
+    registry.publish_grader(world.version(1), source="fix")
+    produced = groups(world, registry, "b", [("correct", "infra"), ("correct", "wrong")])
+    spare = groups(world, registry, "s", [("infra", "correct")])
+
+    def backfill(need: int, considered: frozenset[str], remaining_s: float) -> list[Candidate]:
+        return [c for c in spare if c.group_id not in considered]
+
+    scorer, _ = scorer_for(world, store)
+    session = SealSession(registry, scorer, "1", fillers="neutral")
+    assembly = session.assemble(produced, backfill=backfill, deadline_s=30)
+    assert (
+        len(assembly.decision.group_ids("excluded")) + len(assembly.decision.group_ids("filler"))
+        == 2
+    )  # both infra groups: one is the filler, one stays excluded
+    assert len(assembly.batch) == len(produced)
+    assert assembly.decision.group_ids("filler") == ["bg0"]
+    assert assembly.decision.shortfall == 0
+
+
+def test_a_batch_keeps_its_id_and_is_finished_once(
+    registry: DirectoryRegistry, world: SyntheticWorld, store: ContentStore
+) -> None:
+    """rule: E-SEAL-2, E-SEAL-5: the journal names the batch by the id given (mutant: a fresh
+    id replaces it), and an assembly is finished once (mutant: a second finish passes)."""
+    produced = groups(world, registry, "k", [("correct", "wrong")])
+    scorer, _ = scorer_for(world, store)
+    session = arm_session("ecc", registry, scorer, batch_id="given")
+    assert session.batch_id == "given"
+    assembly = session.assemble(produced)
+    assert session.finish(assembly).batch_id == "given"
+    with pytest.raises(SealError, match="already finished"):
+        session.finish(assembly)
+
+
+def test_variance_filtering_excludes_uniform_groups_and_undeterminable_ones_are_neutralized(
+    registry: DirectoryRegistry, world: SyntheticWorld, store: ContentStore
+) -> None:
+    """rule: E-GRADE-6, E-GRADE-2: with ``filtering="variance"`` the seal excludes a decided
+    group whose rewards are all equal and keeps one whose rewards differ (mutant: the filter
+    looks at the groups outside the batch); an undeterminable group's members are marked
+    neutralized (mutant: never marked); executions and transport attempts are counted from none
+    (mutant: a counter starts at 1).
+    Found by scripts/mutation."""
+    registry.publish_grader(world.version(1), source="fix")
+    produced = groups(
+        world, registry, "v", [("correct", "correct"), ("correct", "wrong"), ("correct", "infra")]
+    )
+    scorer, executor = scorer_for(world, store)
+    decision = SealSession(registry, scorer, "1", filtering="variance").assemble(produced).decision
+    assert decision.group_ids("batch") == ["vg1"]
+    assert decision.group_ids("excluded") == ["vg0", "vg2"]
+    assert [g.reason for g in decision.groups] == ["uniform", "decided", "undeterminable"]
+    assert [m.neutralized for m in decision.members] == [False] * 4 + [True] * 2
+    # Counted from none: one execution, one attempt, nothing retried or given up.
+    assert sum(executor.runs.values()) == decision.stats["executions"] == 1
+    transport = {"attempts": 1, "retried": 0, "given_up": 0, "failures": {}}
+    assert decision.stats["transport"] == transport
