@@ -38,8 +38,19 @@ class RateSettings(PluginSettings):
     rate: float = config_option(help="the learning rate")
 
 
+@attrs.frozen
+class FolderSettings(PluginSettings):
+    folder: str = config_option(help="where the component keeps its state")
+    rate: float = config_option(1.0, help="the learning rate")
+
+
 class RateComponent:
     Settings: ClassVar[type[PluginSettings]] = RateSettings
+
+
+class FolderComponent:
+    Settings: ClassVar[type[PluginSettings]] = FolderSettings
+    state_options: ClassVar[tuple[str, ...]] = ("folder",)
 
 
 class OtherComponent:
@@ -54,7 +65,11 @@ def plugins() -> Plugins:
             recipes={"plain": PlainRecipe},
             record2sample={"Samples": Samples},
             sample2job={"Jobs": Jobs},
-            components={"rate": RateComponent, "other": OtherComponent},
+            components={
+                "rate": RateComponent,
+                "other": OtherComponent,
+                "folder": FolderComponent,
+            },
         ),
         "test",
     )
@@ -249,3 +264,33 @@ def test_serves_with_an_engine_that_takes_no_weights_is_refused(
     # Without serves, several components and such an engine need no choice: nothing serves.
     loaded: Any = load(deployment(TWO, serving), plugins)
     assert loaded.served_training("s") is None
+
+
+def test_two_trainers_that_would_share_a_state_folder_are_refused(plugins: Plugins) -> None:
+    text = deployment(
+        "[{component: folder, name: a, options: {folder: /srv/reef/a}},"
+        " {component: folder, name: b, options: {folder: /srv/reef/b, rate: 2}},"
+        " {component: folder, name: c, options: {folder: /srv/reef/./a/, rate: 3}}]"
+    )
+    assert problems(text, plugins) == (
+        "trainers 'a' and 'c' both keep their state in '/srv/reef/./a/': they would overwrite"
+        " each other's weights; give each its own folder @ $.scenarios.s.training[2].options"
+        ".folder",
+    )
+    apart = text.replace("/srv/reef/./a/", "/srv/reef/c")
+    assert scenario_trainers(load(apart, plugins).scenarios["s"]) == ("a", "b", "c")
+
+
+def test_two_local_components_in_one_state_dir_are_refused(plugins: Plugins) -> None:
+    """The built-in components name their state folder too (local, as tinker: state_dir)."""
+    pytest.importorskip("torch")
+    local = "reef.components.local:LocalComponent"
+    text = deployment(
+        f"[{{component: '{local}', name: a, options: {{state_dir: /srv/s}}}},"
+        f" {{component: '{local}', name: b, options: {{state_dir: /srv/s, learning_rate: 0.1}}}}]"
+    )
+    assert problems(text, plugins) == (
+        "trainers 'a' and 'b' both keep their state in '/srv/s': they would overwrite each"
+        " other's weights; give each its own state_dir @ $.scenarios.s.training[1].options"
+        ".state_dir",
+    )

@@ -155,6 +155,9 @@ class LocalComponent:
 
     #: The deployment's ``training.options`` are checked against these settings.
     Settings: ClassVar[type[PluginSettings]] = LocalComponentSettings
+    #: The option that names the folder this component keeps its own state in: two trainers
+    #: of a scenario may not share it (``reef check`` refuses).
+    state_options: ClassVar[tuple[str, ...]] = ("state_dir",)
 
     def __init__(self, settings: LocalComponentSettings, *, name: str = "local") -> None:
         self._name = name

@@ -117,6 +117,31 @@ def _check_config(
     return None
 
 
+def _check_own_state(
+    trainer: str,
+    component: type[Any],
+    options: Mapping[str, Any] | None,
+    path: str,
+    holders: dict[str, str],
+    problems: list[str],
+) -> None:
+    """Refuse a trainer whose component keeps its state in a folder another trainer of the
+    scenario already keeps its state in (the options its class names in ``state_options``):
+    the two would overwrite each other's weights and journals."""
+    for option in getattr(component, "state_options", ()):
+        value = (options or {}).get(option)
+        if not isinstance(value, str):
+            continue  # missing or mistyped: the settings report it
+        folder = os.path.normpath(value)
+        other = holders.setdefault(folder, trainer)
+        if other != trainer:
+            problems.append(
+                f"trainers {other!r} and {trainer!r} both keep their state in {value!r}: they"
+                f" would overwrite each other's weights; give each its own {option}"
+                f" @ {path}.options.{option}"
+            )
+
+
 def scenario_classes(
     name: str, scenario: ScenarioSection, plugins: Plugins, problems: list[str] | None = None
 ) -> ScenarioClasses | None:
@@ -165,6 +190,7 @@ def scenario_classes(
         except PluginConfigError as exc:
             found.extend(f"{e.plugin}: {e.reason} @ {e.key}" for e in exc.errors)
     components: dict[str, type[Any]] = {}
+    holders: dict[str, str] = {}  # state folder -> the trainer that keeps its state there
     entries = scenario.trainings
     for index, entry in enumerate(entries):
         # A single mapping keeps its paths; a list's entries are numbered.
@@ -176,6 +202,7 @@ def scenario_classes(
         if component is not None:
             components[entry.trainer] = component
             _check_config(component, entry.options, f"{training_path}.options", found)
+            _check_own_state(entry.trainer, component, entry.options, training_path, holders, found)
     extensions: dict[str, PluginSettings] = {}
     for extension, config in scenario.extensions.items():
         extension_path = f"{path}.extensions.{extension}"

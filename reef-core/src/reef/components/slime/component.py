@@ -126,6 +126,9 @@ class SlimeComponent:
 
     #: The deployment's ``training.options`` are checked against these settings.
     Settings: ClassVar[type[PluginSettings]] = SlimeComponentSettings
+    #: The option that names the folder this component keeps its own state in: two trainers
+    #: of a scenario may not share it (``reef check`` refuses).
+    state_options: ClassVar[tuple[str, ...]] = ("exchange_dir",)
 
     def __init__(self, settings: SlimeComponentSettings, *, name: str = "slime") -> None:
         self._name = name

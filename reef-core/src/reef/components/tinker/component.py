@@ -195,6 +195,9 @@ class TinkerComponent:
 
     #: The deployment's ``training.options`` are checked against these settings.
     Settings: ClassVar[type[PluginSettings]] = TinkerComponentSettings
+    #: The option that names the folder this component keeps its own state in: two trainers
+    #: of a scenario may not share it (``reef check`` refuses).
+    state_options: ClassVar[tuple[str, ...]] = ("state_dir",)
 
     def __init__(
         self,
