@@ -2,6 +2,8 @@
 step's rollouts from the local component's published weights, the runner's reports (score and
 feedback) go through the SDPO stages on a real sample store, the component trains each step's
 job with the recipe's job parameters and publishes, and the next step samples the new weights.
+The same loop then runs over ``reef serve``: the toy runner asks the served policy and reports
+each attempt over HTTP, and the served student's score rises.
 
 The model first learns (a few supervised jobs) what the feedback means: given the prompt alone
 it writes consonants, given the prompt with the feedback it writes vowels; so the teacher knows
@@ -33,9 +35,15 @@ from reef.components.local import LocalComponent  # noqa: E402
 from reef.components.local_engine import LocalEngine  # noqa: E402
 from reef.testing import Database, pipeline_context, training_pipeline  # noqa: E402
 from reef.testing.samples import exchange  # noqa: E402
+from reef.testing.serve import ServeProcess  # noqa: E402
 from reef_tttd.processor import SDPOJobData, SDPOSamples, teacher_context  # noqa: E402
 from reef_tttd.recipe import SDPORecipe, SDPORecipeSettings  # noqa: E402
-from reef_tttd.toy_runner import vowel_feedback, vowel_score  # noqa: E402
+from reef_tttd.toy_runner import (  # noqa: E402
+    ToyRunner,
+    toy_deployment,
+    vowel_feedback,
+    vowel_score,
+)
 
 STEPS, GROUPS, ROLLOUTS, EVAL = 6, 2, 8, 24
 PROMPT = "Write a string."
@@ -99,10 +107,13 @@ def reverse_kl(local: LocalComponent, engine: LocalEngine, seeds: range) -> floa
     return total / positions
 
 
+OPTIONS = {"d_model": 32, "n_layers": 1, "n_heads": 2, "max_seq_len": 384}
+
+
 def test_sdpo_lowers_the_reverse_kl_to_its_feedback_conditioned_teacher(
     tmp_path: Path, storage_database: Database
 ) -> None:
-    options = {"d_model": 32, "n_layers": 1, "n_heads": 2, "max_seq_len": 384}
+    options = OPTIONS
     local = LocalComponent.from_config(
         {"state_dir": str(tmp_path), **options, "batch_size": 16, "learning_rate": 0.05}
     )
@@ -156,3 +167,64 @@ def test_sdpo_lowers_the_reverse_kl_to_its_feedback_conditioned_teacher(
     assert after < before, (before, after, teacher_kls)
     first, last = scores[: GROUPS * ROLLOUTS], scores[-GROUPS * ROLLOUTS :]
     assert sum(last) > sum(first), (first, last)
+
+
+class _PromptRunner(ToyRunner):
+    """The toy runner asking every attempt from the task's prompt (no archive state), the
+    prompt the warm-up taught the feedback's meaning for."""
+
+    def attempt(self, state: str) -> tuple[str, str]:
+        del state
+        return super().attempt("")
+
+
+def test_sdpo_over_reef_serve_moves_the_served_policy_toward_the_better_score(
+    tmp_path: Path,
+) -> None:
+    """The same loop through ``reef serve`` (the toy runner's chat calls and reports over HTTP,
+    the local engine serving each step's weights): pure self-distillation
+    (``distillation_weight: 1``) from the warmed-up weights raises the served student's score."""
+    pytest.importorskip("starlette")
+    local = LocalComponent.from_config(
+        {"state_dir": str(tmp_path / "warm-up"), **OPTIONS, "batch_size": 16, "learning_rate": 0.05}
+    )
+    try:
+        warm_up(local)
+        start = local.publish().path
+    finally:
+        local.close()
+    (tmp_path / "state").mkdir()
+    deployment = tmp_path / "deployment.yaml"
+    deployment.write_text(
+        toy_deployment(
+            f"sqlite:///{tmp_path / 'reef.db'}",
+            str(tmp_path / "state"),
+            steps=STEPS,
+            groups=GROUPS,
+            rollouts=ROLLOUTS,
+            recipe="sdpo",
+            distillation_weight=1.0,
+            learning_rate=0.01,
+            model_path=str(start),
+        ),
+        encoding="utf-8",
+    )
+    serve = ServeProcess(deployment, tmp_path / "serve.log")
+    try:
+        runner = _PromptRunner(
+            serve.base_url,
+            "discover",
+            groups=GROUPS,
+            rollouts=ROLLOUTS,
+            cell_key="sdpo",
+            feedback=True,
+        )
+        results = runner.run_steps(STEPS)
+        kls = [m["teacher_kl"] for m in runner.job_metrics()]
+        assert serve.terminate() == 0
+    finally:
+        serve.stop()
+    means = [r.as_json()["mean"] for r in results]
+    assert means[-1] > means[0], (means, kls)
+    # Each job's teacher_kl: the sampled reverse KL to the feedback-conditioned teacher.
+    assert sum(kls[-2:]) < sum(kls[:2]), (means, kls)

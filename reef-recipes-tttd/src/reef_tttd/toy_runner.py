@@ -61,7 +61,7 @@ scenarios:
         n_layers: 1
         n_heads: 2
         max_seq_len: 384
-"""
+{model_path}"""
 
 
 def toy_deployment(
@@ -76,11 +76,13 @@ def toy_deployment(
     estimator: str = "entropic",
     distillation_weight: float = 0.5,
     learning_rate: float = 0.05,
+    model_path: str | None = None,
 ) -> str:
     """A deployment (YAML) whose scenario runs ``recipe`` (``tttd`` with ``estimator``, or
     ``sdpo`` with ``distillation_weight``; a sibling scoring 0.5 succeeds) on a small TinyGPT,
     trained by the local component and served by the local engine: what the toy runner runs
-    against."""
+    against. ``model_path``: a folder the local component saved, of that TinyGPT's shape, to
+    start from instead of fresh weights."""
     if recipe == "sdpo":
         recipe = f"{{class: sdpo, config: {{distillation_weight: {distillation_weight}}}}}"
         sample2job = "{success_threshold: 0.5}"
@@ -97,6 +99,7 @@ def toy_deployment(
         state_dir=state_dir,
         batch=groups * rollouts,
         learning_rate=learning_rate,
+        model_path="" if model_path is None else f'        model_path: "{model_path}"\n',
     )
 
 
