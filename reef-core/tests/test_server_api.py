@@ -536,9 +536,8 @@ def test_a_scenario_without_training_records_calls_and_takes_reports(
     recorded, reports admitted, and status says that nothing trains."""
     text = (
         'storage: {url: "%(url)s"}\nserving: {engine: "%(engine)s/v1"}\n'
-        "auth: {tokens: {admin: {token: admin-secret-for-tests,"
-        " scopes: [infer, feedback, admin]}}}\n"
-        "scenarios: {collect: {recipe: servicetest}}\n"
+        + auth_section(TOKENS[0])
+        + "scenarios: {collect: {recipe: servicetest}}\n"
     )
     app = create_app(
         load(storage_url, engine_url, text),

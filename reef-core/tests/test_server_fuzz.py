@@ -21,25 +21,27 @@ from hypothesis import strategies as st
 from sqlalchemy import func, select
 from starlette.testclient import TestClient
 
-from reef.plugins.scenarios import load_deployment
-from reef.server import create_app
 from reef.storage import Database, open_database
 from reef.storage.tables import metadata
 from reef.testing.engines import scripted_engine
-from reef.testing.service import serve_on_loopback, service_test_plugins
+from reef.testing.service import ServiceToken, auth_section, serve_on_loopback, service_app
 
-DEPLOYMENT = """
+ADMIN = ServiceToken("admin", ("infer", "feedback", "admin"))
+DEPLOYMENT = (
+    """
 storage: {url: "%(url)s"}
 serving: {engine: "%(engine)s/v1"}
-auth: {tokens: {admin: {token: admin-secret-for-tests, scopes: [infer, feedback, admin]}}}
-scenarios:
+"""
+    + auth_section(ADMIN)
+    + """scenarios:
   support: {recipe: servicetest, training: {component: noop}}
   billing:
     recipe: servicetest
     pipeline: {sample2job: {class: "reef.testing.service:AutoOnlyJobData"}}
     training: {component: noop}
 """
-HEADERS = {"authorization": "Bearer admin-secret-for-tests", "x-reef-scenario": "support"}
+)
+HEADERS = {**ADMIN.headers, "x-reef-scenario": "support"}
 
 JSON_VALUES = st.recursive(
     st.none()
@@ -112,10 +114,7 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TestClie
     url = f"sqlite:///{tmp_path_factory.mktemp('fuzz') / 'reef.db'}"
     database = open_database(url)
     with serve_on_loopback(scripted_engine()) as engine:
-        deployment = load_deployment(
-            DEPLOYMENT % {"url": url, "engine": engine}, plugins=service_test_plugins()
-        )
-        app = create_app(deployment, databases={url: database}, plugins=service_test_plugins())
+        app = service_app(DEPLOYMENT % {"url": url, "engine": engine}, url, database)
         with TestClient(app) as client:
             yield client, database
     database.dispose()

@@ -26,7 +26,6 @@ import httpx
 import openai
 
 from reef.core.records import InferenceRecord
-from reef.plugins.scenarios import load_deployment
 from reef.server import (
     RECORD_ID_HEADER,
     ServerOptions,
@@ -34,11 +33,10 @@ from reef.server import (
     ServiceRuntime,
     UnauthenticatedServiceError,
     check_bind_address,
-    create_app,
 )
 from reef.storage import Database, RecordStore, open_database
 from reef.testing.engines import SCRIPTED_ARTIFACT, scripted_engine, scripted_reply
-from reef.testing.service import serve_on_loopback, service_test_plugins
+from reef.testing.service import ServiceToken, auth_section, serve_on_loopback, service_app
 
 DEPLOYMENT = """
 storage: {url: "%(url)s"}
@@ -49,7 +47,8 @@ scenarios:
     recipe: servicetest
     training: {component: noop}
 """
-AUTH = "auth: {tokens: {agent: {token: agent-secret-for-tests, scopes: [infer, feedback]}}}"
+AGENT = ServiceToken("agent", ("infer", "feedback"))
+AUTH = auth_section(AGENT)
 
 
 class LocalFunction:
@@ -103,14 +102,7 @@ def serve(
 ) -> Any:
     url, opened = database
     text = DEPLOYMENT % {"url": url, "engine": engine, "auth": auth}
-    app = create_app(
-        load_deployment(text, plugins=service_test_plugins()),
-        databases={url: opened},
-        plugins=service_test_plugins(),
-        runtime=runtime,
-        options=options,
-    )
-    return serve_on_loopback(app)
+    return serve_on_loopback(service_app(text, url, opened, options=options, runtime=runtime))
 
 
 def agent_turns(
@@ -190,12 +182,10 @@ def test_openai_client_conversations_link_into_trajectories(
     that answered and the tags."""
     _, opened = database
     with serve(database, engine_url) as reef:
-        by_path = openai.OpenAI(
-            base_url=f"{reef}/scenarios/support/v1", api_key="agent-secret-for-tests"
-        )
+        by_path = openai.OpenAI(base_url=f"{reef}/scenarios/support/v1", api_key=AGENT.secret)
         by_header = openai.OpenAI(
             base_url=f"{reef}/v1",
-            api_key="agent-secret-for-tests",
+            api_key=AGENT.secret,
             default_headers={"x-reef-scenario": "support", "x-reef-tag-episode": "7"},
         )
         first, _ = agent_turns(by_path, ["weather in Oslo", "and in Rome"], stream=stream)
@@ -222,7 +212,7 @@ def test_openai_client_conversations_link_into_trajectories(
         answer = httpx.post(
             f"{reef}/reef/scenarios/support/reports",
             json=body,
-            headers={"authorization": "Bearer agent-secret-for-tests"},
+            headers=AGENT.headers,
         )
     assert answer.status_code == 201, answer.text
 
@@ -234,9 +224,7 @@ def test_engine_breaking_off_a_stream_is_recorded_as_aborted(
     aborted, with what had arrived; the client sees the error."""
     _, opened = database
     with serve(database, engine_url) as reef:
-        client = openai.OpenAI(
-            base_url=f"{reef}/scenarios/support/v1", api_key="agent-secret-for-tests"
-        )
+        client = openai.OpenAI(base_url=f"{reef}/scenarios/support/v1", api_key=AGENT.secret)
         raw = client.chat.completions.with_raw_response.create(
             model="m", messages=[{"role": "user", "content": "BREAK now"}], stream=True
         )
@@ -260,9 +248,7 @@ def test_a_stream_the_engine_ends_without_done_is_an_error_to_the_openai_client(
     the agent's client raises instead of handing it an empty turn."""
     _, opened = database
     with serve(database, engine_url) as reef:
-        client = openai.OpenAI(
-            base_url=f"{reef}/scenarios/support/v1", api_key="agent-secret-for-tests"
-        )
+        client = openai.OpenAI(base_url=f"{reef}/scenarios/support/v1", api_key=AGENT.secret)
         raw = client.chat.completions.with_raw_response.create(
             model="m", messages=[{"role": "user", "content": "NODONE now"}], stream=True
         )
@@ -299,7 +285,7 @@ def test_a_whole_answer_reaches_the_client_byte_for_byte_as_the_engine_sent_it(
         reply = httpx.post(
             f"{reef}/scenarios/support/v1/chat/completions",
             json={"messages": [{"role": "user", "content": "hi"}]},
-            headers={"authorization": "Bearer agent-secret-for-tests"},
+            headers=AGENT.headers,
         )
     assert reply.status_code == 200
     record_id = reply.headers[RECORD_ID_HEADER]
@@ -319,9 +305,7 @@ def test_an_agent_reports_on_a_call_by_the_id_its_openai_client_holds(
     _, opened = database
     question = [{"role": "user", "content": "open"}]
     with serve(database, engine_url) as reef:
-        client = openai.OpenAI(
-            base_url=f"{reef}/scenarios/support/v1", api_key="agent-secret-for-tests"
-        )
+        client = openai.OpenAI(base_url=f"{reef}/scenarios/support/v1", api_key=AGENT.secret)
         if stream:
             chunks = list(client.chat.completions.create(model="m", messages=question, stream=True))  # type: ignore[arg-type]  # fmt: skip
             (completion_id,) = {chunk.id for chunk in chunks}
@@ -332,7 +316,7 @@ def test_an_agent_reports_on_a_call_by_the_id_its_openai_client_holds(
         report = httpx.post(
             f"{reef}/reef/scenarios/support/reports",
             json={"id": f"report-{stream}", "references": [completion_id], "score": 1.0},
-            headers={"authorization": "Bearer agent-secret-for-tests"},
+            headers=AGENT.headers,
         )
     assert report.status_code == 201, report.text
     assert report.json()["references"] == [completion_id]
@@ -348,9 +332,7 @@ def test_local_engine_answers_off_the_event_loop_and_names_its_artifact(
     the record carries the artifact the engine named."""
     _, opened = database
     with serve(database, "local", runtime=LocalRuntime()) as reef:
-        client = openai.OpenAI(
-            base_url=f"{reef}/scenarios/support/v1", api_key="agent-secret-for-tests"
-        )
+        client = openai.OpenAI(base_url=f"{reef}/scenarios/support/v1", api_key=AGENT.secret)
         whole, _ = agent_turns(client, ["one"], stream=False)
         streamed, messages = agent_turns(client, ["two"], stream=True)
     assert messages[-1]["content"] == "answer: found two"
@@ -403,12 +385,12 @@ def test_without_tokens_only_loopback_is_served(
 def test_reef_status_prints_a_table(database: tuple[str, Database], engine_url: str) -> None:
     """``reef status`` reads ``GET /reef/status`` of a running service and prints a row per
     scenario and trainer."""
-    admin = "auth: {tokens: {admin: {token: admin-secret-for-tests, scopes: [admin]}}}"
-    with serve(database, engine_url, auth=admin) as reef:
+    admin = ServiceToken("admin", ("admin",))
+    with serve(database, engine_url, auth=auth_section(admin)) as reef:
         command = [sys.executable, "-m", "reef.cli", "status", "--url", reef]
         refused = subprocess.run(command, capture_output=True, text=True, check=False)
         printed = subprocess.run(
-            [*command, "--token", "admin-secret-for-tests"],
+            [*command, "--token", admin.secret],
             capture_output=True,
             text=True,
             check=False,

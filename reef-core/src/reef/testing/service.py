@@ -35,6 +35,7 @@ from reef.record2sample.stage import Record2Sample
 from reef.sample2job.stage import Sample2Job
 from reef.server import ServerOptions, create_app
 from reef.server.connections import GuardedConfig
+from reef.server.service_runtime import ServiceRuntime
 from reef.storage import Database
 from reef.testing import inline_plugin
 
@@ -86,13 +87,20 @@ def auth_section(*tokens: ServiceToken) -> str:
 
 
 def service_app(
-    text: str, url: str, database: Database, *, options: ServerOptions | None = None
+    text: str,
+    url: str,
+    database: Database,
+    *,
+    options: ServerOptions | None = None,
+    runtime: ServiceRuntime | None = None,
 ) -> Any:
     """The service of the deployment ``text`` (its stages from :func:`service_test_plugins`),
     storing in ``database``, the storage its ``storage.url`` names as ``url``."""
     plugins = service_test_plugins()
     deployment = load_deployment(text, plugins=plugins)
-    return create_app(deployment, databases={url: database}, plugins=plugins, options=options)
+    return create_app(
+        deployment, databases={url: database}, plugins=plugins, runtime=runtime, options=options
+    )
 
 
 def free_port() -> int:
