@@ -293,3 +293,59 @@ def test_scenarios_do_not_see_each_others_samples(storage_database: Database) ->
 def test_a_sample_kind_is_trajectory_or_task() -> None:
     with pytest.raises(ValueError, match="kind"):
         NewSample("x", "image", {})  # type: ignore[arg-type]
+
+
+# -- found by scripts/mutation (docs/testing.md): each test kills mutants every other passed ----
+
+
+def test_membership_queries_answer_for_one_trainer_of_one_scenario(
+    storage_database: Database,
+) -> None:
+    """rule: P-SET-20, P-PIPE-19 -- recovery asks which of a batch of records a trainer
+    consumed and which job data ids it committed: that trainer's in this scenario only
+    (mutants: no answer, or another trainer's or scenario's rows)."""
+    here, there = TrainerSamples(storage_database, "sc"), TrainerSamples(storage_database, "x")
+    for store in (here, there):
+        for trainer in ("a", "b"):
+            store.register_trainer(trainer, reads_uploads=False)
+    here.add_record_samples("a", [_sample("a:r1:0")], ["r1"])
+    here.add_record_samples("b", [_sample("b:r3:0")], ["r3"])
+    there.add_record_samples("a", [_sample("a:r2:0")], ["r2"])
+    here.commit_submission("a", "job-a", ["a:r1:0"])
+    here.commit_submission("b", "job-b", ["b:r3:0"])
+    there.commit_submission("a", "job-x", ["a:r2:0"])
+    assert here.consumed_among("a", ["r1", "r2", "r3", "r9"]) == {"r1"}
+    assert here.submitted_among("a", ["job-a", "job-b", "job-x", "job-9"]) == {"job-a"}
+    assert here.consumed_among("a", []) == here.submitted_among("a", []) == frozenset()
+
+
+def test_registering_again_changes_which_uploads_wait_and_nothing_else(
+    storage_database: Database,
+) -> None:
+    """rule: P-UP-7 -- a trainer that reads uploads waits for every upload it has not trained
+    and never for one it trained (mutants: the trained check matches other samples, or other
+    trainers' trains); one that
+    stops reading them forgets the waiting uploads (mutant: forgets nothing) and keeps its own
+    samples (mutant: forgets those instead)."""
+    store = TrainerSamples(storage_database, "sc")
+    store.register_trainer("a", reads_uploads=True)
+    store.add_record_samples("a", [_sample("a:r1:0")], ["r1"])
+    store.add_upload(_sample("traj-1"))
+    store.add_upload(_sample("traj-2"))
+    store.commit_submission("a", "job-1", ["traj-1"])
+    store.register_trainer("a", reads_uploads=True)
+    assert _ids(store.untrained("a")) == ["a:r1:0", "traj-2"]
+    store.register_trainer("a", reads_uploads=False)
+    assert _ids(store.untrained("a")) == ["a:r1:0"]
+    store.register_trainer("a", reads_uploads=True)
+    assert _ids(store.untrained("a")) == ["a:r1:0", "traj-2"]
+
+
+def test_a_trainer_registered_in_another_scenario_is_unknown_here(
+    storage_database: Database,
+) -> None:
+    """Reading refuses a trainer registered only in another scenario's store (mutant: any
+    scenario's registration counts)."""
+    TrainerSamples(storage_database, "x").register_trainer("a", reads_uploads=False)
+    with pytest.raises(UnknownTrainerError, match="register_trainer"):
+        TrainerSamples(storage_database, "sc").untrained("a")
