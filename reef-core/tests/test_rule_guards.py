@@ -25,6 +25,8 @@ And on ``train/pipeline.py``:
 - P-MODE-1: a pipeline's mode is ``auto`` unless set (mutant: the property answers ``None``).
 - P-PIPE-12: a recorded job outcome is durable and replayed to the next pipeline's stage
   (mutant: ``record_job_outcome`` records nothing).
+- P-MODE-5, P-MODE-10: manual mode is not ready without an instruction, and an instruction
+  given twice is queued once (mutants: ready without one; queued twice).
 """
 
 from __future__ import annotations
@@ -39,7 +41,14 @@ import attrs
 import pytest
 
 from reef.components.interface import Artifact, JobHandle
-from reef.core.job_data import JobData, JobOutcome, TaskSample, TrajectorySample, sample_body
+from reef.core.job_data import (
+    JobData,
+    JobOutcome,
+    TaskSample,
+    TrainingInstruction,
+    TrajectorySample,
+    sample_body,
+)
 from reef.core.records import InferenceRecord, RecordFormatError, from_json, to_json
 from reef.pipeline_context import PipelineContext
 from reef.record2sample import Record2Sample, ReportSamples
@@ -347,3 +356,27 @@ def test_a_recorded_job_outcome_is_replayed_to_the_next_pipeline(
     assert isinstance(after.record2sample, MakingStage)
     assert after.record2sample.ended == [outcome]
     after.close(1)
+
+
+class InstructionReader(GroupedJobData):
+    """Runs an instruction with an empty manual buffer (P-MODE-6)."""
+
+    reads_instructions = True
+
+
+def test_manual_waits_for_an_instruction_and_queues_each_once(storage_database: Database) -> None:
+    """rule: P-MODE-5 P-MODE-10 -- in manual mode nothing is ready without an instruction, even
+    for a stage that reads instructions (mutant: ready without one); an instruction given twice
+    in one call is queued once (mutant: twice)."""
+    context = PipelineContext("s", "c", training_mode="manual")
+    pipeline = TrainingPipeline(
+        ReportSamples(context),
+        InstructionReader(context, job_samples=1),
+        samples=TrainerSamples(storage_database, "s"),
+        context=context,
+    )
+    assert pipeline.ready(1) is False
+    pipeline.queue_instructions([TrainingInstruction("q1"), TrainingInstruction("q1")])
+    assert pipeline.buffered_requests == 1
+    assert pipeline.ready(1) is True
+    pipeline.close(1)

@@ -324,9 +324,8 @@ def test_registering_again_changes_which_uploads_wait_and_nothing_else(
 ) -> None:
     """rule: P-UP-7 -- a trainer that reads uploads waits for every upload it has not trained
     and never for one it trained (mutants: the trained check matches other samples, or other
-    trainers' trains); one that
-    stops reading them forgets the waiting uploads (mutant: forgets nothing) and keeps its own
-    samples (mutant: forgets those instead)."""
+    trainers' trains); one that stops reading them forgets the waiting uploads (mutant: forgets
+    nothing) and keeps its own samples (mutant: forgets those instead)."""
     store = TrainerSamples(storage_database, "sc")
     store.register_trainer("a", reads_uploads=True)
     store.add_record_samples("a", [_sample("a:r1:0")], ["r1"])
