@@ -27,6 +27,8 @@ And on ``train/pipeline.py``:
   (mutant: ``record_job_outcome`` records nothing).
 - P-MODE-5, P-MODE-10: manual mode is not ready without an instruction, and an instruction
   given twice is queued once (mutants: ready without one; queued twice).
+- P-BUF-2: an uploaded task counts only where the stage takes imported tasks (mutant: always).
+- P-MODE-3: an unread instruction keeps the client's parameters (mutant: they are lost).
 """
 
 from __future__ import annotations
@@ -379,4 +381,48 @@ def test_manual_waits_for_an_instruction_and_queues_each_once(storage_database: 
     pipeline.queue_instructions([TrainingInstruction("q1"), TrainingInstruction("q1")])
     assert pipeline.buffered_requests == 1
     assert pipeline.ready(1) is True
+    pipeline.close(1)
+
+
+@pytest.mark.parametrize("accepts", [False, True])
+def test_an_imported_task_counts_only_where_the_stage_takes_imported_tasks(
+    storage_database: Database, accepts: bool
+) -> None:
+    """rule: P-BUF-2 -- an uploaded train task enters the buffer only when the sample-to-job
+    stage sets ``accepts_imported_tasks`` (mutant: it enters regardless)."""
+
+    class Stage(BothKinds):
+        accepts_trajectories = True
+        accepts_imported_tasks = accepts
+
+    context = PipelineContext("s", "c")
+    pipeline = TrainingPipeline(
+        NoSamples(context),
+        Stage(context, job_samples=1, buffer_size=10),
+        samples=TrainerSamples(storage_database, "s"),
+        context=context,
+    )
+    task = TaskSample("imported", {"instruction": "x"})
+    TrainerSamples(storage_database, "s").add_upload(
+        NewSample("imported", "task", sample_body(task))
+    )
+    assert [s.kind for s in pipeline.buffer()] == (["task"] if accepts else [])
+    pipeline.close(1)
+
+
+def test_an_unread_instruction_keeps_its_text_and_parameters(storage_database: Database) -> None:
+    """rule: P-MODE-3 -- the pipeline reads a stored instruction with the client's text and
+    parameters (mutant: the parameters are lost)."""
+    pipeline = TrainingPipeline(
+        ReportSamples(PipelineContext("s", "c")),
+        GroupedJobData(PipelineContext("s", "c"), job_samples=1),
+        samples=TrainerSamples(storage_database, "s"),
+        context=PipelineContext("s", "c"),
+    )
+    TrainerSamples(storage_database, "s").enqueue_instruction(
+        "q1", {"text": "write tests", "parameters": {"steps": 2}}
+    )
+    assert pipeline.unread_instructions() == (
+        TrainingInstruction("q1", text="write tests", parameters={"steps": 2}),
+    )
     pipeline.close(1)
