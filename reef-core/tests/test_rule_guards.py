@@ -29,6 +29,8 @@ And on ``train/pipeline.py``:
   given twice is queued once (mutants: ready without one; queued twice).
 - P-BUF-2: an uploaded task counts only where the stage takes imported tasks (mutant: always).
 - P-MODE-3: an unread instruction keeps the client's parameters (mutant: they are lost).
+- P-MODE-5, P-BUF-5: a chosen sample of a group is in the manual buffer once, with its mate
+  (mutant: twice).
 """
 
 from __future__ import annotations
@@ -425,4 +427,30 @@ def test_an_unread_instruction_keeps_its_text_and_parameters(storage_database: D
     assert pipeline.unread_instructions() == (
         TrainingInstruction("q1", text="write tests", parameters={"steps": 2}),
     )
+    pipeline.close(1)
+
+
+def test_a_chosen_sample_of_a_group_is_in_the_manual_buffer_once(
+    storage_database: Database,
+) -> None:
+    """rule: P-MODE-5 P-BUF-5 -- a client's choice of one sample of a unit brings its group-mate
+    along, and the chosen sample stays once (mutant: the chosen sample is its own mate, twice in
+    the buffer)."""
+    context = PipelineContext("s", "c", training_mode="manual")
+    store = TrainerSamples(storage_database, "s")
+    pipeline = TrainingPipeline(
+        NoSamples(context),
+        GroupedJobData(context, job_samples=2, buffer_size=10),
+        samples=store,
+        context=context,
+    )
+    unit = [
+        NewSample(
+            f"u-{i}", "trajectory", sample_body(TrajectorySample({"steps": []}, reward=float(i)))
+        )
+        for i in range(2)
+    ]
+    store.add_record_samples("c", unit, ["r1"])
+    pipeline.insert_into_buffer(["u-0"])
+    assert [s.sample_id for s in pipeline.buffer()] == ["u-0", "u-1"]
     pipeline.close(1)

@@ -238,7 +238,8 @@ def test_instructions_are_fifo_idempotent_and_consumed_per_trainer(
     """rule: P-MODE-3, P-MODE-8, P-MODE-10 (FIFO queue, consumed by acknowledgement)."""
     assert store.enqueue_instruction("b", {"action": "TRAIN", "n": 1})
     assert store.enqueue_instruction("a", {"action": "TRAIN", "n": 2})
-    assert not store.enqueue_instruction("b", {"n": 1, "action": "TRAIN"})
+    # False, not merely falsy: the API's receipt says `queued: false` (scripts/mutation).
+    assert store.enqueue_instruction("b", {"n": 1, "action": "TRAIN"}) is False
     with pytest.raises(ConflictError, match="instruction 'b'"):
         store.enqueue_instruction("b", {"action": "STOP"})
     assert [i.request_id for i in store.unread_instructions("sft")] == ["b", "a"]
