@@ -173,3 +173,35 @@ def test_prompts_of_calls_are_prefixes_of_their_rendered_sample(
         assert sequence.loss_mask[len(prompt)] == 1
     prompt_2 = engine.prompt_ids(second)
     assert sum(sequence.loss_mask[len(prompt_2) :]) == len(sequence.token_ids) - len(prompt_2) - 1
+
+
+def test_a_reply_is_valid_text_that_encodes_back_to_the_very_tokens_sampled(
+    local: LocalComponent,
+) -> None:
+    """A reply is recorded and trained as its text: a byte-level model samples only bytes that
+    keep it valid UTF-8, so the trainer's tokens are the sampled ones, even when the reply is
+    cut at its token limit (a fresh model samples every byte about as often)."""
+    from reef.components.causal_lm import SamplingRequest
+
+    tokenizer = local.model.tokenizer
+    prompt = tuple(tokenizer.encode("hi"))
+    for limit in (1, 2, 3, 24):
+        request = SamplingRequest(prompt, 16, 1.5, 1.0, limit, (), limit, 0)
+        for generation in local.model.generate(request):
+            ids = list(generation.token_ids)
+            text = tokenizer.decode(ids)
+            assert "\ufffd" not in text
+            assert tokenizer.encode(text) == ids
+
+
+def test_inside_a_character_only_its_continuation_bytes_may_come() -> None:
+    from reef.components.tiny_gpt import utf8_continuations
+
+    def allowed(generated: list[int], remaining: int) -> set[int]:
+        return set(torch.nonzero(utf8_continuations(generated, remaining)).flatten().tolist())
+
+    assert allowed([0xE0], 2) == set(range(0xA0, 0xC0))  # no overlong form
+    assert allowed([0xF0, 0x90], 2) == set(range(0x80, 0xC0))
+    between = allowed([0x61], 1)  # one token left: no character of two bytes or more
+    assert between == set(range(0x80)) | set(range(256, 263))
+    assert allowed([0xC3, 0xA9], 4) == between | set(range(0xC2, 0xF5))

@@ -13,6 +13,7 @@ holds ``config.json`` (``{"format": "reef-tiny-gpt", "model": <TinyGPTConfig>}``
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
@@ -21,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from reef.components.byte_tokenizer import ByteTokenizer
+from reef.components.byte_tokenizer import SPECIAL_TOKENS, ByteTokenizer
 from reef.components.causal_lm import (
     Generation,
     ModelFolderError,
@@ -190,7 +191,9 @@ class TinyGPTModel:
 
     @torch.no_grad()
     def generate(self, request: SamplingRequest) -> list[Generation]:
-        """Sample token by token with a seeded generator (temperature, ``top_p``)."""
+        """Sample token by token with a seeded generator (temperature, ``top_p``), only tokens
+        that keep the reply valid UTF-8 (:func:`utf8_continuations`); the log probabilities
+        reported are the model's own, before that restriction."""
         generator = torch.Generator(device="cpu")
         generator.manual_seed(request.seed)
         device = next(self.model.parameters()).device
@@ -207,13 +210,70 @@ class TinyGPTModel:
         while finish is None and len(generated) < request.max_new_tokens:
             logits = self.model(torch.tensor([ids], device=device))[0, -1].float().cpu()
             row = torch.log_softmax(logits, dim=-1)
-            token = sample_token(logits, request.temperature, request.top_p, generator)
+            allowed = utf8_continuations(generated, request.max_new_tokens - len(generated))
+            token = sample_token(
+                logits.masked_fill(~allowed, float("-inf")),
+                request.temperature,
+                request.top_p,
+                generator,
+            )
             generated.append(token)
             ids.append(token)
             logprobs.append(float(row[token]))
             tops.append(top_entries(row, request.top_logprobs))
             finish = ending(self._tokenizer, generated, request.stops)
         return Generation(tuple(generated), tuple(logprobs), tuple(tops), finish or "length")
+
+
+#: The bytes that may follow the lead byte of a multi-byte UTF-8 character, where they are
+#: narrower than ``0x80``-``0xBF`` (no overlong forms, no surrogates, nothing past U+10FFFF).
+_SECOND_BYTE: Final = {
+    0xE0: (0xA0, 0xBF),
+    0xED: (0x80, 0x9F),
+    0xF0: (0x90, 0xBF),
+    0xF4: (0x80, 0x8F),
+}
+
+
+def _continuation_bytes(token: int) -> int:
+    """How many continuation bytes follow ``token`` as the lead byte of a UTF-8 character."""
+    if token < 0xC2 or token > 0xF4:  # ASCII, a stray byte or a special token
+        return 0
+    return 1 if token < 0xE0 else 2 if token < 0xF0 else 3
+
+
+def utf8_continuations(generated: Sequence[int], remaining: int) -> torch.Tensor:
+    """Which tokens of the byte tokenizer may come next after ``generated`` so that the reply
+    stays valid UTF-8 text, with ``remaining`` tokens left to sample (this one included).
+
+    A reply is recorded and trained as its text, which the trainer encodes again: a byte the
+    text cannot hold (a stray continuation byte, a character cut short) would decode to U+FFFD,
+    whose own bytes would then train in place of the sampled ones. So inside a character only
+    its valid continuation bytes may come; between characters any ASCII byte, any special
+    token, or the lead byte of a character that fits in the tokens left.
+    """
+    vocab = 256 + len(SPECIAL_TOKENS)
+    allowed = torch.zeros(vocab, dtype=torch.bool)
+    lead, needed, seen = 0, 0, 0
+    for token in generated:
+        if needed and 0x80 <= token <= 0xBF:
+            needed, seen = needed - 1, seen + 1
+        else:
+            lead, seen = token, 0
+            needed = _continuation_bytes(token)
+    if needed:
+        low, high = _SECOND_BYTE.get(lead, (0x80, 0xBF)) if seen == 0 else (0x80, 0xBF)
+        allowed[low : high + 1] = True
+        return allowed
+    allowed[:0x80] = True
+    allowed[256:] = True
+    if remaining >= 2:
+        allowed[0xC2:0xE0] = True
+    if remaining >= 3:
+        allowed[0xE0:0xF0] = True
+    if remaining >= 4:
+        allowed[0xF0:0xF5] = True
+    return allowed
 
 
 def sample_token(
