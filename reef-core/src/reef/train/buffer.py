@@ -237,8 +237,12 @@ class UntrainedSamples:
         if first is None or (limit is not None and limit <= 0):
             return []
         kind = first.sample.kind
-        held = [e for k, e in self._first_held().items() if kinds is None or k in kinds]
-        earliest = min(held, key=lambda e: e.position, default=None)
+        held = [
+            self._first_held_of(k, handed_out) if e.sample_id in handed_out else e
+            for k, e in self._first_held().items()
+            if kinds is None or k in kinds
+        ]
+        earliest = min((e for e in held if e is not None), key=lambda e: e.position, default=None)
         if earliest is not None and earliest.position < first.position:
             kind = earliest.sample.kind
         fresh = (e for e in itertools.chain((first,), candidates) if e.sample.kind == kind)
@@ -254,15 +258,30 @@ class UntrainedSamples:
         return chosen + [e for e in fresh if e.sample.group_id in touched]
 
     def _first_held(self) -> dict[str, Entry]:
-        """The first held-out entry of each kind that counts, kept until the held set loses
-        an entry (then found again)."""
+        """The first held-out entry in store order of each kind that counts, kept until the
+        held set loses an entry (then found again). The held set is not in store order: a
+        group's earlier members join it when a later member turns stale."""
         if self._first_held_cache is None:
             first: dict[str, Entry] = {}
             for entry in self._held.values():
-                if entry.sample.kind not in first and self._counts(entry):
+                known = first.get(entry.sample.kind)
+                if (known is None or entry.position < known.position) and self._counts(entry):
                     first[entry.sample.kind] = entry
             self._first_held_cache = first
         return self._first_held_cache
+
+    def _first_held_of(self, kind: str, handed_out: Collection[str]) -> Entry | None:
+        """The first held-out entry of ``kind`` that counts and is not handed out: a reserved
+        sample that turned stale is out of step 1 (rare, so found by a scan)."""
+        return min(
+            (
+                e
+                for e in self._held.values()
+                if e.sample.kind == kind and e.sample_id not in handed_out and self._counts(e)
+            ),
+            key=lambda e: e.position,
+            default=None,
+        )
 
     def buffer_of(self, entries: Sequence[Entry]) -> list[Entry]:
         """Steps 2-3 of the buffer over ``entries`` (in store order, every kind counting):
