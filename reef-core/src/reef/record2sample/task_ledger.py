@@ -342,7 +342,7 @@ async def _attempt(
         key = f"decision:{number}:{index}"
         decision = store.get(key)
         if decision is None:
-            decision = await _decide(ledger, generation, task, plan)
+            decision = await _decide(ledger, generation, index, task, plan)
             store.put(key, decision)
             if "rejected" in decision:
                 ledger.rejected += 1
@@ -356,10 +356,22 @@ async def _attempt(
 
 
 async def _decide(
-    ledger: TaskLedger, generation: Generation, task: HarborTask, plan: GenerationPlan
+    ledger: TaskLedger, generation: Generation, index: int, task: HarborTask, plan: GenerationPlan
 ) -> dict[str, Any]:
-    """Validate ``task`` and publish it with its split, or say why it is rejected."""
+    """Validate ``task`` (candidate ``index``) and publish it with its split, or say why it is
+    rejected.
+
+    A retry after a failed write decides again from what the failed attempt wrote: a task it
+    published stays published, and the digest it kept for a task it could not publish is no
+    duplicate.
+    """
     store = ledger.store
+    published = store.get(f"task:{task.name}")
+    if published is not None and (published.get("generation"), published.get("candidate")) == (
+        generation.number,
+        index,
+    ):
+        return {"published": published["split"]}
     missing = sorted(set(generation.request.source_record_ids) - set(task.source_agent_record_ids))
     if missing:
         # P-TASK-3: a task keeps its request's sources, or its split could not follow them.
@@ -371,7 +383,7 @@ async def _decide(
         return {"rejected": f"a published task is named {task.name!r}"}
     digest = task.digest()
     twin = store.get(f"digest:{digest}")
-    if twin is not None:
+    if twin is not None and (twin != task.name or published is not None):
         return {"rejected": DUPLICATE.format(name=twin)}
     sources = task.source_agent_record_ids
     joined = {store.get(f"split:{source}") for source in sources} - {None}
@@ -388,7 +400,12 @@ async def _decide(
     store.put_new(f"digest:{digest}", task.name)
     store.put(
         f"task:{task.name}",
-        {"generation": generation.number, "split": split, "task": task.to_json()},
+        {
+            "generation": generation.number,
+            "candidate": index,
+            "split": split,
+            "task": task.to_json(),
+        },
     )
     ledger.published[task.name] = (generation.number, split)
     return {"published": split}
