@@ -53,3 +53,18 @@ def test_a_handed_out_sample_does_not_choose_the_kind() -> None:
     untrained.rejudge()
     buffer = untrained.auto_buffer(None, handed_out={"a"}, limit=None)
     assert [e.sample_id for e in buffer] == ["t"]
+
+
+def test_a_group_freed_by_removing_its_stale_member_keeps_store_order() -> None:
+    """rule: P-BUF-2 P-BUF-4 -- the stale member of a group leaves (trained); its fresh mate,
+    first in store order, comes back to the buffer in its place, before later samples."""
+    stale: set[str] = set()
+    untrained = UntrainedSamples(lambda s: s.sample_id in stale, lambda e: True)
+    stale.add("d")
+    untrained.add(_entry(1, _trajectory("a", group_id="g")))
+    untrained.add(_entry(5, _trajectory("b")))
+    untrained.add(_entry(20, _trajectory("d", group_id="g")))
+    assert [e.sample_id for e in untrained.auto_buffer(None, handed_out=(), limit=None)] == ["b"]
+    untrained.remove(["d"])
+    buffer = untrained.auto_buffer(None, handed_out=(), limit=None)
+    assert [e.sample_id for e in buffer] == ["a", "b"]

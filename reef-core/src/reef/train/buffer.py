@@ -133,6 +133,10 @@ class UntrainedSamples:
                             self._unmark(mate)
                     for mate in self._groups[group]:
                         self._judge(self._entries[mate])
+                    # Mates judged fresh again joined the candidates last: put them back in
+                    # store order (rare: a stale sample is trained only when it turned stale
+                    # while reserved).
+                    self._fresh = dict(sorted(self._fresh.items(), key=lambda i: i[1].position))
 
     def rejudge(self) -> None:
         """Judge every sample again: the stage's inputs to staleness changed."""
