@@ -201,6 +201,26 @@ def test_hints_become_teacher_requests_best_first(judge_url: Any) -> None:
     assert teacher["messages"][:-1] == []  # the first turn: only the user's question before it
 
 
+def test_only_a_good_votes_hint_teaches(judge_url: Any) -> None:
+    """rule: P-REND-4 -- one teacher request per good vote's hint: a hint the judge wrote
+    beside a -1 vote (which should carry none) teaches nothing."""
+    answers = iter(
+        [
+            f"\\boxed{{-1}} [HINT_START]{HINT} Also, be brief.[HINT_END]",
+            f"\\boxed{{1}} [HINT_START]{HINT}[HINT_END]",
+            "\\boxed{-1}",
+        ]
+    )
+    samples = stage(judge_url(lambda _: next(answers)), hints=True)
+    for record in conversation(("12 miles", "in km please"), ("19 km", "thanks")):
+        samples.push(record)
+    settle(samples)
+    (sample,) = made(samples)
+    reef = sample.trajectory["extra"]["reef"]
+    assert len(reef["teacher_candidates"]) == 1
+    assert reef["teacher"]["messages"][-1]["content"].endswith(HINT)
+
+
 @given(st.lists(st.sampled_from([1, -1, 0, None]), max_size=7))
 def test_majority_is_the_most_frequent_valid_vote_else_zero(votes: list[int | None]) -> None:
     result = majority(votes)

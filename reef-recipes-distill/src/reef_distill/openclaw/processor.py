@@ -50,7 +50,7 @@ from reef import (
     config_option,
     with_teacher,
 )
-from reef_distill.openclaw.judge import Judge, JudgeSettings
+from reef_distill.openclaw.judge import Judge, JudgeSettings, Verdict, Vote
 
 
 @attrs.frozen
@@ -142,13 +142,12 @@ class OpenClawRLSamples(JudgedSamples):
         settings = self.judging.settings
         if not settings.hints:
             return sample if score != 0 else None
-        hints = [h for h in judgment.metadata.get("hints", []) if len(h) > settings.min_hint_chars]
+        votes = zip(judgment.metadata["votes"], judgment.metadata["hints"], strict=True)
+        verdict = Verdict(int(score), tuple(Vote(vote, hint) for vote, hint in votes))
+        hints = verdict.hints(settings.min_hint_chars)
         if not hints:
             return None
-        candidates = [
-            compose_teacher_request(record.request, context=h)
-            for h in sorted(hints, key=len, reverse=True)
-        ]
+        candidates = [compose_teacher_request(record.request, context=h) for h in hints]
         return with_teacher(sample, teacher=candidates[0], candidates=candidates)
 
 
