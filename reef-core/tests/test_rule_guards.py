@@ -18,6 +18,7 @@ Found by ``scripts/mutation`` (docs/testing.md) on ``record2sample/stage.py``:
 - P-STALE-3: ``max_staleness`` defaults to 0 in the base class too (mutant: 1).
 - P-STALE-4: a task sample's age counts from the artifact in its ``metadata.training``
   (mutant: a task sample names no artifact, so it is always stale).
+- P-SLOW-2: the base class answers ``False`` for background work (mutant: ``None``).
 
 And on ``train/pipeline.py``:
 
@@ -289,6 +290,12 @@ def test_max_staleness_defaults_to_zero(stage_class: type[Record2Sample]) -> Non
         stage.observe_serving_artifact_id(artifact)
     assert stage.is_stale(_task_made_under("art-0"))
     assert not stage.is_stale(_task_made_under("art-1"))
+
+
+def test_a_stage_runs_no_background_work_unless_it_says_so() -> None:
+    """rule: P-SLOW-2 -- the base class runs no background work: ``False``, which the trainer's
+    status shows as such (mutant: ``None``, shown as ``null``)."""
+    assert OwnStage(PipelineContext("s", "c")).background_jobs_running() is False
 
 
 def test_a_task_rollout_is_judged_by_the_artifact_it_names() -> None:

@@ -409,12 +409,11 @@ def test_a_batch_keeps_its_id_and_is_finished_once(
 def test_variance_filtering_excludes_uniform_groups_and_undeterminable_ones_are_neutralized(
     registry: DirectoryRegistry, world: SyntheticWorld, store: ContentStore
 ) -> None:
-    """rule: E-GRADE-6, E-GRADE-2: with ``filtering="variance"`` the seal excludes a decided
-    group whose rewards are all equal and keeps one whose rewards differ (mutant: the filter
-    looks at the groups outside the batch); an undeterminable group's members are marked
-    neutralized (mutant: never marked); executions and transport attempts are counted from none
-    (mutant: a counter starts at 1).
-    Found by scripts/mutation."""
+    """rule: E-GRADE-6, E-GRADE-2, E-SEAL-10: with ``filtering="variance"`` the seal excludes
+    a decided group whose rewards are all equal and keeps one whose rewards differ (mutant: the
+    filter looks at the groups outside the batch); an undeterminable group's members are marked
+    neutralized (mutant: never marked); executions and transport attempts are counted from
+    none (mutant: a counter starts at 1). Found by scripts/mutation."""
     registry.publish_grader(world.version(1), source="fix")
     produced = groups(
         world, registry, "v", [("correct", "correct"), ("correct", "wrong"), ("correct", "infra")]
