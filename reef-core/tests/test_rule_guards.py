@@ -32,6 +32,7 @@ And on ``train/pipeline.py``:
 - P-MODE-3: an unread instruction keeps the client's parameters (mutant: they are lost).
 - P-MODE-5, P-BUF-5: a chosen sample of a group is in the manual buffer once, with its mate
   (mutant: twice).
+- P-PIPE-9: a recovered commit counts once and answers whether it committed (mutant: ``None``).
 """
 
 from __future__ import annotations
@@ -460,4 +461,19 @@ def test_a_chosen_sample_of_a_group_is_in_the_manual_buffer_once(
     store.add_record_samples("c", unit, ["r1"])
     pipeline.insert_into_buffer(["u-0"])
     assert [s.sample_id for s in pipeline.buffer()] == ["u-0", "u-1"]
+    pipeline.close(1)
+
+
+def test_a_recovered_commit_counts_once_and_says_whether_it_committed(
+    storage_database: Database,
+) -> None:
+    """rule: P-PIPE-9 -- recovery commits a job a crash left uncommitted: one train count per
+    sample, and asked again it commits nothing and answers False (mutant found by
+    scripts/mutation: the answer is ``None`` whether or not it committed)."""
+    pipeline = _making_pipeline(storage_database)
+    pipeline.made_samples()
+    assert pipeline.commit_recovered("s:data:0", ["made-1"], None) is True
+    assert pipeline.commit_recovered("s:data:0", ["made-1"], None) is False
+    store = TrainerSamples(storage_database, "s")
+    assert store.train_counts("c", ["made-1"]) == {"made-1": 1}
     pipeline.close(1)
