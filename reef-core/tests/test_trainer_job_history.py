@@ -7,19 +7,24 @@ PostgreSQL with REEF_TEST_DATABASE_URL)."""
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Mapping
 from typing import Any
 
 import attrs
+import pytest
 
 from reef.components.interface import JobHandle
 from reef.core.job_data import JobData, JobOutcome, Sample, TrajectorySample
+from reef.core.records import Report
 from reef.hookspecs import hookimpl
 from reef.plugins import Plugins
-from reef.record2sample.no_samples import NoSamples
+from reef.record2sample.no_samples import NO_RECIPE_SAMPLES, NoSamples
 from reef.storage import (
     Database,
+    DropCounters,
     JobHistory,
+    RecordStore,
     SampleBrowser,
     SampleFilter,
     StaleSamples,
@@ -228,3 +233,59 @@ def test_the_trainer_writes_the_samples_it_leaves_out_as_stale(
     _run(storage_database, RecordingComponent(), job_samples=2)
     assert marks.marked(["g1-0", "g1-1"]) == {}
     assert samples.train_counts("c", ["g1-0", "g1-1"]) == {"g1-0": 1, "g1-1": 1}
+
+
+class Killed(BaseException):
+    """The process dies here: nothing after it runs (no handler of the trainer catches it)."""
+
+
+class DyingAfterSubmit(RecordingComponent):
+    """Takes the job, then the trainer's process dies before the commit."""
+
+    def submit(self, data: JobData, parameters: Mapping[str, Any] | None = None) -> JobHandle:
+        super().submit(data, parameters)
+        raise Killed
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_records_a_recovered_commit_ends_are_counted_by_reason(
+    storage_database: Database,
+) -> None:
+    """decision: docs/decisions.md#counting-what-did-not-train -- rule: P-STALE-1 the records
+    the stage ended go with the next job's commit; when the process dies before that commit and
+    the next tenure commits the trained job, their ends are counted under their reason, as the
+    commit would have counted them (the next tenure never sees them again)."""
+    samples = TrainerSamples(storage_database, "s")
+    store_groups(samples)
+    reports = [Report(f"r{i}", "s", (f"call-{i}",)) for i in range(3)]
+    RecordStore(storage_database, "s").append_many([(r, None) for r in reports])
+    dying = DyingAfterSubmit()
+    first = Trainer(
+        "s",
+        "c",
+        database=storage_database,
+        build=grouped_parts(dying, job_samples=2),
+        settings=TrainerSettings(poll_interval=0.05),
+    )
+    first.start()
+    assert dying.all_submitted.wait(30)
+    first.stop(30)
+    crashed = dying.submitted[0].id
+    assert not samples.submitted_among("c", [crashed])  # the commit never came
+    second = Trainer(
+        "s",
+        "c",
+        database=storage_database,
+        build=grouped_parts(RecordingComponent(), job_samples=2),
+        settings=TrainerSettings(poll_interval=0.05),
+    )
+    second.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not samples.submitted_among("c", [crashed]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        second.stop(30)
+    assert samples.submitted_among("c", [crashed]) == {crashed}  # recovery committed it
+    assert samples.consumed_record_ids("c") >= {r.id for r in reports}
+    assert DropCounters(storage_database, "s").counts().get("c") == {NO_RECIPE_SAMPLES: 3}

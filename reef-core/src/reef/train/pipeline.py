@@ -44,7 +44,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import attrs
 
@@ -409,8 +409,7 @@ class TrainingPipeline:
         consumed = self.consumed_sample_ids(data_id, given_back)
         instruction = reservation.instruction
         released = tuple(dict.fromkeys(released_record_ids))
-        ended = self.record2sample.ended_records()
-        drops = Counter(ended[rid] for rid in released if rid in ended)
+        drops = self.drops_of(released)
         self.samples.commit_submission(
             self._trainer,
             data_id,
@@ -429,6 +428,12 @@ class TrainingPipeline:
             ids += (f"instruction:{instruction.request_id}",)
         return ids
 
+    def drops_of(self, released_record_ids: Iterable[str]) -> dict[str, int]:
+        """How many of the released records ended without training, by reason: what their
+        commit adds to the trainer's drop counts."""
+        ended = self.record2sample.ended_records()
+        return dict(Counter(ended[rid] for rid in set(released_record_ids) if rid in ended))
+
     # -- what the trainer keeps in the store beside the buffer -----------------------------
 
     def committed(self, data_id: str) -> bool:
@@ -442,10 +447,12 @@ class TrainingPipeline:
         instruction_id: str | None,
         *,
         released_record_ids: Iterable[str] = (),
+        drops: Mapping[str, int] | None = None,
     ) -> bool:
         """Commit a submission that a crash left uncommitted and that the component trained
-        (Recovery): the reservation died with the crashed process, so its samples, instruction
-        and released records come from the trainer's record of the running job. Idempotent.
+        (Recovery): the reservation died with the crashed process, so its samples, instruction,
+        released records and their drop counts (:meth:`drops_of` at the submission) come from
+        the trainer's record of the running job. Idempotent.
 
         :returns: True when committed now; False when it was committed already.
         """
@@ -455,6 +462,7 @@ class TrainingPipeline:
             sample_ids,
             instruction_id,
             released_record_ids=released_record_ids,
+            drops=drops,
         )
 
     def record_job_outcome(self, outcome: JobOutcome) -> None:

@@ -178,6 +178,8 @@ class _RunningJob:
     sample_ids: tuple[str, ...]
     instruction_id: str | None
     released_record_ids: tuple[str, ...]
+    #: How many released records ended without training, by reason (the commit counts them).
+    drops: Mapping[str, int] = attrs.field(factory=dict)
 
     def to_json(self) -> JSON:
         return {
@@ -185,6 +187,7 @@ class _RunningJob:
             "sample_ids": list(self.sample_ids),
             "instruction_id": self.instruction_id,
             "released_record_ids": list(self.released_record_ids),
+            "drops": dict(self.drops),
         }
 
     @classmethod
@@ -194,6 +197,7 @@ class _RunningJob:
             tuple(body["sample_ids"]),
             body.get("instruction_id"),
             tuple(body.get("released_record_ids", ())),
+            {str(reason): int(n) for reason, n in (body.get("drops") or {}).items()},
         )
 
 
@@ -403,6 +407,7 @@ class Trainer:
                     running.sample_ids,
                     running.instruction_id,
                     released_record_ids=running.released_record_ids,
+                    drops=running.drops,
                 )
             else:
                 # Never trained: the data goes back to the buffer, as released data does.
@@ -454,7 +459,13 @@ class Trainer:
             return None
         data = reservation.data
         released = pipeline.releasable_record_ids()
-        running = _RunningJob(data.id, consumed, reservation.instruction_id, tuple(released))
+        running = _RunningJob(
+            data.id,
+            consumed,
+            reservation.instruction_id,
+            tuple(released),
+            pipeline.drops_of(released),
+        )
         state.set_running_job(self.name, running.to_json())
         self._note_submission(history, data, running)
         try:
