@@ -71,7 +71,9 @@ class OpenClawRLSamplesSettings(Record2SampleSettings):
         validator=attrs.validators.gt(0),
     )
     min_hint_chars: int = config_option(
-        10, help="a shorter hint is no hint", validator=attrs.validators.ge(0)
+        10,
+        help="a hint of at most this many characters is no hint",
+        validator=attrs.validators.ge(0),
     )
 
 
