@@ -96,3 +96,13 @@ def test_reef_check_refuses_the_hindsight_objective_without_hints(tmp_path: Path
     path.write_text(binary.format(folder=tmp_path), encoding="utf-8")
     checked = _reef("check", str(path))
     assert checked.returncode == 0, checked.stdout + checked.stderr
+    # The other way round: a hinting judge's votes are not the binary objective's reward.
+    hinted_binary = DEPLOYMENT.replace("objective: hindsight", "objective: binary")
+    path.write_text(hinted_binary.format(folder=tmp_path), encoding="utf-8")
+    checked = _reef("check", str(path))
+    assert checked.returncode == 1, checked.stdout
+    assert (
+        "OpenClawRLRecipe: the binary objective trains the judge's good/bad votes, and with"
+        " hints: true OpenClawRLSamples asks the judge for hints instead: remove hints (or use"
+        " objective: hindsight) @ $.scenarios.assistant.pipeline.record2sample.config.hints"
+    ) in checked.stderr, checked.stderr

@@ -71,9 +71,11 @@ class OpenClawRLRecipe(Recipe):
     def check_pipeline(
         cls, pipeline: PipelineSection, settings: PluginSettings, *, path: str
     ) -> None:
-        """Also refuse the hindsight objective when its record-to-sample stage, the recipe's
-        ``OpenClawRLSamples``, does not ask the judge for hints: its turns would carry no
-        teacher, so nothing would train."""
+        """Also refuse an objective its record-to-sample stage, the recipe's
+        ``OpenClawRLSamples``, does not judge for: hindsight without hints (its turns would
+        carry no teacher, so nothing would train), and binary with hints (a hinting judge's +1
+        says the next state holds a hint, not that the turn was good, so the reward would train
+        the wrong signal)."""
         super().check_pipeline(pipeline, settings, path=path)
         assert isinstance(settings, OpenClawRLRecipeSettings)
         stage = pipeline.record2sample
@@ -86,6 +88,14 @@ class OpenClawRLRecipe(Recipe):
                 "the hindsight objective distils the judge's hints, and OpenClawRLSamples asks"
                 " for none: set hints: true in pipeline.record2sample.config (or use objective:"
                 " binary)",
+            )
+        if settings.objective == "binary" and ours and hinted:
+            raise RecipeConfigError(
+                cls.__name__,
+                f"{path}.record2sample.config.hints",
+                "the binary objective trains the judge's good/bad votes, and with hints: true"
+                " OpenClawRLSamples asks the judge for hints instead: remove hints (or use"
+                " objective: hindsight)",
             )
 
     @classmethod
