@@ -7,7 +7,9 @@ ended with the metrics a training component reports (``rollout_rewards``).
 
 from __future__ import annotations
 
+import asyncio
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -499,6 +501,36 @@ def test_generations_go_out_in_the_order_they_completed_and_a_failed_delivery_wa
     harness.settle()
     assert calls == [2, 1, 1]
     assert [g for g, _ in generator.recorded] == [2, 1]
+
+
+# rule: P-TASK-17
+def test_a_generation_complete_while_a_delivery_runs_goes_out_after_it(
+    storage_database: Database, harnesses: list[Harness]
+) -> None:
+    """Generation 2 gets its last result while generation 1's results are still being sent,
+    and no job comes after (the rounds limit): it goes out once the first delivery ended."""
+    gate = threading.Event()
+
+    class Slow(ArithmeticTasks):
+        async def record_results(self, results: Any, *, generation: int) -> None:
+            while generation == 1 and not gate.is_set():
+                await asyncio.sleep(0.01)
+            await super().record_results(results, generation=generation)
+
+    generator = Slow(tasks_per_generation=1)
+    harness = _harness(storage_database, harnesses, generator, rounds=2, refill_tasks=1)
+    harness.settle()
+    harness.end(harness.build())  # generation 1 complete: its delivery starts and waits
+    harness.pipeline.produce()  # generation 2's round
+    deadline = time.monotonic() + 30
+    while harness.stage.status()["task_generation"]["completed_generations"] < 2:
+        assert time.monotonic() < deadline, "generation 2 did not complete"
+        time.sleep(0.01)
+        harness.pipeline.produce()
+    harness.end(harness.build())  # generation 2 complete while generation 1 is being sent
+    gate.set()
+    harness.settle()
+    assert [g for g, _ in generator.recorded] == [1, 2]
 
 
 # rule: P-TASK-16

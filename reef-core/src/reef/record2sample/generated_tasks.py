@@ -602,6 +602,10 @@ class GeneratedTaskSamples(Record2Sample):
         for message in errors or ():
             self.last_error = f"sending results: {message}"
             logger.warning("scenario %s: %s", self.context.scenario, self.last_error)
+        if error is None and not errors:
+            # Generations that completed while this delivery ran go out now: no later job
+            # may come to send them. A failed delivery waits for the next job (P-TASK-17).
+            self._deliver()
 
     # -- observation and shutdown ----------------------------------------------------------
 
