@@ -167,3 +167,16 @@ def test_spade_without_the_generator_service_builds_and_fails_to_validate() -> N
     task = HarborTask(name="t", files={"task.toml": "", "instruction.md": "", "tests/test.sh": ""})
     with pytest.raises(GeneratorServiceError, match="REEF_GENERATOR_URL is not set"):
         asyncio.run(spade.validate(task))
+
+
+def test_the_designer_is_told_of_the_last_feedback_tasks_and_no_more_are_kept(
+    spade: SpadeGenerator,
+) -> None:
+    """A long run keeps only what the next prompt can show: the newest feedback_tasks."""
+    tasks = asyncio.run(spade.generate(TaskGenerationRequest(generation=1)))
+    keep = spade.settings.feedback_tasks
+    for generation in range(1, keep + 6):
+        result = RolledOutTask(tasks[0], (float(generation % 2),))
+        asyncio.run(spade.record_results((result,), generation=generation))
+    assert len(spade.feedback) == keep
+    assert spade.feedback[-1].endswith(f": {float((keep + 5) % 2):.2f}")

@@ -97,8 +97,8 @@ class SpadeGenerator(TaskGenerator):
         self.agent = AnswerAgent.parse(settings.agent, plugin_class=type(self), path="$.agent")
         self.designer = designer
         self.service = service
-        #: What the designer is told of recent tasks, newest last (train tasks only: a
-        #: held-out task is never feedback).
+        #: What the designer is told of the last ``feedback_tasks`` tasks, newest last (train
+        #: tasks only: a held-out task is never feedback).
         self.feedback: list[str] = []
         self._closed: set[int] = set()
 
@@ -129,7 +129,7 @@ class SpadeGenerator(TaskGenerator):
             request.description,
             count=self.settings.tasks_per_generation,
             answer_file=self.agent.answer_file,
-            feedback=self.feedback[-self.settings.feedback_tasks :],
+            feedback=self.feedback,
             sources=[_session_line(record) for record in request.source_records],
         )
         return tasks_from_reply(
@@ -190,3 +190,5 @@ class SpadeGenerator(TaskGenerator):
                 rewards = result.rollout_rewards
                 mean = sum(rewards) / len(rewards)
                 self.feedback.append(f"{result.task.instruction[:200]!r}: {mean:.2f}")
+        # Only the newest feedback_tasks reach a prompt: keep no more.
+        del self.feedback[: -self.settings.feedback_tasks]
