@@ -26,20 +26,12 @@ from reef.components.task_training import RolloutBatch, model_sampler  # noqa: E
 from reef.containers.agent import AnswerAgent  # noqa: E402
 from reef.core.job_data import JobData, TaskSample  # noqa: E402
 from reef.core.plugins import PluginConfigError  # noqa: E402
-from reef.testing.task_engines import arithmetic_task  # noqa: E402
+from reef.testing.task_engines import coin_task as task  # noqa: E402
+from reef.testing.task_engines import task_rollout as rollout  # noqa: E402
 
 needs_bwrap = pytest.mark.skipif(
     shutil.which("bwrap") is None, reason="bubblewrap is not installed (scripts/setup does)"
 )
-
-#: A verifier that rewards a reply starting with a letter from a to m: about half of a random
-#: model's replies, so a group's rewards differ and its advantages are not all 0.
-HALF = """\
-case "$(head -c 1 /app/answer.txt)" in
-  [a-m]) echo 1 > /logs/verifier/reward.txt ;;
-  *) echo 0 > /logs/verifier/reward.txt ;;
-esac
-"""
 
 
 def component(state_dir: Path) -> LocalComponent:
@@ -54,23 +46,6 @@ def component(state_dir: Path) -> LocalComponent:
             "learning_rate": 3e-3,
         }
     )
-
-
-def task(name: str, test: str = HALF, toml: str = "") -> TaskSample:
-    value = arithmetic_task(name, 2, 3)
-    value["files"]["tests/test.sh"] = test
-    if toml:
-        value["files"]["task.toml"] = toml
-    return TaskSample(name, value)
-
-
-def rollout(**overrides: Any) -> dict[str, Any]:
-    return {
-        "rollouts_per_task": 4,
-        "agent": {"max_tokens": 8},
-        "sandbox": {"timeout_seconds": 20, "memory_mb": 256},
-        **overrides,
-    }
 
 
 def run(local: LocalComponent, samples: list[TaskSample], **parameters: Any) -> Any:

@@ -62,8 +62,8 @@ from reef.components.job_samples import consumed_lines, job_metrics, prepare_job
 from reef.components.json_files import read_json, write_json
 from reef.components.objectives import batch_logprobs, batch_loss, token_batch
 from reef.components.scheduling import SequenceRef, StepPlan, plan_steps
-from reef.components.task_rollouts import roll_out_tasks
-from reef.components.task_training import RolloutBatch, model_sampler, task_metrics
+from reef.components.task_rollouts import roll_out_tasks, task_metrics
+from reef.components.task_training import RolloutBatch, model_sampler
 from reef.components.teacher import Teachers, distillation_rows
 from reef.components.teacher_scores import samples_without_teacher
 from reef.components.tiny_gpt import TinyGPT, TinyGPTConfig, TinyGPTModel
@@ -430,7 +430,12 @@ class LocalComponent:
             advantage_rows,
         )
         return task_metrics(
-            done, batch, plan, losses=losses, trained_tokens=trained_tokens, artifact_id=artifact_id
+            done,
+            trained_samples=len(batch.sequences),
+            losses=losses,
+            trained_tokens=trained_tokens,
+            dropped_samples=plan.dropped_samples,
+            artifact_id=artifact_id,
         )
 
     def _optimize(

@@ -28,7 +28,7 @@ import math
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -44,14 +44,19 @@ from reef.core.job_data import JobData, TaskSample
 from reef.core.plugins import PluginSettings
 from reef.core.records import JSON
 
+if TYPE_CHECKING:  # the renderer needs jinja2; reef check reads the rollout parameters without
+    from reef.core.chat_rendering import RenderedSequence, Tokenizer
+
 __all__ = [
     "Rollout",
     "RolloutParameters",
     "Sampled",
     "Sampler",
     "TaskRollouts",
+    "reply_text",
     "roll_out_tasks",
     "task_group_advantages",
+    "task_metrics",
 ]
 
 
@@ -128,6 +133,20 @@ class Rollout:
     logprobs: tuple[float, ...]
     reward: float
 
+    def sequence(self) -> RenderedSequence:
+        """The rollout as the sequence that trains: the prompt as context, the reply trained."""
+        from reef.core.chat_rendering import RenderedSequence  # only a component trains it
+
+        return RenderedSequence(
+            (*self.prompt, *self.reply), (0,) * len(self.prompt) + (1,) * len(self.reply)
+        )
+
+    def start_logprobs(self) -> tuple[float, ...]:
+        """The sampler's log probabilities on the rows of the sequence's next-token predictions
+        (``len(sequence) - 1``): the row of position ``i`` predicts token ``i + 1``, so the
+        reply's start at ``len(prompt) - 1``; the prompt's rows are 0 (they do not train)."""
+        return (0.0,) * (len(self.prompt) - 1) + self.logprobs
+
 
 @attrs.frozen
 class TaskRollouts:
@@ -136,6 +155,14 @@ class TaskRollouts:
     rollouts: tuple[Rollout, ...]
     rewards: Mapping[str, list[float]]
     failures: Mapping[str, JSON]
+
+
+def reply_text(tokenizer: Tokenizer, token_ids: Sequence[int]) -> str:
+    """A sampled reply's text: its tokens decoded, less the stop token that ended it."""
+    ids = list(token_ids)
+    if ids and ids[-1] in set(tokenizer.stop_token_ids):
+        ids = ids[:-1]
+    return tokenizer.decode(ids)
 
 
 def roll_out_tasks(
@@ -205,3 +232,42 @@ def task_group_advantages(rollouts: Sequence[Rollout]) -> dict[int, float]:
         for i in members:
             advantages[i] = (rollouts[i].reward - mean) / scale
     return advantages
+
+
+def task_metrics(
+    done: TaskRollouts,
+    *,
+    trained_samples: int,
+    losses: Sequence[float],
+    trained_tokens: int,
+    dropped_samples: int,
+    artifact_id: str,
+) -> JSON:
+    """A finished task job's metrics (``docs/generator-service.md``), in every component.
+
+    :param trained_samples: the rollouts that trained (in groups of at least two).
+    :param artifact_id: the artifact of the job's start weights, which sampled every rollout.
+    """
+    rewards = [r.reward for r in done.rollouts]
+    rollouts: list[Any] = [
+        {
+            "task": r.task,
+            "reward": r.reward,
+            "reply_tokens": len(r.reply),
+            "training": {"artifact_id": artifact_id},
+        }
+        for r in done.rollouts
+    ]
+    return {
+        "loss": sum(losses) / len(losses) if losses else None,
+        "step_losses": list(losses),
+        "steps": len(losses),
+        "samples": trained_samples - dropped_samples,
+        "dropped_samples": dropped_samples,
+        "trained_tokens": trained_tokens,
+        "mean_reward": sum(rewards) / len(rewards) if rewards else None,
+        "objective": "task_group",
+        "rollout_rewards": {name: list(values) for name, values in done.rewards.items()},
+        "rollout_failures": dict(done.failures),
+        "rollouts": rollouts,
+    }

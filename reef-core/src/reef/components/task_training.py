@@ -6,31 +6,32 @@ holds what needs no PyTorch).
 - :class:`RolloutBatch`: the rollouts that train (groups of at least two), each as one rendered
   sequence (the prompt as context, the reply trained), the sampler's log probabilities on the
   rows of its next-token predictions, and its ``task_group`` advantage;
-- :func:`task_metrics`: a finished task job's metrics.
 """
 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Sequence
-from typing import Any
 
 import attrs
 import torch
 
 from reef.components.causal_lm import CausalLM, SamplingRequest
-from reef.components.scheduling import StepPlan
-from reef.components.task_rollouts import Sampled, Sampler, TaskRollouts, task_group_advantages
+from reef.components.task_rollouts import (
+    Sampled,
+    Sampler,
+    TaskRollouts,
+    reply_text,
+    task_group_advantages,
+)
 from reef.core.chat_rendering import ChatRenderer, RenderedSequence
 from reef.core.records import JSON
 
-__all__ = ["RolloutBatch", "model_sampler", "task_metrics"]
+__all__ = ["RolloutBatch", "model_sampler"]
 
 
 def model_sampler(model: CausalLM, renderer: ChatRenderer) -> Sampler:
     """Samples replies of ``model`` as it is now (a task job's start weights: no step ran)."""
     tokenizer = renderer.tokenizer
-    stop_ids = set(tokenizer.stop_token_ids)
 
     def sample(request: JSON, count: int) -> tuple[tuple[int, ...], list[Sampled]]:
         prompt = tuple(renderer.prompt_ids(request))
@@ -53,8 +54,7 @@ def model_sampler(model: CausalLM, renderer: ChatRenderer) -> Sampler:
         )
         replies = []
         for generation in generations:
-            ids = list(generation.token_ids)
-            text = tokenizer.decode(ids[:-1] if ids and ids[-1] in stop_ids else ids)
+            text = reply_text(tokenizer, generation.token_ids)
             replies.append(Sampled(generation.token_ids, generation.logprobs, text))
         return prompt, replies
 
@@ -83,47 +83,6 @@ class RolloutBatch:
         start: list[torch.Tensor] = []
         for index in sorted(advantages):
             rollout = done.rollouts[index]
-            ids = (*rollout.prompt, *rollout.reply)
-            sequences.append(
-                RenderedSequence(ids, (0,) * len(rollout.prompt) + (1,) * len(rollout.reply))
-            )
-            row = torch.zeros(len(ids) - 1, device=device)
-            # The row of position i predicts token i + 1: the reply starts at len(prompt).
-            row[len(rollout.prompt) - 1 :] = torch.tensor(rollout.logprobs, device=device)
-            start.append(row)
+            sequences.append(rollout.sequence())
+            start.append(torch.tensor(rollout.start_logprobs(), device=device))
         return cls(tuple(sequences), tuple(start), tuple(advantages[i] for i in sorted(advantages)))
-
-
-def task_metrics(
-    done: TaskRollouts,
-    batch: RolloutBatch,
-    plan: StepPlan,
-    *,
-    losses: Sequence[float],
-    trained_tokens: int,
-    artifact_id: str,
-) -> JSON:
-    """A finished task job's metrics (``docs/generator-service.md``)."""
-    rewards = [r.reward for r in done.rollouts]
-    rollouts: list[Any] = [
-        {
-            "task": r.task,
-            "reward": r.reward,
-            "reply_tokens": len(r.reply),
-            "training": {"artifact_id": artifact_id},
-        }
-        for r in done.rollouts
-    ]
-    return {
-        "loss": sum(losses) / len(losses) if losses else None,
-        "step_losses": list(losses),
-        "steps": len(losses),
-        "samples": len(batch.sequences) - plan.dropped_samples,
-        "dropped_samples": plan.dropped_samples,
-        "trained_tokens": trained_tokens,
-        "mean_reward": sum(rewards) / len(rewards) if rewards else None,
-        "objective": "task_group",
-        "rollout_rewards": {name: list(values) for name, values in done.rewards.items()},
-        "rollout_failures": dict(done.failures),
-        "rollouts": rollouts,
-    }

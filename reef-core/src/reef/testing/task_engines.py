@@ -10,6 +10,9 @@ Each is a stand-in for an inference engine (vLLM, SGLang, a hosted API): it impl
 - :func:`scripted_designer`: a designer model that answers every request with the next of the
   replies it was given (the last one again when they run out), and keeps the requests it got.
 
+:func:`coin_task` and :func:`task_rollout` are a task job's data and rollout parameters for the
+components' task-job tests.
+
 :func:`generator_service` serves a real generator service (the Reef service of a one-scenario
 deployment with a ``generator`` section, on SQLite, without tokens, on loopback) whose scenario
 ``tasks`` is answered by a given engine, for a generator's tests.
@@ -29,12 +32,21 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from reef.core.job_data import TaskSample
 from reef.core.records import JSON
 from reef.plugins.scenarios import load_deployment
 from reef.server import ServerOptions, create_app, open_databases
 from reef.testing.service import serve_on_loopback, service_test_plugins
 
-__all__ = ["arithmetic_task", "generator_service", "hint_policy", "scripted_designer"]
+__all__ = [
+    "COIN_VERIFIER",
+    "arithmetic_task",
+    "coin_task",
+    "generator_service",
+    "hint_policy",
+    "scripted_designer",
+    "task_rollout",
+]
 
 _HINT: Final = re.compile(r"Hint:.*?(-?\d+)\s*$", re.DOTALL)
 
@@ -110,6 +122,37 @@ def arithmetic_task(name: str, a: int, b: int, *, answer_file: str = "answer.txt
             "solution/solve.sh": f"echo {a + b} > /app/{answer_file}\n",
         },
         "source_agent_record_ids": [],
+    }
+
+
+#: A verifier that rewards a reply starting with a letter from a to m: about half of a random
+#: model's replies, so a group's rewards differ and its advantages are not all 0.
+COIN_VERIFIER: Final = """\
+case "$(head -c 1 /app/answer.txt)" in
+  [a-m]) echo 1 > /logs/verifier/reward.txt ;;
+  *) echo 0 > /logs/verifier/reward.txt ;;
+esac
+"""
+
+
+def coin_task(name: str, test: str = COIN_VERIFIER, toml: str = "") -> TaskSample:
+    """A task sample whose verifier is ``test`` (:data:`COIN_VERIFIER` by default) and whose
+    ``task.toml`` is ``toml`` when given (the arithmetic task's otherwise)."""
+    value = arithmetic_task(name, 2, 3)
+    value["files"]["tests/test.sh"] = test
+    if toml:
+        value["files"]["task.toml"] = toml
+    return TaskSample(name, value)
+
+
+def task_rollout(**overrides: Any) -> JSON:
+    """A task job's ``rollout`` parameter for a small model: 4 short rollouts of each task, in
+    a sandbox of 256 MB and 20 seconds; ``overrides`` replace its keys."""
+    return {
+        "rollouts_per_task": 4,
+        "agent": {"max_tokens": 8},
+        "sandbox": {"timeout_seconds": 20, "memory_mb": 256},
+        **overrides,
     }
 
 
