@@ -6,6 +6,7 @@ timeouts and restarts. The component's share of the trainer's contract runs in
 from __future__ import annotations
 
 import logging
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +30,14 @@ from reef.core.chat_rendering import RenderedSequence  # noqa: E402
 from reef.core.job_data import JobData, TrajectorySample  # noqa: E402
 from reef.core.plugins import PluginConfigError  # noqa: E402
 from reef.testing.samples import exchange  # noqa: E402
+from reef.testing.task_engines import coin_task, task_rollout  # noqa: E402
 from reef.testing.tinker_service import ProcessKilled, TinkerStandIn  # noqa: E402
 
 KEY = "tml-secret-key-123"
+
+needs_bwrap = pytest.mark.skipif(
+    shutil.which("bwrap") is None, reason="bubblewrap is not installed (scripts/setup does)"
+)
 
 
 def samples(count: int = 6) -> tuple[TrajectorySample, ...]:
@@ -422,3 +428,117 @@ def test_an_engine_teacher_is_asked_and_a_local_model_folder_is_refused(
     )
     assert outcome.event == "failed"
     assert "http://127.0.0.1:9/v1/completions" in (outcome.error or "")
+
+
+# --------------------------------------------------------------------------- task jobs
+
+
+#: A verifier whose reward is a checksum of the reply, scaled to [0, 1): a small random model's
+#: rollouts of a task are distinct, so their rewards differ and each group trains.
+CHECKSUM = """\
+cksum < /app/answer.txt | awk '{print ($1 % 1000) / 1000}' > /logs/verifier/reward.txt
+"""
+
+
+def task_job(
+    tinker: TinkerComponent,
+    names: tuple[str, ...],
+    test: str = CHECKSUM,
+    **rollout_settings: Any,
+) -> Any:
+    job = JobData("tasks:data:0", tuple(coin_task(name, test) for name in names))
+    parameters = {"objective": "task_group", "rollout": task_rollout(**rollout_settings)}
+    handle = tinker.submit(job, parameters)
+    return tinker.wait(handle, timeout=300)
+
+
+@pytest.fixture
+def recorded(service: TinkerStandIn, monkeypatch: pytest.MonkeyPatch) -> dict[str, list[Any]]:
+    """What the stand-in's samplers answered and what each ``forward_backward`` trained."""
+    from reef.testing.tinker_service import StandInSamplingClient, StandInTrainingClient
+
+    seen: dict[str, list[Any]] = {"sampled": [], "trained": []}
+    sample, forward_backward = StandInSamplingClient.sample, StandInTrainingClient.forward_backward
+
+    def sampled(self: Any, prompt: Any, num_samples: int, params: Any) -> Any:
+        answer = sample(self, prompt, num_samples, params)
+        seen["sampled"] += [(prompt.to_ints(), s) for s in answer.result().sequences]
+        return answer
+
+    def trained(self: Any, data: Any, loss_fn: Any, config: Any = None) -> Any:
+        seen["trained"] += data
+        return forward_backward(self, data, loss_fn, config)
+
+    monkeypatch.setattr(StandInSamplingClient, "sample", sampled)
+    monkeypatch.setattr(StandInTrainingClient, "forward_backward", trained)
+    return seen
+
+
+@needs_bwrap
+def test_a_task_job_samples_on_tinker_at_its_start_weights_scores_and_trains(
+    tmp_path: Path, service: TinkerStandIn
+) -> None:
+    # rule: P-TASK-14 — rolled out at the job's start weights, groups of at least two,
+    # rollout_rewards in the metrics; rule: P-STALE-4 — each rollout names its artifact.
+    tinker = component(tmp_path, service, batch_size=8)
+    start = tinker.publish()
+    outcome = task_job(tinker, ("first", "second"))
+    assert outcome.event == "finished", outcome.error
+    metrics = outcome.metrics
+    assert metrics["objective"] == "task_group"
+    assert set(metrics["rollout_rewards"]) == {"first", "second"}
+    assert all(len(r) == 4 for r in metrics["rollout_rewards"].values())
+    assert all(0 <= v <= 1 for r in metrics["rollout_rewards"].values() for v in r)
+    assert all(len(set(r)) > 1 for r in metrics["rollout_rewards"].values())  # groups train
+    assert metrics["rollout_failures"] == {}
+    assert {r["training"]["artifact_id"] for r in metrics["rollouts"]} == {start.artifact_id}
+    assert metrics["samples"] == 8
+    assert metrics["trained_tokens"] > 0
+    # Sampled by Tinker's sampler on the start weights' sampler path, before any step; trained
+    # with Tinker's importance_sampling loss; the job's checkpoint makes new weights.
+    assert service.calls.index("create_sampling_client") < service.calls.index("forward_backward")
+    assert {loss for loss, _ in service.losses} == {"importance_sampling"}
+    after = tinker.publish()
+    assert after.artifact_id != start.artifact_id
+    assert not same_weights(weights(service, start.path), weights(service, after.path))
+
+
+@needs_bwrap
+def test_a_task_rollout_trains_its_exact_tokens_and_sampler_logprobs(
+    tmp_path: Path, service: TinkerStandIn, recorded: dict[str, list[Any]]
+) -> None:
+    # rule: P-REND-6 — each trained Datum is a rollout's prompt and reply exactly as Tinker's
+    # sampler gave them, with the sampler's log probabilities on the reply's positions.
+    tinker = component(tmp_path, service, batch_size=8)
+    outcome = task_job(tinker, ("only",), rollouts_per_task=3)
+    assert outcome.event == "finished", outcome.error
+    assert len(recorded["sampled"]) == 3
+    assert len(recorded["trained"]) == 3
+    for datum, (prompt, reply) in zip(recorded["trained"], recorded["sampled"], strict=True):
+        ids = [*datum.model_input.to_ints(), datum.loss_fn_inputs["target_tokens"].tolist()[-1]]
+        assert ids == [*prompt, *reply.tokens]
+        start = datum.loss_fn_inputs["logprobs"].tolist()
+        assert start[len(prompt) - 1 :] == pytest.approx(list(reply.logprobs))
+        assert not any(datum.loss_fn_inputs["advantages"].tolist()[: len(prompt) - 1])
+
+
+def test_a_task_job_whose_sandbox_fails_reports_an_infrastructure_failure(
+    tmp_path: Path, service: TinkerStandIn
+) -> None:
+    nowhere = {"backend": "docker", "docker_url": f"unix://{tmp_path}/no-daemon.sock"}
+    tinker = component(tmp_path, service)
+    start = tinker.publish().artifact_id
+    outcome = task_job(tinker, ("lost",), sandbox=nowhere)
+    assert outcome.event == "finished", outcome.error
+    assert outcome.metrics["rollout_rewards"] == {}
+    failure = outcome.metrics["rollout_failures"]["lost"]
+    assert failure["infrastructure_failure"] is True
+    assert "Docker daemon" in failure["error"]
+    assert "forward_backward" not in service.calls  # nothing trained: the weights stay
+    assert tinker.publish().artifact_id == start
+
+
+def test_a_task_job_needs_its_rollout_parameter(tmp_path: Path, service: TinkerStandIn) -> None:
+    tinker = component(tmp_path, service)
+    with pytest.raises(PluginConfigError, match="rollout"):
+        tinker.submit(JobData("tasks:data:0", (coin_task("a"),)), {"objective": "task_group"})

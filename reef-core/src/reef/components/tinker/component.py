@@ -21,6 +21,13 @@ A job runs on the component's own thread (the trainer never waits on Tinker):
 6. save the trained weights as a Tinker training checkpoint (with the optimizer state) named
    for this attempt of the job, then record the job's outcome under ``state_dir``.
 
+**Task jobs** (``task_group``): :func:`~reef.components.task_rollouts.roll_out_tasks` rolls
+the tasks out on a Tinker sampling client at the job's start weights (saved for the sampler as
+``publish`` saves them, and named in each rollout's ``training.artifact_id``), each reply keeping
+the tokens and log probabilities Tinker's sampler gave (P-REND-6), and each task's group of at
+least two rollouts trains with ``importance_sampling`` on its ``task_group`` advantages, in the
+steps and checkpoint of any job.
+
 **Idempotence across restarts.** The checkpoint is the job's commit point on the service. Just
 before it is saved, the outcome the job will have and the checkpoint's name are written to
 ``state_dir`` (*pending*). A component that starts finds a pending job and asks Tinker for the
@@ -55,7 +62,7 @@ import os
 import threading
 import traceback
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -69,6 +76,7 @@ from reef.components.job_runner import JobRunner
 from reef.components.job_samples import PreparedJob, consumed_lines, job_metrics, prepare_job
 from reef.components.json_files import read_json, write_json
 from reef.components.scheduling import SequenceRef, StepPlan, plan_steps
+from reef.components.task_rollouts import roll_out_tasks, task_group_advantages, task_metrics
 from reef.components.teacher_scores import (
     EngineTeacher,
     TeacherScorer,
@@ -82,7 +90,8 @@ from reef.components.tinker.datums import (
     policy_datum,
     target_logprobs,
 )
-from reef.core.chat_rendering import ChatRenderer, RenderedSample, Tokenizer
+from reef.components.tinker.sampler import start_sampler
+from reef.core.chat_rendering import ChatRenderer, RenderedSample, RenderedSequence, Tokenizer
 from reef.core.config import config_option
 from reef.core.job_data import JobData, JobOutcome
 from reef.core.plugins import PluginConfigError, PluginSettings
@@ -322,7 +331,9 @@ class TinkerComponent:
         :raises reef.core.plugins.PluginConfigError: for parameters it does not take.
         """
         job = JobParameters.parse(parameters, plugin_class=type(self), path="$.parameters")
-        job.refuse_unsupported(type(self), ("cross_entropy", "importance_sampling", "ppo"))
+        job.refuse_unsupported(
+            type(self), ("cross_entropy", "importance_sampling", "ppo", "task_group")
+        )
         if job.distillation is not None and job.distillation.teacher.model_path is not None:
             raise PluginConfigError(
                 type(self).__name__,
@@ -356,31 +367,35 @@ class TinkerComponent:
         """Publish the weights of the last finished job for Tinker's sampler, once per
         checkpoint, as an artifact."""
         with self._lock:
-            client = self._training_client()
-            checkpoint = str(self._state()["checkpoint"])
-            artifact_id = checkpoint_artifact_id(checkpoint)
-            folder = self.state_dir / "artifacts" / artifact_id.partition(":")[2]
-            if read_json(folder / "artifact.json") is None:
-                saved = self.tinker.wait(
-                    client.save_weights_for_sampler(
-                        f"reef-{artifact_id.partition(':')[2][:40]}",
-                        ttl_seconds=self.settings.checkpoint_ttl_seconds,
-                    ),
-                    "the save of the sampler weights",
-                )
-                write_json(
-                    folder / "artifact.json",
-                    {
-                        "artifact_id": artifact_id,
-                        "base_model": self.settings.base_model,
-                        "checkpoint": checkpoint,
-                        "sampler_path": saved.path,
-                    },
-                )
+            artifact_id, folder, _ = self._sampler_artifact(self._training_client())
             latest = self.state_dir / "artifacts" / f".LATEST.{os.getpid()}"
             latest.write_text(artifact_id, encoding="utf-8")
             os.replace(latest, self.state_dir / "artifacts" / "LATEST")
             return Artifact(artifact_id, folder)
+
+    def _sampler_artifact(self, client: TrainingClientLike) -> tuple[str, Path, str]:
+        """The artifact of the last finished job's weights (``client``'s), saved for Tinker's
+        sampler once per checkpoint: its id, its folder and its sampler path."""
+        checkpoint = str(self._state()["checkpoint"])
+        artifact_id = checkpoint_artifact_id(checkpoint)
+        folder = self.state_dir / "artifacts" / artifact_id.partition(":")[2]
+        body = read_json(folder / "artifact.json")
+        if body is None:
+            saved = self.tinker.wait(
+                client.save_weights_for_sampler(
+                    f"reef-{artifact_id.partition(':')[2][:40]}",
+                    ttl_seconds=self.settings.checkpoint_ttl_seconds,
+                ),
+                "the save of the sampler weights",
+            )
+            body = {
+                "artifact_id": artifact_id,
+                "base_model": self.settings.base_model,
+                "checkpoint": checkpoint,
+                "sampler_path": saved.path,
+            }
+            write_json(folder / "artifact.json", body)
+        return artifact_id, folder, str(body["sampler_path"])
 
     def close(self) -> None:
         """Take no more jobs; wait for the running one (each of its requests is bounded by
@@ -407,6 +422,8 @@ class TinkerComponent:
 
     def _train(self, data: JobData, job: JobParameters) -> JobOutcome:
         client = self._training_client()
+        if job.objective == "task_group":
+            return self._train_tasks(client, data, job)
         prepared = prepare_job(
             data,
             self.renderer,
@@ -441,6 +458,53 @@ class TinkerComponent:
             if job.objective == "ppo"
             else None
         )
+
+        def datum(ref: SequenceRef, divisor: float) -> types.Datum:
+            sequence = prepared.rendered[ref[0]][1].sequences[ref[1]]
+            if job.objective == "cross_entropy":
+                return cross_entropy_datum(sequence, divisor)
+            advantage = token_rows[ref] if token_rows else prepared.advantage_of(ref[0])
+            return policy_datum(sequence, start[ref], advantage, divisor)
+
+        losses, trained_tokens, step_tokens = self._optimize(
+            client,
+            job,
+            plan,
+            lambda ref: prepared.rendered[ref[0]][1].sequences[ref[1]],
+            datum,
+            job.objective,
+            loss_fn_config,
+        )
+        consumed = [
+            line
+            for number, tokens in enumerate(step_tokens)
+            for line in consumed_lines(number, tokens, prepared)
+        ]
+        metrics = job_metrics(
+            prepared, plan, losses=losses, trained_tokens=trained_tokens, consumed=consumed
+        )
+        if job.distillation is not None:
+            metrics["teacher_kl"] = teacher_kl
+            metrics["samples_without_teacher"] = samples_without_teacher(prepared)
+        outcome = JobOutcome(data.id, self._name, "finished", metrics=metrics)
+        if losses:
+            self._commit(client, outcome)
+        return outcome
+
+    def _optimize(
+        self,
+        client: TrainingClientLike,
+        job: JobParameters,
+        plan: StepPlan,
+        sequence: Callable[[SequenceRef], RenderedSequence],
+        datum: Callable[[SequenceRef, float], types.Datum],
+        loss_fn: str,
+        loss_fn_config: dict[str, float] | None,
+    ) -> tuple[list[float], int, list[dict[int, int]]]:
+        """Per planned step, one ``forward_backward`` of its ``Datum`` values (``datum`` of
+        each sequence and the step's divisor) with Tinker's loss ``loss_fn``, and one
+        ``optim_step``: each step's loss, the tokens trained, and each step's trained tokens
+        by unit."""
         adam = types.AdamParams(
             learning_rate=job.learning_rate or self.settings.learning_rate,
             beta1=self.settings.beta1,
@@ -451,47 +515,87 @@ class TinkerComponent:
         )
         losses: list[float] = []
         trained_tokens = 0
-        consumed: list[JSON] = []
+        step_tokens: list[dict[int, int]] = []
         for step in plan.steps:
-            sequences = [prepared.rendered[s][1].sequences[i] for s, i in step.sequences]
             loss_tokens: dict[int, int] = {}
-            for (position, _), sequence in zip(step.sequences, sequences, strict=True):
-                loss_tokens[position] = loss_tokens.get(position, 0) + sum(sequence.loss_mask[1:])
+            for ref in step.sequences:
+                trained = sum(sequence(ref).loss_mask[1:])
+                loss_tokens[ref[0]] = loss_tokens.get(ref[0], 0) + trained
             tokens = sum(loss_tokens.values())
             if tokens == 0:
                 continue
             divisor = step.loss_divisor(tokens, self.settings.batch_size)
-            if job.objective == "cross_entropy":
-                datums = [cross_entropy_datum(sequence, divisor) for sequence in sequences]
-            else:
-                datums = [
-                    policy_datum(
-                        sequence,
-                        start[ref],
-                        token_rows[ref] if token_rows else prepared.advantage_of(ref[0]),
-                        divisor,
-                    )
-                    for ref, sequence in zip(step.sequences, sequences, strict=True)
-                ]
+            datums = [datum(ref, divisor) for ref in step.sequences]
             # Both submitted before either is awaited, as the SDK asks: the service runs them
             # back to back.
             backward = client.forward_backward(
                 datums,
-                job.objective,  # type: ignore[arg-type]
+                loss_fn,  # type: ignore[arg-type]
                 loss_fn_config,
             )
             optimizer = client.optim_step(adam)
             output = self.tinker.wait(backward, f"forward_backward of step {len(losses)}")
             self.tinker.wait(optimizer, f"optim_step of step {len(losses)}")
-            consumed += consumed_lines(len(losses), loss_tokens, prepared)
+            step_tokens.append(loss_tokens)
             losses.append(float(output.metrics.get("loss:sum", float("nan"))))
             trained_tokens += tokens
-        metrics = job_metrics(
-            prepared, plan, losses=losses, trained_tokens=trained_tokens, consumed=consumed
+        return losses, trained_tokens, step_tokens
+
+    def _train_tasks(
+        self, client: TrainingClientLike, data: JobData, job: JobParameters
+    ) -> JobOutcome:
+        """A task job (:mod:`reef.components.task_rollouts`): its tasks rolled out on a
+        sampling client at the job's start weights, scored by their verifiers, and each
+        rollout's own tokens trained against the log probabilities Tinker's sampler gave them
+        (P-REND-6), with ``task_group`` advantages and the ``importance_sampling`` loss."""
+        if job.rollout is None:
+            raise ValueError("the task_group objective needs the rollout job parameter")
+        # The job's start weights, saved for the sampler (once per checkpoint, as publish
+        # does): the artifact every rollout names.
+        artifact_id, _, sampler_path = self._sampler_artifact(client)
+        sampling = self.tinker.wait(
+            self.tinker.service.create_sampling_client(sampler_path),
+            f"the sampling client of {artifact_id}",
         )
-        if job.distillation is not None:
-            metrics["teacher_kl"] = teacher_kl
-            metrics["samples_without_teacher"] = samples_without_teacher(prepared)
+        renderer = self.renderer
+        done = roll_out_tasks(
+            data,
+            job.rollout,
+            sampler=start_sampler(
+                self.tinker, sampling, renderer, max_seq_len=self.settings.max_seq_len
+            ),
+            tasks_root=self.state_dir / "tasks",
+        )
+        advantages = task_group_advantages(done.rollouts)
+        trained = [done.rollouts[i] for i in sorted(advantages)]
+        values = [advantages[i] for i in sorted(advantages)]
+        plan = plan_steps(
+            [[len(r.prompt) + len(r.reply)] for r in trained],
+            batch_size=self.settings.batch_size,
+            scheduling=job.scheduling,
+        )
+        losses, trained_tokens, _ = self._optimize(
+            client,
+            job,
+            plan,
+            lambda ref: trained[ref[0]].sequence(),
+            lambda ref, divisor: policy_datum(
+                trained[ref[0]].sequence(),
+                trained[ref[0]].start_logprobs(),
+                values[ref[0]],
+                divisor,
+            ),
+            "importance_sampling",
+            None,
+        )
+        metrics = task_metrics(
+            done,
+            trained_samples=len(trained),
+            losses=losses,
+            trained_tokens=trained_tokens,
+            dropped_samples=plan.dropped_samples,
+            artifact_id=artifact_id,
+        )
         outcome = JobOutcome(data.id, self._name, "finished", metrics=metrics)
         if losses:
             self._commit(client, outcome)

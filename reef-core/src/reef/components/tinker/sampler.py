@@ -12,12 +12,16 @@ What is left for the service's engine work: a ``serving.engine: tinker`` kind th
 chat request into :meth:`TinkerSampler.sample` and its result into a ``chat.completion`` body
 (decoding, tool-call parsing, ``system_fingerprint`` = the answering artifact), as the local
 engine does for its own weights.
+
+:func:`start_sampler` samples a task job's rollouts on a sampling client at the job's start
+weights (:mod:`reef.components.task_rollouts`).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -25,7 +29,11 @@ from pathlib import Path
 import attrs
 from tinker import types
 
+from reef.components.task_rollouts import Sampled as TaskReply
+from reef.components.task_rollouts import Sampler, reply_text
 from reef.components.tinker.connection import Connect, SamplingClientLike, TinkerConnection
+from reef.core.chat_rendering import ChatRenderer
+from reef.core.records import JSON
 from reef.errors import ReefError
 
 
@@ -147,3 +155,51 @@ class TinkerSampler:
                 for s in response.sequences
             ),
         )
+
+
+def start_sampler(
+    connection: TinkerConnection,
+    client: SamplingClientLike,
+    renderer: ChatRenderer,
+    *,
+    max_seq_len: int | None,
+) -> Sampler:
+    """The :data:`~reef.components.task_rollouts.Sampler` of a task job: ``client`` samples at
+    the job's start weights, and each reply keeps its exact tokens and the log probability
+    Tinker's sampler gave each (P-REND-6).
+
+    :param max_seq_len: the longest sequence that trains: a reply is cut to fit after its
+        prompt (``None``: the request's ``max_tokens`` alone).
+    :raises ValueError: (from the sampler) for a prompt with no room for a reply, or a reply
+        without log probabilities.
+    """
+
+    def sample(request: JSON, count: int) -> tuple[tuple[int, ...], list[TaskReply]]:
+        prompt = tuple(renderer.prompt_ids(request))
+        max_tokens = int(request["max_tokens"])
+        if max_seq_len is not None:
+            if len(prompt) >= max_seq_len:
+                raise ValueError(
+                    f"the task's prompt is {len(prompt)} tokens; max_seq_len is {max_seq_len}"
+                )
+            max_tokens = min(max_tokens, max_seq_len - len(prompt))
+        params = types.SamplingParams(
+            max_tokens=max_tokens,
+            temperature=float(request["temperature"]),
+            stop=list(renderer.tokenizer.stop_token_ids),
+            seed=secrets.randbits(31),
+        )
+        response = connection.wait(
+            client.sample(types.ModelInput.from_ints(list(prompt)), count, params),
+            "a task's rollouts",
+        )
+        replies = []
+        for sequence in response.sequences:
+            if sequence.logprobs is None:
+                raise ValueError("Tinker's sampler returned a reply without log probabilities")
+            tokens = tuple(sequence.tokens)
+            text = reply_text(renderer.tokenizer, tokens)
+            replies.append(TaskReply(tokens, tuple(sequence.logprobs), text))
+        return prompt, replies
+
+    return sample
