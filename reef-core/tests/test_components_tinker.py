@@ -542,3 +542,37 @@ def test_a_task_job_needs_its_rollout_parameter(tmp_path: Path, service: TinkerS
     tinker = component(tmp_path, service)
     with pytest.raises(PluginConfigError, match="rollout"):
         tinker.submit(JobData("tasks:data:0", (coin_task("a"),)), {"objective": "task_group"})
+
+
+@needs_bwrap
+def test_a_task_job_that_reached_its_checkpoint_before_a_crash_keeps_its_rollout_rewards(
+    tmp_path: Path, service: TinkerStandIn
+) -> None:
+    """The process dies after Tinker saved the task job's checkpoint: the restarted component
+    reports it finished with the rewards its rollouts had, so each task keeps one result."""
+    first = component(tmp_path, service, batch_size=8)
+    start = first.publish().artifact_id
+    service.kill_process("save_state", applied=True)
+    with pytest.raises(ProcessKilled):
+        task_job(first, ("only",))
+
+    restarted = component(tmp_path, service, batch_size=8)
+    outcome = restarted.poll(JobHandle("tasks:data:0", "tinker"))
+    assert outcome is not None
+    assert outcome.event == "finished", outcome.error
+    assert len(outcome.metrics["rollout_rewards"]["only"]) == 4
+    assert {r["training"]["artifact_id"] for r in outcome.metrics["rollouts"]} == {start}
+    assert restarted.publish().artifact_id != start
+
+
+def test_a_task_job_whose_sampler_fails_fails_and_keeps_the_weights(
+    tmp_path: Path, service: TinkerStandIn
+) -> None:
+    tinker = component(tmp_path, service)
+    before = tinker.publish()
+    service.fail("create_sampling_client", ConnectionError("sampler unavailable"))
+    failed = task_job(tinker, ("only",))
+    assert failed.event == "failed"
+    assert "sampler unavailable" in (failed.error or "")
+    assert "forward_backward" not in service.calls
+    assert tinker.publish() == before
