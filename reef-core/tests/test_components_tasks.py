@@ -102,21 +102,36 @@ def test_a_rollout_trains_its_sampler_log_probabilities_as_they_are(tmp_path: Pa
         assert (row * mask).tolist() == pytest.approx((recomputed * mask).tolist(), abs=1e-4)
 
 
+#: Scores 1 when the reply's first byte is even: about half of an untrained model's replies, so
+#: a task's group of 8 rollouts almost never scores alike and its advantages are not all 0.
+PARITY_VERIFIER = """\
+byte=$(head -c 1 /app/answer.txt | od -An -tu1 | tr -d ' \\n')
+if [ -n "$byte" ] && [ $((byte % 2)) -eq 0 ]; then
+  echo 1 > /logs/verifier/reward.txt
+else
+  echo 0 > /logs/verifier/reward.txt
+fi
+"""
+
+
 @needs_bwrap
 def test_a_task_job_rolls_out_scores_trains_and_reports_rewards(tmp_path: Path) -> None:
     # rule: P-TASK-14 — rolled out at the job's start weights, groups of at least two,
     # rollout_rewards in the metrics; rule: P-STALE-4 — each rollout names its artifact.
     local = component(tmp_path)
     start = local.publish().artifact_id
-    outcome = run(local, [task("first"), task("second")], rollout=rollout())
+    tasks = [task("first", PARITY_VERIFIER), task("second", PARITY_VERIFIER)]
+    outcome = run(local, tasks, rollout=rollout(rollouts_per_task=8))
     assert outcome.event == "finished", outcome.error
     metrics = outcome.metrics
     assert set(metrics["rollout_rewards"]) == {"first", "second"}
-    assert all(len(r) == 4 for r in metrics["rollout_rewards"].values())
+    assert all(len(r) == 8 for r in metrics["rollout_rewards"].values())
     assert all(v in (0.0, 1.0) for r in metrics["rollout_rewards"].values() for v in r)
+    # A group whose rewards differ: the job trained on advantages, not weight decay alone.
+    assert any(len(set(r)) == 2 for r in metrics["rollout_rewards"].values())
     assert metrics["rollout_failures"] == {}
     assert {r["training"]["artifact_id"] for r in metrics["rollouts"]} == {start}
-    assert metrics["samples"] == 8
+    assert metrics["samples"] == 16
     assert metrics["trained_tokens"] > 0
     assert local.publish().artifact_id != start  # it trained
 
