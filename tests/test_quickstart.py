@@ -117,7 +117,7 @@ def test_the_quickstart_run_prints_progress_the_text_curve_and_writes_the_png(
     assert trained == sorted(trained)
     assert trained[-1] >= 2
     assert all(m.group(3) != "unknown" for m in progress)
-    start = lines.index("Quickstart: learning the magic word")
+    start = lines.index(_plot().TITLE)
     assert lines[start + 1] == "mean reward"
     table = lines[lines.index("", start) + 1 :]
     assert table[0].split()[:2] == ["n", "answers"]

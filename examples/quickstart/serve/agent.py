@@ -1,9 +1,10 @@
 """The quickstart's agent and grader: talk to ``reef serve`` through the ``openai`` client, score
 each answer, post the scores as reports, and watch the model learn.
 
-The task: the user asks for the magic word, and the answer is scored letter by letter against
-``reef`` (how close each character is to the target's, so even a random model's answers differ
-in score and the group-relative policy gradient has something to follow from the first job).
+The task: the user asks for the magic letter, ``r`` (for reef), in a reply of one token, and
+the answer is scored by how close its character is to the target's (so even a random model's
+answers differ in score and the group-relative policy gradient has something to follow from
+the first job). A word is not learnt yet by this small model: see ``docs/trainer.md``.
 Each round asks the same question ``group_size`` times; the reports of one round share a
 comparison group (``metadata.group``), which is what the grouped recipe trains on.
 
@@ -33,18 +34,20 @@ import openai
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from plot import ArtifactPoint, progress_line, text_curve, write_png
 
-TARGET = "reef"
-QUESTION = "What is the magic word?"
-SYSTEM = "You answer with one word."
+TARGET = "r"
+QUESTION = "What is the magic letter?"
+SYSTEM = "You answer with one letter."
 
 
 def score(answer: str) -> float:
-    """How close ``answer`` is to ``TARGET``, in [0, 1]: each target letter scores
-    ``1 - distance/64`` by code point (0 when absent or far), and extra letters cost a little."""
+    """How close ``answer`` is to ``TARGET``, in [0, 1]: each target letter scores half of
+    ``1 - distance/64`` by code point (0 when absent or far) plus half when it is exact, and
+    extra letters cost a little."""
     total = 0.0
     for index, wanted in enumerate(TARGET):
         if index < len(answer):
-            total += max(0.0, 1.0 - abs(ord(answer[index]) - ord(wanted)) / 64)
+            distance = abs(ord(answer[index]) - ord(wanted))
+            total += 0.5 * max(0.0, 1.0 - distance / 64) + 0.5 * (distance == 0)
     extra = max(0, len(answer) - len(TARGET))
     return max(0.0, total / len(TARGET) - 0.1 * extra)
 
@@ -54,7 +57,7 @@ def ask(client: openai.OpenAI) -> Any:
     return client.chat.completions.with_raw_response.create(
         model="reef-local",
         messages=[{"role": "system", "content": SYSTEM}, {"role": "user", "content": QUESTION}],
-        max_tokens=len(TARGET) + 1,
+        max_tokens=len(TARGET),  # the reply is cut at the target's length: no stop to learn
         temperature=1.0,
     )
 
@@ -100,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
     http = httpx.Client(base_url=base_url, timeout=30)
     artifacts: list[str] = []  # in the order they first answered
     rewards: dict[str, list[float]] = {}
+    answers: list[str] = []  # every answer, in order
     started = time.monotonic()
     group = 0
     trained = 0
@@ -118,6 +122,7 @@ def run(args: argparse.Namespace) -> int:
                 artifacts.append(artifact)
                 rewards[artifact] = []
             rewards[artifact].append(reward)
+            answers.append(answer)
             report = {
                 "id": f"{args.run_id}-g{group}-m{member}",
                 "references": [record_id],
@@ -151,6 +156,8 @@ def run(args: argparse.Namespace) -> int:
     print(write_png(Path(args.plot), points, losses))
     first, last = points[0].mean_reward, _tail_mean(points)
     print(f"mean reward: {first:.3f} (initial weights) -> {last:.3f} (last artifacts)")
+    hits = sum(answer == TARGET for answer in answers[-3 * args.group_size :])
+    print(f"the last {3 * args.group_size} answers hold the target {TARGET!r} {hits} times")
     if len(artifacts) <= args.jobs:
         print(f"stopped at the time limit after {len(artifacts) - 1} jobs", file=sys.stderr)
         return 1
@@ -168,7 +175,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--base-url", default="http://127.0.0.1:8000")
     parser.add_argument("--scenario", default="magic-word")
     parser.add_argument("--group-size", type=int, default=8, help="answers per comparison group")
-    parser.add_argument("--jobs", type=int, default=30, help="stop after this many trained jobs")
+    parser.add_argument("--jobs", type=int, default=150, help="stop after this many trained jobs")
     parser.add_argument("--time-limit", type=float, default=480, help="seconds, at most")
     parser.add_argument("--startup-timeout", type=float, default=120)
     parser.add_argument("--run-id", default=f"run{int(time.time())}")

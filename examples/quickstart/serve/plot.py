@@ -15,7 +15,7 @@ from typing import Any
 
 import attrs
 
-TITLE = "Quickstart: learning the magic word"
+TITLE = "Quickstart: learning the magic letter"
 #: The rows of the text chart's reward axis (0 to 1).
 _HEIGHT = 10
 
