@@ -24,13 +24,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import openai
 import pytest
 from sqlalchemy import create_engine, text
 
 from reef.components.faults import FAULT_POINT_ENV
 from reef.storage import JobHistory, open_database
 from reef.testing.serve import TINY_GPT_OPTIONS, tiny_local_deployment
+from reef.testing.serve import ScriptedAgent as Agent
 from reef.testing.serve import ServeProcess as Serve
 from reef.testing.service import serve_on_loopback
 from reef.testing.storage import DATABASE_URL_VARIABLE, postgres_schema_url
@@ -45,43 +45,6 @@ HF_LORA = """\
 HF_FULL = """\
         model_path: "{folder}"
         chat_template_args: {{enable_thinking: false}}"""
-
-
-class Agent:
-    """The scripted agent and grader: rounds of ``GROUP`` answers, each scored and reported."""
-
-    def __init__(self) -> None:
-        self.records: list[str] = []
-        self.reports: list[str] = []
-        self.rounds = 0
-
-    def round(self, base_url: str) -> None:
-        client = openai.OpenAI(
-            base_url=f"{base_url}/scenarios/{SCENARIO}/v1", api_key="unused", max_retries=0
-        )
-        group = f"g{self.rounds}"
-        for member in range(GROUP):
-            raw = client.chat.completions.with_raw_response.create(
-                model="local",
-                messages=[{"role": "user", "content": "Say ok."}],
-                max_tokens=3,
-                temperature=1.0,
-            )
-            answer = raw.parse().choices[0].message.content or ""
-            record_id = raw.headers["x-reef-record-id"]
-            report = {
-                "id": f"{group}-{member}",
-                "references": [record_id],
-                "score": sum(c in "ok" for c in answer) / 3,
-                "metadata": {"group": group},
-            }
-            response = httpx.post(
-                f"{base_url}/reef/scenarios/{SCENARIO}/reports", json=report, timeout=30
-            )
-            assert response.status_code in (200, 201), response.text
-            self.records.append(record_id)
-            self.reports.append(report["id"])
-        self.rounds += 1
 
 
 def _trainer_status(base_url: str) -> dict[str, Any]:

@@ -19,14 +19,13 @@ from textwrap import indent
 from typing import Any
 
 import httpx
-import openai
 import pytest
 from sqlalchemy import create_engine, text
 
 from reef.core.atif import trajectory_to_json
 from reef.core.atif_build import trajectory_from_records
 from reef.core.records import InferenceRecord
-from reef.testing.serve import REEF, TINY_GPT_OPTIONS
+from reef.testing.serve import REEF, TINY_GPT_OPTIONS, ScriptedAgent
 from reef.testing.serve import ServeProcess as Serve
 
 pytest.importorskip("torch")
@@ -74,33 +73,6 @@ def _deployment(folder: Path, url: str) -> Path:
         encoding="utf-8",
     )
     return path
-
-
-def _round(base_url: str, number: int, reports: list[str]) -> None:
-    """One group of ``GROUP`` calls, each scored and reported."""
-    client = openai.OpenAI(
-        base_url=f"{base_url}/scenarios/{SCENARIO}/v1", api_key="unused", max_retries=0
-    )
-    group = f"g{number}"
-    for member in range(GROUP):
-        raw = client.chat.completions.with_raw_response.create(
-            model="local",
-            messages=[{"role": "user", "content": "Say ok."}],
-            max_tokens=3,
-            temperature=1.0,
-        )
-        answer = raw.parse().choices[0].message.content or ""
-        report = {
-            "id": f"{group}-{member}",
-            "references": [raw.headers["x-reef-record-id"]],
-            "score": sum(c in "ok" for c in answer) / 3,
-            "metadata": {"group": group},
-        }
-        response = httpx.post(
-            f"{base_url}/reef/scenarios/{SCENARIO}/reports", json=report, timeout=30
-        )
-        assert response.status_code in (200, 201), response.text
-        reports.append(report["id"])
 
 
 def _trainers(base_url: str) -> dict[str, dict[str, Any]]:
@@ -175,7 +147,7 @@ def test_two_components_each_train_every_reported_sample_once(tmp_path: Path) ->
     each trains every sample once (its own consumption), each publishes its own weights."""
     url = f"sqlite:///{tmp_path / 'reef.db'}"
     deployment = _deployment(tmp_path, url)
-    reports: list[str] = []
+    agent = ScriptedAgent(SCENARIO, GROUP)
     serve = Serve(deployment, tmp_path / "serve.log")
     try:
         _wait(
@@ -185,8 +157,8 @@ def test_two_components_each_train_every_reported_sample_once(tmp_path: Path) ->
             serve.base_url,
         )
         initial = {name: t["served_artifact"] for name, t in _trainers(serve.base_url).items()}
-        for number in range(ROUNDS):
-            _round(serve.base_url, number, reports)
+        for _ in range(ROUNDS):
+            agent.round(serve.base_url)
         _wait(lambda: _done(serve.base_url), 180, "both trainers' jobs", serve.base_url)
         trainers = _trainers(serve.base_url)
         table = subprocess.run(
@@ -221,9 +193,9 @@ def test_two_components_each_train_every_reported_sample_once(tmp_path: Path) ->
     # Each trainer made its own sample of every report, its id prefixed with the trainer.
     for name in TRAINERS:
         made = [(sid, report) for sid, trainer, report in stored["samples"] if trainer == name]
-        assert sorted(report for _, report in made) == sorted(reports)
+        assert sorted(report for _, report in made) == sorted(agent.reports)
         assert all(sid.startswith(f"{name}:") for sid, _ in made), made
-    assert len(stored["samples"]) == len(TRAINERS) * len(reports)
+    assert len(stored["samples"]) == len(TRAINERS) * len(agent.reports)
     # Each trainer trained each of its samples once, and none of the other's.
     assert sorted(stored["trains"]) == sorted(
         (sid, trainer, 1) for sid, trainer, _ in stored["samples"]
@@ -242,7 +214,7 @@ def test_two_components_each_train_every_reported_sample_once(tmp_path: Path) ->
         latest = (tmp_path / name / "artifacts" / "LATEST").read_text().strip()
         assert latest in held
         assert trainers[name]["served_artifact"] == latest
-    assert len(stored["answered"]) == len(reports)
+    assert len(stored["answered"]) == len(agent.reports)
     assert set(stored["answered"]) <= small
     assert not set(stored["answered"]) & trained_wide
 

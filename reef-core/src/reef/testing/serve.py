@@ -5,7 +5,8 @@ free port, waits until the service answers ``GET /reef/status`` and stops it wit
 clean stop) or SIGKILL (a crash). Its output goes to a log file, which a failure message shows.
 :func:`tiny_local_deployment` writes a deployment whose scenario ``word`` trains the local
 component (a TinyGPT small enough to train in seconds on a CPU, unless told another model) and
-serves it with the local engine.
+serves it with the local engine. :class:`ScriptedAgent` plays that scenario's agent and grader
+through the ``openai`` client: rounds of answers to "Say ok.", each scored and reported.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import httpx
 
 from reef.testing.service import free_port
 
-__all__ = ["REEF", "TINY_GPT_OPTIONS", "ServeProcess", "tiny_local_deployment"]
+__all__ = ["REEF", "TINY_GPT_OPTIONS", "ScriptedAgent", "ServeProcess", "tiny_local_deployment"]
 
 #: The ``reef`` command of this environment.
 REEF = str(Path(sys.executable).with_name("reef"))
@@ -159,3 +160,53 @@ class ServeProcess:
         """Kill it if it still runs (a test's ``finally``)."""
         if self.process.poll() is None:
             self.kill()
+
+
+class ScriptedAgent:
+    """The agent and grader of an end-to-end test: each :meth:`round` asks the scenario
+    ``group`` times to "Say ok." through the ``openai`` client (which it needs installed) and
+    reports each answer, scored by how many of its three characters are ``o`` or ``k``, in one
+    report group.
+
+    :ivar records: the record ids of the calls, in order.
+    :ivar reports: the report ids, in order.
+    """
+
+    def __init__(self, scenario: str = "word", group: int = 4) -> None:
+        self.scenario = scenario
+        self.group = group
+        self.records: list[str] = []
+        self.reports: list[str] = []
+        self.rounds = 0
+
+    def round(self, base_url: str) -> None:
+        """One group of calls, each scored and reported; a refused report fails the test."""
+        import openai  # a test dependency, not one of reef-core's
+
+        client = openai.OpenAI(
+            base_url=f"{base_url}/scenarios/{self.scenario}/v1", api_key="unused", max_retries=0
+        )
+        group = f"g{self.rounds}"
+        for member in range(self.group):
+            raw = client.chat.completions.with_raw_response.create(
+                model="local",
+                messages=[{"role": "user", "content": "Say ok."}],
+                max_tokens=3,
+                temperature=1.0,
+            )
+            answer = raw.parse().choices[0].message.content or ""
+            record_id = raw.headers["x-reef-record-id"]
+            report_id = f"{group}-{member}"
+            report = {
+                "id": report_id,
+                "references": [record_id],
+                "score": sum(c in "ok" for c in answer) / 3,
+                "metadata": {"group": group},
+            }
+            response = httpx.post(
+                f"{base_url}/reef/scenarios/{self.scenario}/reports", json=report, timeout=30
+            )
+            assert response.status_code in (200, 201), response.text
+            self.records.append(record_id)
+            self.reports.append(report_id)
+        self.rounds += 1
