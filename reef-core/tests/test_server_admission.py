@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import pytest
 
+pytest.importorskip("starlette")  # admission is the service's (the server extra)
+
 from reef.plugins.scenarios import load_deployment
 from reef.record2sample.stage import Record2Sample
 from reef.sample2job.stage import Sample2Job
