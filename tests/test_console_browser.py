@@ -118,6 +118,22 @@ def wait_until_served(serve: ServeProcess) -> None:
     raise AssertionError(f"no weights published: {status}")
 
 
+def stored_samples(serve: ServeProcess, count: int) -> list[dict[str, Any]]:
+    """The scenario's samples once the trainer made ``count`` of them: a report is admitted at
+    once, its sample made by the trainer's next pass."""
+    deadline = time.monotonic() + 60
+    while True:
+        samples: list[dict[str, Any]] = httpx.get(
+            f"{serve.base_url}/reef/scenarios/{SCENARIO}/samples",
+            params={"limit": 50, "order": "asc"},
+            headers=serve.headers,
+        ).json()["samples"]
+        if len(samples) >= count or time.monotonic() > deadline:
+            assert len(samples) == count, samples
+            return samples
+        time.sleep(0.2)
+
+
 @pytest.fixture
 def browser(chromium: None, tmp_path: Path) -> Iterator[WebDriver]:
     options = webdriver.ChromeOptions()
@@ -550,13 +566,7 @@ def test_a_sealed_jobs_sample_shows_the_verdict_and_epoch_behind_its_reward(
 
     serve, folder = sealed_served
     agent_round(serve.base_url, "g0")
-    samples = httpx.get(
-        f"{serve.base_url}/reef/scenarios/{SCENARIO}/samples",
-        params={"limit": 50, "order": "asc"},
-        headers=serve.headers,
-    ).json()["samples"]
-    chosen = [sample["id"] for sample in samples]
-    assert len(chosen) == GROUP
+    chosen = [sample["id"] for sample in stored_samples(serve, GROUP)]
     # The producers recorded each attempt under the first grader; a sample names its member by
     # its own id, so the attempts carry the samples' ids.
     world = SyntheticWorld(ContentStore(folder / "ecc-store"), ("t1",))
