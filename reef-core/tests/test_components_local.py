@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,27 @@ def test_same_seed_same_jobs_same_artifact(tmp_path: Path) -> None:
     assert ids[0] == ids[1]
     other_seed = tiny_local_component(tmp_path / "c", seed=1)
     assert other_seed.publish().artifact_id != ids[0]
+
+
+def test_components_built_at_once_start_from_the_same_seeded_weights(tmp_path: Path) -> None:
+    """The trainers of a scenario of several components build theirs on their own threads at
+    once; torch's global generator is shared, so their seeded draws must not interleave: one
+    seed and one config give the same starting weights, the same id, in every trainer."""
+    builders = 4
+    together = threading.Barrier(builders)
+    ids: list[str | None] = [None] * builders
+
+    def build(index: int) -> None:
+        together.wait()
+        ids[index] = tiny_local_component(tmp_path / str(index), d_model=64).publish().artifact_id
+
+    threads = [threading.Thread(target=build, args=(i,)) for i in range(builders)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    alone = tiny_local_component(tmp_path / "alone", d_model=64).publish().artifact_id
+    assert ids == [alone] * builders
 
 
 def test_artifact_id_is_the_same_in_another_process_and_after_a_restart(tmp_path: Path) -> None:

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -103,6 +105,25 @@ class CausalLM(Protocol):
     def generate(self, request: SamplingRequest) -> list[Generation]:
         """Sample ``request.choices`` completions of ``request.prompt``."""
         ...
+
+
+#: Held while torch's global generator is seeded to initialise a model's weights.
+_SEEDING = threading.Lock()
+
+
+@contextmanager
+def seeded_initialisation(seed: int) -> Iterator[None]:
+    """Initialise weights (a new model, a LoRA adapter) from ``seed``, alone: torch's global
+    generator is shared by every thread, so two components building their models at once (the
+    trainers of one scenario, say) would otherwise draw each other's numbers and start from
+    different weights. The generator is given back as it was."""
+    with _SEEDING:
+        state = torch.random.get_rng_state()
+        try:
+            torch.manual_seed(seed)
+            yield
+        finally:
+            torch.random.set_rng_state(state)
 
 
 def tensors_digest(header: Mapping[str, Any], tensors: Mapping[str, torch.Tensor]) -> str:

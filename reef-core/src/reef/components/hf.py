@@ -47,6 +47,7 @@ from reef.components.causal_lm import (
     ModelFolderError,
     SamplingRequest,
     ending,
+    seeded_initialisation,
     tensors_digest,
     top_entries,
 )
@@ -281,12 +282,9 @@ def load_hf_folder(
             reason = f"{folder}: the adapter does not load on {base} ({exc})"
             raise ModelFolderError(reason) from exc
     elif lora is not None:
-        generator_state = torch.random.get_rng_state()
         try:
-            torch.manual_seed(seed)
-            module = get_peft_model(module, _lora_config(lora))
+            with seeded_initialisation(seed):
+                module = get_peft_model(module, _lora_config(lora))
         except ValueError as exc:
             raise ModelFolderError(f"lora: {exc}") from exc
-        finally:
-            torch.random.set_rng_state(generator_state)
     return HFModel(module, hf_tokenizer, base_path=base)

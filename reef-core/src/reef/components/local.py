@@ -52,7 +52,7 @@ import torch
 
 from reef.components.artifacts import ArtifactStore, load_model_folder, save_model_folder
 from reef.components.byte_tokenizer import ByteTokenizer
-from reef.components.causal_lm import CausalLM
+from reef.components.causal_lm import CausalLM, seeded_initialisation
 from reef.components.durable import replace_folder, restore_retired
 from reef.components.faults import fault_point
 from reef.components.interface import Artifact, JobHandle
@@ -218,12 +218,8 @@ class LocalComponent:
             n_layers=self.settings.n_layers,
             n_heads=self.settings.n_heads,
         )
-        generator_state = torch.random.get_rng_state()
-        try:
-            torch.manual_seed(self.settings.seed)
+        with seeded_initialisation(self.settings.seed):
             return TinyGPTModel(TinyGPT(config), tokenizer)
-        finally:
-            torch.random.set_rng_state(generator_state)
 
     def _load_current(self) -> None:
         """Load the weights and optimizer state of the last finished job."""
