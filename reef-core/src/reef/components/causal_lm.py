@@ -107,17 +107,21 @@ class CausalLM(Protocol):
         ...
 
 
-#: Held while torch's global generator is seeded to initialise a model's weights.
-_SEEDING = threading.Lock()
+#: Held while a thread draws from torch's global generator, which every thread shares.
+_GLOBAL_GENERATOR = threading.RLock()
 
 
 @contextmanager
-def seeded_initialisation(seed: int) -> Iterator[None]:
-    """Initialise weights (a new model, a LoRA adapter) from ``seed``, alone: torch's global
-    generator is shared by every thread, so two components building their models at once (the
-    trainers of one scenario, say) would otherwise draw each other's numbers and start from
-    different weights. The generator is given back as it was."""
-    with _SEEDING:
+def torch_generator(seed: int | None = None) -> Iterator[None]:
+    """Draw from torch's global generator alone, from ``seed`` when given (and give it back as
+    it was then). Building a module draws from it (also one about to take loaded weights), and
+    so does an HF model's sampling: the trainers of a scenario build their components on their
+    own threads at once, and one thread's draws landing inside another's seeded initialisation
+    would make that trainer start from other weights than its seed gives."""
+    with _GLOBAL_GENERATOR:
+        if seed is None:
+            yield
+            return
         state = torch.random.get_rng_state()
         try:
             torch.manual_seed(seed)

@@ -47,9 +47,9 @@ from reef.components.causal_lm import (
     ModelFolderError,
     SamplingRequest,
     ending,
-    seeded_initialisation,
     tensors_digest,
     top_entries,
+    torch_generator,
 )
 from reef.components.hf_tokenizer import HFTokenizer, folder_stop_token_ids
 
@@ -179,9 +179,14 @@ class HFModel:
         )
         ids = torch.tensor([list(request.prompt)], dtype=torch.long, device=device)
         devices = [device.index or 0] if device.type == "cuda" else []
-        # generate samples from torch's global generator: seeding it is only safe one
-        # generation at a time, and the generator is given back as it was.
-        with self._generating, torch.no_grad(), torch.random.fork_rng(devices=devices):
+        # generate samples from torch's global generator: seeding it is only safe one draw
+        # at a time (torch_generator), and the generator is given back as it was.
+        with (
+            self._generating,
+            torch_generator(),
+            torch.no_grad(),
+            torch.random.fork_rng(devices=devices),
+        ):
             torch.manual_seed(request.seed)
             generate: Any = self._module.generate  # typed as a module attribute by torch
             out = generate(
@@ -265,9 +270,10 @@ def load_hf_folder(
     base = base.resolve()
     try:
         tokenizer = AutoTokenizer.from_pretrained(base)
-        module: PreTrainedModel | PeftModel = AutoModelForCausalLM.from_pretrained(
-            base, dtype=torch.float32
-        )
+        with torch_generator():
+            module: PreTrainedModel | PeftModel = AutoModelForCausalLM.from_pretrained(
+                base, dtype=torch.float32
+            )
     except (OSError, ValueError, KeyError, RuntimeError) as exc:
         reason = f"{base}: not a causal LM folder transformers loads ({exc})"
         raise ModelFolderError(reason) from exc
@@ -277,13 +283,14 @@ def load_hf_folder(
         raise ModelFolderError(f"{base}: {exc}") from exc
     if adapter_folder is not None:
         try:
-            module = PeftModel.from_pretrained(module, adapter_folder, is_trainable=trainable)
+            with torch_generator():
+                module = PeftModel.from_pretrained(module, adapter_folder, is_trainable=trainable)
         except (OSError, ValueError, KeyError, RuntimeError) as exc:
             reason = f"{folder}: the adapter does not load on {base} ({exc})"
             raise ModelFolderError(reason) from exc
     elif lora is not None:
         try:
-            with seeded_initialisation(seed):
+            with torch_generator(seed):
                 module = get_peft_model(module, _lora_config(lora))
         except ValueError as exc:
             raise ModelFolderError(f"lora: {exc}") from exc

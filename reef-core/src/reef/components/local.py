@@ -52,7 +52,7 @@ import torch
 
 from reef.components.artifacts import ArtifactStore, load_model_folder, save_model_folder
 from reef.components.byte_tokenizer import ByteTokenizer
-from reef.components.causal_lm import CausalLM, seeded_initialisation
+from reef.components.causal_lm import CausalLM, torch_generator
 from reef.components.durable import replace_folder, restore_retired
 from reef.components.faults import fault_point
 from reef.components.interface import Artifact, JobHandle
@@ -218,7 +218,7 @@ class LocalComponent:
             n_layers=self.settings.n_layers,
             n_heads=self.settings.n_heads,
         )
-        with seeded_initialisation(self.settings.seed):
+        with torch_generator(self.settings.seed):
             return TinyGPTModel(TinyGPT(config), tokenizer)
 
     def _load_current(self) -> None:

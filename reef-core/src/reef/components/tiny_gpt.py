@@ -30,6 +30,7 @@ from reef.components.causal_lm import (
     ending,
     tensors_digest,
     top_entries,
+    torch_generator,
 )
 
 #: The ``format`` of a TinyGPT folder's ``config.json``.
@@ -181,7 +182,8 @@ class TinyGPTModel:
         :raises ModelFolderError: when its files do not load.
         """
         try:
-            model = TinyGPT(TinyGPTConfig(**config["model"]))  # type: ignore[arg-type]
+            with torch_generator():  # its random weights are replaced by the folder's
+                model = TinyGPT(TinyGPTConfig(**config["model"]))  # type: ignore[arg-type]
             state = torch.load(folder / _WEIGHTS, map_location="cpu", weights_only=True)
             model.load_state_dict(state)
             tokenizer = ByteTokenizer.load(folder)

@@ -52,6 +52,7 @@ import torch
 from tinker import types
 
 from reef.components.byte_tokenizer import ByteTokenizer
+from reef.components.causal_lm import torch_generator
 from reef.components.tiny_gpt import TinyGPT, TinyGPTConfig
 
 _T = TypeVar("_T")
@@ -172,12 +173,9 @@ class TinkerStandIn:
         self, base_model: str, rank: int = 32, seed: int | None = None
     ) -> Future[StandInTrainingClient]:
         def create() -> StandInTrainingClient:
-            generator_state = torch.random.get_rng_state()
-            try:
-                torch.manual_seed(0 if seed is None else seed)
-                return self._new_run(TinyGPT(self.config))
-            finally:
-                torch.random.set_rng_state(generator_state)
+            with torch_generator(0 if seed is None else seed):
+                model = TinyGPT(self.config)
+            return self._new_run(model)
 
         return self._call("create_lora_training_client", create)
 
@@ -186,7 +184,8 @@ class TinkerStandIn:
     ) -> Future[StandInTrainingClient]:
         def load() -> StandInTrainingClient:
             saved = self.checkpoints[path]
-            model = TinyGPT(self.config)
+            with torch_generator():
+                model = TinyGPT(self.config)
             model.load_state_dict(saved["model"])
             client = self._new_run(model)
             self.runs[client.model_id].optimizer.load_state_dict(saved["optimizer"])
@@ -220,7 +219,8 @@ class TinkerStandIn:
 
     def model_of(self, path: str) -> TinyGPT:
         """The weights a checkpoint or sampler path holds, as a model (for assertions)."""
-        model = TinyGPT(self.config)
+        with torch_generator():
+            model = TinyGPT(self.config)
         state = self.checkpoints[path]["model"] if path in self.checkpoints else None
         model.load_state_dict(state if state is not None else self.sampler_weights[path])
         model.eval()
