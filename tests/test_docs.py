@@ -7,6 +7,8 @@
   exists and a heading it has; ``docs/index.md`` links every page of ``docs/``.
 - Every rule id a test cites has its one line in ``docs/rules.md``; ids there are well formed
   and listed once.
+- A path of the repository named in a page (``benchmarks/bench_distill.py`` in code, in a
+  block that does not run, or in its not-run reason) names a file or folder that exists.
 - Nothing points at documents kept outside the repository.
 """
 
@@ -280,6 +282,60 @@ def test_pointers_to_doc_pages_in_code_and_text_resolve() -> None:
                 problems.append(f"{where}: no such page")
             elif pointer["anchor"] and pointer["anchor"] not in anchors(page):
                 problems.append(f"{where}: {page.name} has no heading #{pointer['anchor']}")
+    assert not problems, "\n".join(problems)
+
+
+#: Paths written in the docs that name files of another repository (a task's, a Harbor task's
+#: layout), not of this one, with why.
+_PATHS_OF_OTHER_REPOSITORIES = {
+    "tests/test.sh": "the verifier of a Harbor task, in the task's folder",
+    "tests/test_ops.py": "a test of the calc project that the ECC quickstart grades",
+    "tests/test_clamp.py": "the test patch of the reverification page's example task",
+    "tests/test_clamp_hard.py": "a test the reverification page's cheating patch adds",
+}
+
+
+def _repository_path_pattern() -> re.Pattern[str]:
+    """A path that starts with a top-level folder of the repository (``tests/...``,
+    ``benchmarks/...``, ``reef-core/...``), globs allowed."""
+    tops = sorted(
+        entry.name
+        for entry in ROOT.iterdir()
+        if entry.is_dir() and entry.name not in _SKIPPED_DIRS and not entry.name.startswith(".")
+    )
+    alternatives = "|".join(re.escape(top) for top in tops)
+    return re.compile(rf"(?<![\w./-])(?P<path>(?:{alternatives})/[\w./*-]*[\w/*])")
+
+
+def _unchecked_code(path: Path) -> Iterator[tuple[int, str]]:
+    """The code of a page that no other test runs: inline code, not-run reasons, and the
+    shell blocks marked not-run (the blocks that run fail on a missing file by themselves)."""
+    for number, line in prose_lines(path):
+        for code in _INLINE_CODE.finditer(line):
+            yield number, code[0]
+        marker = _MARKER.match(line)
+        if marker:
+            yield number, marker["reason"]
+    for block in fenced_blocks(path):
+        if block.lang in SHELL and block.not_run is not None:
+            yield block.line, block.body
+
+
+def test_repository_paths_named_in_the_docs_exist() -> None:
+    """A page that names ``benchmarks/bench_x.py`` or ``tests/test_y.py`` names a file that is
+    here: at the repository's root, or in one of its distributions (whose pages run commands
+    from the distribution's folder)."""
+    pattern = _repository_path_pattern()
+    bases = [ROOT, *sorted(p.parent for p in ROOT.glob("*/pyproject.toml"))]
+    problems = []
+    for page in documentation_files():
+        for number, code in _unchecked_code(page):
+            for found in pattern.finditer(code):
+                named = found["path"].rstrip("/")
+                if named in _PATHS_OF_OTHER_REPOSITORIES:
+                    continue
+                if not any(next(base.glob(named), None) is not None for base in bases):
+                    problems.append(f"{page.relative_to(ROOT)}:{number}: {named}: no such file")
     assert not problems, "\n".join(problems)
 
 
