@@ -75,7 +75,8 @@ def test_check_builds_every_stage_and_refuses_what_serve_would(
     assert status == 1
     assert f"{path}: 1 problem(s)" in err
     assert (
-        "GroupedJobData: 4 is smaller than job_samples (8)"
+        "GroupedJobData: 4 is smaller than job_samples (8): set buffer_size to at least 8, or"
+        " leave it out (it defaults to job_samples)"
         " @ $.scenarios.words.pipeline.sample2job.config.buffer_size"
     ) in err
     fixed = grouped(tmp_path, sample2job="{job_samples: 8, buffer_size: 16}")

@@ -185,7 +185,8 @@ def test_the_base_from_config_forwards_max_job_samples_of_a_fixed_unit_stage() -
     )
     assert (built.job_samples, built.max_job_samples) == (4, 4)
     with pytest.raises(
-        PluginConfigError, match=r"5 is more than this stage's job data holds \(4\)"
+        PluginConfigError,
+        match=r"5 is more than this stage's job data holds \(4\): set job_samples to at most 4",
     ):
         GridJobData.from_config({"job_samples": 5}, context=CONTEXT, record2sample=grid, environ={})
 

@@ -89,7 +89,8 @@ class Sample2Job:
             raise PluginConfigError(
                 plugin,
                 "$.job_samples",
-                f"{job_samples} is more than this stage's job data holds ({max_job_samples})",
+                f"{job_samples} is more than this stage's job data holds ({max_job_samples}):"
+                f" set job_samples to at most {max_job_samples}",
             )
         if buffer_size is None:
             buffer_size = job_samples
@@ -97,7 +98,8 @@ class Sample2Job:
             raise PluginConfigError(
                 plugin,
                 "$.buffer_size",
-                f"{buffer_size} is smaller than job_samples ({job_samples})",
+                f"{buffer_size} is smaller than job_samples ({job_samples}): set buffer_size to"
+                f" at least {job_samples}, or leave it out (it defaults to job_samples)",
             )
         self.context = context
         self.job_samples = job_samples
