@@ -162,6 +162,19 @@ def test_the_missing_auth_setting_names_the_flag() -> None:
     assert "reef serve --allow-unauthenticated" in str(info.value)
 
 
+def test_listening_beyond_loopback_without_tokens_names_the_option() -> None:
+    pytest.importorskip("starlette")
+    from reef.server.auth import UnauthenticatedServiceError, check_bind_address
+
+    check_bind_address("127.0.0.1", authenticated=False)
+    check_bind_address("0.0.0.0", authenticated=True)
+    with pytest.raises(UnauthenticatedServiceError) as info:
+        check_bind_address("0.0.0.0", authenticated=False)
+    assert "listens on loopback only, not on '0.0.0.0'" in str(info.value)
+    assert "add tokens under auth.tokens" in str(info.value)
+    assert "reef serve --host 127.0.0.1" in str(info.value)
+
+
 def test_a_built_in_component_without_its_extra_names_the_extra(tmp_path: Path) -> None:
     path = grouped(tmp_path, sample2job="{job_samples: 4}", component="local")
     done = reef("check", str(path), env=hidden(tmp_path, "torch"))

@@ -88,8 +88,9 @@ def check_bind_address(host: str, *, authenticated: bool) -> None:
     """
     if not authenticated and not is_loopback(host):
         raise UnauthenticatedServiceError(
-            f"a service without auth tokens listens on loopback only, not on {host!r};"
-            " add auth.tokens to the deployment or bind to 127.0.0.1"
+            f"a service without auth tokens listens on loopback only, not on {host!r}:"
+            " add tokens under auth.tokens, or listen on loopback with reef serve --host"
+            " 127.0.0.1 (the default)"
         )
 
 
