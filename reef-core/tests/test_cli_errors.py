@@ -194,3 +194,21 @@ def test_serve_and_status_without_the_server_extra_name_it(tmp_path: Path, comma
     assert f"reef {command}: needs the " in done.stderr
     assert "install the service's extra with pip install 'reef-core[server]'" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_status_help_shows_the_default_url(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["status", "--help"])
+    assert done.value.code == 0
+    assert "the service's base URL (http://127.0.0.1:8000)" in capsys.readouterr().out
+
+
+def test_status_of_a_service_it_cannot_reach_says_to_give_its_url(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    pytest.importorskip("httpx")
+    pytest.importorskip("starlette")  # reef status prints with the server extra's table
+    assert main(["status", "--url", "http://127.0.0.1:1"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("reef status: cannot reach http://127.0.0.1:1: ")
+    assert "is reef serve running there? give its address with --url" in err

@@ -397,6 +397,7 @@ def test_reef_status_prints_a_table(database: tuple[str, Database], engine_url: 
         )
     assert refused.returncode == 1
     assert "401" in refused.stderr
+    assert "give a token with the admin scope with --token or in REEF_TOKEN" in refused.stderr
     assert printed.returncode == 0, printed.stderr
     header, row = printed.stdout.splitlines()[:2]
     assert header.split()[:4] == ["SCENARIO", "TRAINER", "MODE", "READY"]

@@ -213,7 +213,18 @@ def _run_status(args: argparse.Namespace) -> int:
     try:
         response = httpx.get(f"{args.url.rstrip('/')}/reef/status", headers=headers, timeout=30)
     except httpx.HTTPError as exc:
-        print(f"reef status: cannot reach {args.url}: {exc}", file=sys.stderr)
+        print(
+            f"reef status: cannot reach {args.url}: {exc}; is reef serve running there? give"
+            " its address with --url",
+            file=sys.stderr,
+        )
+        return 1
+    if response.status_code in (401, 403):
+        print(
+            f"reef status: {response.status_code} {response.text}: give a token with the admin"
+            " scope with --token or in REEF_TOKEN",
+            file=sys.stderr,
+        )
         return 1
     if response.status_code != 200:
         print(f"reef status: {response.status_code} {response.text}", file=sys.stderr)
