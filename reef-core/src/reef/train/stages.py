@@ -127,10 +127,25 @@ def check_stages(
             except DeploymentError as exc:
                 problems.extend(exc.problems)
                 continue
-            sample2job.close()
-            record2sample.close()
+            _close_all((sample2job, record2sample))
     if problems:
         raise DeploymentError(origin, tuple(problems))
+
+
+def _close_all(stages: tuple[Record2Sample | Sample2Job, ...]) -> None:
+    """Close every stage, in order, even when one raises; then raise the first error, with
+    the later ones noted on it."""
+    errors: list[BaseException] = []
+    for stage in stages:
+        try:
+            stage.close()
+        except BaseException as exc:
+            errors.append(exc)
+    if errors:
+        first, *later = errors
+        for error in later:
+            first.add_note(f"closing another stage also failed: {type(error).__name__}: {error}")
+        raise first
 
 
 def build_pipeline(
