@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -368,6 +369,32 @@ def test_a_reservation_carries_its_data_to_commit_or_release(storage_database: D
     with pytest.raises(KeyError):
         replaced.commit()
     assert [s.sample_id for s in pipeline.buffer()] == ["c:0"]
+
+
+def test_a_reservation_builds_its_buffer_once(
+    storage_database: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """reserve() decides and fills the job from one buffer: one read of the samples stored
+    since the last call, one check of the buffer's uploads against the store."""
+    pipeline = build(storage_database, job_samples=2, buffer_size=10)
+    feed(pipeline, "a")
+    upload = {"schema_version": "ATIF-v1.4", "steps": []}
+    TrainerSamples(storage_database, "s").add_upload(
+        NewSample("up1", "trajectory", {"trajectory": upload})
+    )
+    reads: Counter[str] = Counter()
+    for name in ("untrained", "get"):
+        read = getattr(pipeline.samples, name)
+
+        def counted(*args: Any, _read: Any = read, _name: str = name, **kwargs: Any) -> Any:
+            reads[_name] += 1
+            return _read(*args, **kwargs)
+
+        monkeypatch.setattr(pipeline.samples, name, counted)
+    reservation = pipeline.reserve()
+    assert reservation is not None
+    assert reservation.sample_ids == ("a:0", "up1")
+    assert reads == {"untrained": 1, "get": 1}
 
 
 def test_staleness_is_judged_once_per_sample_and_again_when_a_new_artifact_is_served(

@@ -41,6 +41,7 @@ stand alone.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections import Counter
@@ -263,6 +264,10 @@ class TrainingPipeline:
     def buffer(self) -> tuple[Sample, ...]:
         """The samples the next job would take, in store order (no reservation)."""
         self.advance()
+        return self._read_buffer()
+
+    def _read_buffer(self) -> tuple[Sample, ...]:
+        # The buffer of the samples read so far (buffer() reads the new ones first).
         entries = self._manual_buffer() if self._mode == "manual" else self._auto_buffer()
         return tuple(e.sample for e in self._without_removed_uploads(entries))
 
@@ -273,15 +278,20 @@ class TrainingPipeline:
         instruction waits and its manual buffer holds a sample, or the sample-to-job stage
         reads instructions (P-MODE-5, P-MODE-6).
         """
+        return self._ready(sample_count, self._read_buffer)
+
+    def _ready(self, sample_count: int | None, buffer: Callable[[], tuple[Sample, ...]]) -> bool:
+        # ``buffer`` is asked only when the answer needs it: reserve() passes one that keeps
+        # what it read, so a job builds its buffer once.
         self.advance()
         if self._mode == "manual":
             instruction = self._next_instruction()
             if instruction is None:
                 return False
-            return self.sample2job.reads_instructions or bool(self.buffer())
+            return self.sample2job.reads_instructions or bool(buffer())
         if sample_count is None:
             return False
-        return len(self.buffer()) >= sample_count
+        return len(buffer()) >= sample_count
 
     def _next_instruction(self) -> TrainingInstruction | None:
         reserved = {r.instruction.request_id for r in self._reserved.values() if r.instruction}
@@ -307,9 +317,10 @@ class TrainingPipeline:
         """
         if sample_count is None:
             sample_count = self.sample2job.job_samples
-        if not self.ready(sample_count):
+        buffer = functools.cache(self._read_buffer)
+        if not self._ready(sample_count, buffer):
             return None
-        samples = self.buffer()
+        samples = buffer()
         instruction = self._next_instruction() if self._mode == "manual" else None
         if instruction is not None:
             data_id = f"{self.context.scenario}:instruction:{instruction.request_id}"
