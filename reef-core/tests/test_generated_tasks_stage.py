@@ -642,6 +642,52 @@ def test_a_replayed_session_that_a_generation_used_makes_no_new_generation(
     assert after.generator.generate_calls == []  # generation 1's tasks still wait
 
 
+def test_a_step_costs_what_is_in_progress_not_the_history(
+    storage_database: Database, harnesses: list[Harness]
+) -> None:
+    """Once generations pile up, the trainer's steps, reports, job ends and status read the
+    ledger's indexes: none of them walks every generation or every published task."""
+    harness = _harness(
+        storage_database, harnesses, ArithmeticTasks(tasks_per_generation=1), **ONE_SESSION_A_ROUND
+    )
+    for _ in range(3):
+        harness.settle()
+        harness.train_all()
+    scans: list[str] = []
+
+    class Watched(dict[Any, Any]):
+        def __iter__(self) -> Iterator[Any]:
+            scans.append("iter")
+            return super().__iter__()
+
+        def keys(self) -> Any:
+            scans.append("keys")
+            return super().keys()
+
+        def values(self) -> Any:
+            scans.append("values")
+            return super().values()
+
+        def items(self) -> Any:
+            scans.append("items")
+            return super().items()
+
+    ledger = harness.stage.ledger
+    ledger.generations = Watched(ledger.generations)
+    ledger.published = Watched(ledger.published)
+    for record in _one_session():
+        harness.pipeline.push(record)
+    for _ in range(2):
+        harness.settle()
+        harness.train_all()
+        harness.pipeline.status()
+    assert [r.generation for r in harness.generator.generate_calls] == [1, 2, 3, 4, 5]
+    assert ledger.generations[4].sessions == ("r1",)
+    assert harness.stage.worker.wait(10)  # generation 5's results go out
+    assert [generation for generation, _ in harness.generator.recorded] == [1, 2, 3, 4, 5]
+    assert scans == []
+
+
 # -- status ----------------------------------------------------------------------------------
 
 

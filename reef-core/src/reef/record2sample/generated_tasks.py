@@ -365,7 +365,7 @@ class GeneratedTaskSamples(Record2Sample):
         calls, whole = self._calls_of(report)
         if not whole or "arm" in report.metadata:
             self._release(report, calls, NOT_SOURCE_SESSION)
-        elif report.id in self.ledger.used_sessions():
+        elif self.ledger.session_used(report.id):
             # A session a generation took, pushed again after a restart: the generation keeps
             # its records, so this makes nothing (P-TASK-24).
             self._release(report, calls, REPLAYED_SESSION)
@@ -399,13 +399,7 @@ class GeneratedTaskSamples(Record2Sample):
     def waiting_tasks(self) -> int:
         """Train tasks that wait to train: published, with no result, in no task job."""
         in_jobs = {name for names in self.ledger.jobs.values() for name in names}
-        return sum(
-            1
-            for generation in self.ledger.generations.values()
-            if generation.complete
-            for name in generation.train
-            if name not in self.ledger.results and name not in in_jobs
-        )
+        return sum(1 for name in self.ledger.tasks_without_result() if name not in in_jobs)
 
     def _round_due(self) -> bool:
         if self._in_flight is not None:
@@ -414,14 +408,7 @@ class GeneratedTaskSamples(Record2Sample):
             return True  # finish it: it holds sessions and may hold saved candidates
         if self._limit_reached() or self.waiting_tasks() >= self.refill_tasks:
             return False
-        every_result = (
-            all(
-                not self.ledger.waiting_results(g.number)
-                for g in self.ledger.generations.values()
-                if g.complete
-            )
-            and not self.ledger.jobs
-        )
+        every_result = not self.ledger.tasks_without_result() and not self.ledger.jobs
         return (
             not self.ledger.generations
             or self._follow_now
@@ -536,12 +523,11 @@ class GeneratedTaskSamples(Record2Sample):
                 self.ledger.forget_job(outcome.job_id)
             except Exception as exc:
                 self._note_error(f"forgetting job {outcome.job_id}", exc)
-        for generation in self.ledger.generations.values():
-            if generation.complete and not self.ledger.waiting_results(generation.number):
-                try:
-                    self.ledger.mark_deliverable(generation.number)
-                except Exception as exc:
-                    self._note_error(f"generation {generation.number}", exc)
+        for number in self.ledger.every_result_in():
+            try:
+                self.ledger.mark_deliverable(number)
+            except Exception as exc:
+                self._note_error(f"generation {number}", exc)
         self._deliver()
 
     def _result(
@@ -615,15 +601,12 @@ class GeneratedTaskSamples(Record2Sample):
 
     def status(self) -> dict[str, Any]:
         """The base status, ``task_generation`` and ``task_store`` (P-TASK-25)."""
-        published = list(self.ledger.published.values())
         return {
             **super().status(),
             "task_generation": {
                 "generator": self.generator_name,
                 "generation_in_flight": self._in_flight,
-                "completed_generations": sum(
-                    1 for g in self.ledger.generations.values() if g.complete
-                ),
+                "completed_generations": self.ledger.complete_count(),
                 "rounds": self.ledger.rounds_done(),
                 "source_sessions_waiting": len(self._sessions),
                 "last_error": self.last_error,
@@ -631,8 +614,8 @@ class GeneratedTaskSamples(Record2Sample):
             "task_store": {
                 "candidates": self.ledger.candidates,
                 "rejected": self.ledger.rejected,
-                "train_tasks": sum(1 for _, split in published if split == "train"),
-                "eval_tasks": sum(1 for _, split in published if split == "eval"),
+                "train_tasks": self.ledger.published_count("train"),
+                "eval_tasks": self.ledger.published_count("eval"),
                 "waiting_tasks": self.waiting_tasks(),
                 "results": len(self.ledger.results),
                 "unsaved_results": len(self._unsaved),

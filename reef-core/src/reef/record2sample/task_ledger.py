@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import threading
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, Literal
 
@@ -121,6 +123,10 @@ class TaskLedger:
     worker writes a running generation's keys, the trainer's thread results, jobs and
     deliveries.
 
+    What the stage asks at every step and status (the oldest unfinished generation, the train
+    tasks that wait for a result, the generations to send) is kept as each write lands, so
+    its cost follows what is in progress, never the run's whole history.
+
     :param store: the stage's key/value store.
     """
 
@@ -130,13 +136,24 @@ class TaskLedger:
         self.published: dict[str, tuple[int, Split]] = {}
         self.results: dict[str, GeneratedTaskResult] = {}
         self.jobs: dict[str, tuple[str, ...]] = {}
-        self.deliverable: list[int] = []
         self.delivered: set[int] = set()
         self.rejected = 0
         self.candidates = 0
+        # The indexes, written by both threads: the lock guards them.
+        self._lock = threading.Lock()
+        self._highest = 0
+        self._open: set[int] = set()  # generations not complete
+        self._rounds_ended: set[int] = set()
+        self._sessions: set[str] = set()
+        self._waiting: dict[str, int] = {}  # train task without a result -> its generation
+        self._unmarked: dict[int, None] = {}  # complete, not yet deliverable, in that order
+        self._deliverable: set[int] = set()
+        self._undelivered: dict[int, None] = {}  # deliverable, not delivered, in that order
+        self._splits: Counter[str] = Counter()
 
     def load(self) -> None:
         """Read the whole store into memory (a restart: P-TASK-24)."""
+        deliverable: list[int] = []
         for key, value in self.store.items():
             kind, _, rest = key.partition(":")
             if kind == "generation":
@@ -152,32 +169,86 @@ class TaskLedger:
             elif kind == "job":
                 self.jobs[rest] = tuple(value)
             elif kind == "deliverable":
-                self.deliverable.append(int(rest))
+                deliverable.append(int(rest))
             elif kind == "delivered":
                 self.delivered.add(int(rest))
+        with self._lock:
+            for generation in self.generations.values():
+                self._index(None, generation)
+            self._splits.update(split for _, split in self.published.values())
+            for number in deliverable:
+                self._add_deliverable(number)
+
+    def _index(self, previous: Generation | None, generation: Generation) -> None:
+        # With the lock held: a generation saved, or read by load (with every result read).
+        number = generation.number
+        self._highest = max(self._highest, number)
+        self._sessions.update(generation.sessions)
+        if generation.round_ended:
+            self._rounds_ended.add(number)
+        if not generation.complete:
+            self._open.add(number)
+        elif previous is None or not previous.complete:
+            self._open.discard(number)
+            for name in generation.train:
+                if name not in self.results:
+                    self._waiting[name] = number
+            self._unmarked[number] = None
+
+    def _add_deliverable(self, number: int) -> None:
+        # With the lock held.
+        self._deliverable.add(number)
+        self._unmarked.pop(number, None)
+        if number not in self.delivered:
+            self._undelivered[number] = None
 
     # -- generations -----------------------------------------------------------------------
 
     def next_number(self) -> int:
         """The number of the next new generation: one more than any kept (P-TASK-24)."""
-        return max(self.generations, default=0) + 1
+        with self._lock:
+            return self._highest + 1
 
     def unfinished(self) -> Generation | None:
         """The oldest generation that is not complete: the next round finishes it."""
-        open_ = [g for g in self.generations.values() if not g.complete]
-        return min(open_, key=lambda g: g.number) if open_ else None
+        with self._lock:
+            number = min(self._open, default=None)
+        return None if number is None else self.generations[number]
 
     def save_generation(self, generation: Generation) -> None:
         self.store.put(f"generation:{generation.number}", generation.to_json())
-        self.generations[generation.number] = generation
+        with self._lock:
+            self._index(self.generations.get(generation.number), generation)
+            self.generations[generation.number] = generation
 
     def rounds_done(self) -> int:
         """The generations whose round ended at least once (P-TASK-22)."""
-        return sum(1 for g in self.generations.values() if g.round_ended)
+        with self._lock:
+            return len(self._rounds_ended)
 
-    def used_sessions(self) -> set[str]:
-        """The source sessions every kept generation took."""
-        return {s for g in self.generations.values() for s in g.sessions}
+    def complete_count(self) -> int:
+        """How many generations are complete."""
+        with self._lock:
+            return len(self.generations) - len(self._open)
+
+    def session_used(self, report_id: str) -> bool:
+        """Whether a kept generation took the source session of report ``report_id``."""
+        with self._lock:
+            return report_id in self._sessions
+
+    def publish(self, name: str, number: int, split: Split) -> None:
+        """Note task ``name`` of generation ``number`` as published (its key is written)."""
+        with self._lock:
+            before = self.published.get(name)
+            if before is not None:
+                self._splits[before[1]] -= 1
+            self.published[name] = (number, split)
+            self._splits[split] += 1
+
+    def published_count(self, split: Split) -> int:
+        """How many tasks are published in ``split``."""
+        with self._lock:
+            return self._splits[split]
 
     def train_tasks(self, number: int) -> tuple[HarborTask, ...]:
         """The train tasks of generation ``number``, published and complete, in candidate order."""
@@ -189,12 +260,27 @@ class TaskLedger:
     def save_result(self, name: str, result: GeneratedTaskResult) -> bool:
         """Keep a train task's first result; True when it is new (P-TASK-15)."""
         stored = self.store.put_new(f"result:{name}", result_to_json(result))
-        self.results.setdefault(name, result)
+        with self._lock:
+            self.results.setdefault(name, result)
+            self._waiting.pop(name, None)
         return stored
 
     def waiting_results(self, number: int) -> tuple[str, ...]:
         """The train tasks of a complete generation that have no result yet."""
         return tuple(n for n in self.generations[number].train if n not in self.results)
+
+    def tasks_without_result(self) -> tuple[str, ...]:
+        """The train tasks of every complete generation that have no result yet."""
+        with self._lock:
+            return tuple(self._waiting)
+
+    def every_result_in(self) -> tuple[int, ...]:
+        """The complete generations whose train tasks all have a result and that are not yet
+        deliverable, in the order they completed."""
+        with self._lock:
+            unmarked = tuple(self._unmarked)
+            waiting = set(self._waiting.values())
+        return tuple(number for number in unmarked if number not in waiting)
 
     def save_job(self, data_id: str, names: Sequence[str]) -> None:
         """Keep the train tasks a job holds until its end (a job that runs across a restart
@@ -219,17 +305,23 @@ class TaskLedger:
 
     def mark_deliverable(self, number: int) -> None:
         """Every train task of ``number`` has a result: it goes out in this order (P-TASK-17)."""
-        if number not in self.deliverable:
-            self.store.put_new(f"deliverable:{number}", True)
-            self.deliverable.append(number)
+        with self._lock:
+            if number in self._deliverable:
+                return
+        self.store.put_new(f"deliverable:{number}", True)
+        with self._lock:
+            self._add_deliverable(number)
 
     def undelivered(self) -> list[int]:
         """Generations whose results wait to go out, in the order they got their last one."""
-        return [n for n in self.deliverable if n not in self.delivered]
+        with self._lock:
+            return list(self._undelivered)
 
     def mark_delivered(self, number: int) -> None:
         self.store.put(f"delivered:{number}", True)
-        self.delivered.add(number)
+        with self._lock:
+            self.delivered.add(number)
+            self._undelivered.pop(number, None)
 
     def generation_results(self, number: int) -> tuple[GeneratedTaskResult, ...]:
         """Every candidate's result of generation ``number``, in candidate order."""
@@ -407,5 +499,5 @@ async def _decide(
             "task": task.to_json(),
         },
     )
-    ledger.published[task.name] = (generation.number, split)
+    ledger.publish(task.name, generation.number, split)
     return {"published": split}
