@@ -353,6 +353,33 @@ def test_worker_close_raises_timeout_when_cleanup_overruns() -> None:
         worker.submit("k2", stubborn)
 
 
+def test_worker_close_runs_the_cleanup_on_its_loop_after_the_jobs_ended() -> None:
+    """What the jobs shared is closed on the loop they used, once the cancelled jobs ended; a
+    failing cleanup is raised by close, after the loop stopped."""
+    events: list[str] = []
+    started = threading.Event()
+
+    async def job() -> None:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            events.append("job ended")
+
+    async def cleanup() -> None:
+        events.append(f"cleanup on {threading.current_thread().name}")
+        raise OSError("could not close")
+
+    worker = BackgroundJobWorker("shared")
+    worker.submit("k", job)
+    assert started.wait(5)
+    with pytest.raises(OSError, match="could not close"):
+        worker.close(5, cleanup=cleanup)
+    assert events == ["job ended", "cleanup on shared"]
+    BackgroundJobWorker("idle").close(5, cleanup=cleanup)  # no job ran: nothing to clean up
+    assert events == ["job ended", "cleanup on shared"]
+
+
 # -- staleness -----------------------------------------------------------------------------
 
 

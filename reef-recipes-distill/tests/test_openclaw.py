@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import httpx
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -134,6 +135,43 @@ def test_each_turn_is_judged_from_its_next_state_by_majority(judge_url: Any) -> 
     assert "c2" not in by_call
     samples.advance(1000.0)
     assert samples.ended_records().get("c2") == "expired"
+
+
+def test_one_http_client_serves_every_turn_and_closes_with_the_stage(
+    judge_url: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    opened: list[httpx.AsyncClient] = []
+
+    class Counted(httpx.AsyncClient):
+        def __init__(self, **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            opened.append(self)
+
+    monkeypatch.setattr(httpx, "AsyncClient", Counted)
+    samples = stage(judge_url(lambda _: "\\boxed{1}"))
+    try:
+        for record in conversation(("a", "b"), ("c", "d"), ("e", "f")):
+            samples.push(record)
+        settle(samples)
+        samples.push(turn("c9", [{"role": "user", "content": "again"}], "g"))
+        samples.push(
+            turn(
+                "c10",
+                [
+                    {"role": "user", "content": "again"},
+                    {"role": "assistant", "content": "g"},
+                    {"role": "user", "content": "thanks"},
+                ],
+                "h",
+            )
+        )
+        settle(samples)
+        assert sorted(s.source_record_ids[0] for s in made(samples)) == ["c0", "c1", "c9"]
+        assert len(opened) == 1  # three turns, nine votes, one client
+        assert not opened[0].is_closed
+    finally:
+        samples.close(5.0)
+    assert opened[0].is_closed
 
 
 def test_a_neutral_turn_does_not_train(judge_url: Any) -> None:

@@ -54,6 +54,12 @@ class RecordJudging(abc.ABC):
         del record, now
         return False
 
+    async def aclose(self) -> None:
+        """Extension point: release what the judgments share (an HTTP client). The stage's
+        ``close`` runs it on its worker once every judgment ended (not at all when no judgment
+        ran); the default holds nothing."""
+        return
+
 
 class JudgedSamples(Record2Sample):
     """The record-to-sample stage of a computed-feedback recipe (P-JUDGE-2).
@@ -174,5 +180,6 @@ class JudgedSamples(Record2Sample):
         return self.worker.running()
 
     def close(self, timeout: float | None = None) -> None:
-        """Stop the worker; :class:`TimeoutError` when its cleanup overruns (P-SLOW-3)."""
-        self.worker.close(timeout)
+        """Stop the worker, then close the judging (:meth:`RecordJudging.aclose`) on it;
+        :class:`TimeoutError` when its cleanup overruns (P-SLOW-3)."""
+        self.worker.close(timeout, cleanup=self.judging.aclose)

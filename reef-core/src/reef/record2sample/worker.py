@@ -111,13 +111,21 @@ class BackgroundJobWorker:
         with self._lock:
             return bool(self._pending or self._finished)
 
-    def close(self, timeout: float | None = None) -> None:
-        """Cancel every running job, stop the loop and join the thread; closing again does
+    def close(
+        self,
+        timeout: float | None = None,
+        *,
+        cleanup: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        """Cancel every running job, run ``cleanup`` on the loop once they ended (what the jobs
+        shared, such as an HTTP client, is closed on the loop it was used on; a worker that
+        never ran a job skips it), stop the loop and join the thread; closing again does
         nothing.
 
         :raises TimeoutError: when the jobs' cleanup and the loop do not finish within
             ``timeout`` seconds (default :attr:`close_timeout`); the worker is then closed but
             its thread may still run.
+        :raises Exception: what ``cleanup`` raised, once the loop stopped.
         """
         with self._lock:
             self._closed = True
@@ -130,10 +138,18 @@ class BackgroundJobWorker:
         for future in pending:
             future.cancel()
 
+        failed: list[Exception] = []
+
         async def drain() -> None:
             tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
             await asyncio.gather(*tasks, return_exceptions=True)
-            loop.stop()
+            try:
+                if cleanup is not None:
+                    await cleanup()
+            except Exception as exc:
+                failed.append(exc)
+            finally:
+                loop.stop()
 
         limit = self.close_timeout if timeout is None else timeout
         asyncio.run_coroutine_threadsafe(drain(), loop)
@@ -141,3 +157,5 @@ class BackgroundJobWorker:
         if thread.is_alive():
             raise TimeoutError(f"worker {self.name!r} did not finish its cleanup within {limit} s")
         loop.close()
+        if failed:
+            raise failed[0]

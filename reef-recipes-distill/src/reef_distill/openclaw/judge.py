@@ -13,6 +13,7 @@ A vote's call is bounded by ``timeout_seconds`` and tried again, up to ``attempt
 fails or its answer holds no decision; a vote that never succeeds does not count. A turn whose
 votes all fail raises :class:`JudgeUnavailable`, and the whole turn is bounded by
 ``deadline_seconds``: the stage then ends the turn untrained and counts it (``judge_failed``).
+Every call of a judge goes through one HTTP client, closed when the stage closes.
 """
 
 from __future__ import annotations
@@ -174,6 +175,24 @@ class Judge:
         self.settings = settings
         self.hints = hints
         self.url = settings.base_url.rstrip("/") + "/chat/completions"
+        self._client: httpx.AsyncClient | None = None
+
+    def _http(self) -> httpx.AsyncClient:
+        # One client for every vote of every turn, made on the loop that runs the judgments
+        # (the stage's worker) and closed there by aclose. No connection limit: turns judged
+        # at once never wait for each other's connections.
+        if self._client is None:
+            self._client = httpx.AsyncClient(
+                limits=httpx.Limits(max_connections=None, max_keepalive_connections=20)
+            )
+        return self._client
+
+    async def aclose(self) -> None:
+        """Close the judge's HTTP client (the stage does when it closes); a later verdict
+        opens another."""
+        client, self._client = self._client, None
+        if client is not None:
+            await client.aclose()
 
     async def _vote(self, client: httpx.AsyncClient, messages: list[JSON]) -> Vote:
         body = {
@@ -210,11 +229,11 @@ class Judge:
         :raises TimeoutError: past the deadline.
         """
         messages = judge_messages(output, next_state, hints=self.hints)
-        async with httpx.AsyncClient() as client:
-            votes = await asyncio.wait_for(
-                asyncio.gather(*(self._vote(client, messages) for _ in range(self.settings.votes))),
-                timeout=self.settings.deadline_seconds,
-            )
+        client = self._http()
+        votes = await asyncio.wait_for(
+            asyncio.gather(*(self._vote(client, messages) for _ in range(self.settings.votes))),
+            timeout=self.settings.deadline_seconds,
+        )
         if all(v.score is None for v in votes):
             raise JudgeUnavailable(
                 f"none of the {len(votes)} votes of the judge at {self.url} succeeded"

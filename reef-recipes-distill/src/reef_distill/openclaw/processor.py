@@ -121,6 +121,10 @@ class OpenClawJudging(RecordJudging):
         """The last turn: nothing continued it in ``next_state_timeout_seconds``."""
         return now - record.ended_at > self.settings.next_state_timeout_seconds
 
+    async def aclose(self) -> None:
+        """Close the judge's HTTP client, on the stage's worker as the stage closes."""
+        await self.judge_model.aclose()
+
 
 class OpenClawRLSamples(JudgedSamples):
     """OpenClaw-RL's record-to-sample stage (see the module's documentation)."""
