@@ -18,9 +18,11 @@ pytest.importorskip("starlette")
 from reef import (
     InferenceRecord,
     JobData,
+    PipelineSection,
     PluginConfigError,
     PluginKind,
     Plugins,
+    RecipeConfigError,
     TrajectorySample,
 )
 from reef.testing import pipeline_context
@@ -326,6 +328,44 @@ def test_the_recipes_give_the_methods_objectives() -> None:
     assert distill["distillation"]["kl_coef"] == 2.0
     with pytest.raises(PluginConfigError, match="objective"):
         OpenClawRLRecipe.Settings.parse({"objective": "combine"}, plugin_class=OpenClawRLRecipe)
+
+
+@pytest.mark.parametrize(
+    "class_name",
+    [None, "OpenClawRLSamples", "reef_distill.openclaw.processor:OpenClawRLSamples"],
+)
+def test_the_hints_check_knows_the_samples_stage_however_it_is_named(
+    class_name: str | None,
+) -> None:
+    """The objective must match the judging's hints whether the deployment leaves the stage to
+    the recipe, names it by its registered name or as module:Class."""
+    hindsight = OpenClawRLRecipe.Settings.parse(
+        {"objective": "hindsight"}, plugin_class=OpenClawRLRecipe
+    )
+    binary = OpenClawRLRecipe.Settings.parse({"objective": "binary"}, plugin_class=OpenClawRLRecipe)
+    for settings, hints in ((hindsight, False), (binary, True)):
+        record2sample: dict[str, Any] = {"config": {"hints": hints}}
+        if class_name is not None:
+            record2sample["class"] = class_name
+        pipeline = PipelineSection.parse(
+            {"record2sample": record2sample, "sample2job": {"config": {"job_samples": 8}}},
+            plugin_class=OpenClawRLRecipe,
+        )
+        with pytest.raises(RecipeConfigError) as caught:
+            OpenClawRLRecipe.check_pipeline(pipeline, settings, path="$.pipeline")
+        (error,) = caught.value.errors
+        assert error.key == "$.pipeline.record2sample.config.hints"
+        OpenClawRLRecipe.check_pipeline(
+            PipelineSection.parse(
+                {
+                    "record2sample": {**record2sample, "config": {"hints": not hints}},
+                    "sample2job": {"config": {"job_samples": 8}},
+                },
+                plugin_class=OpenClawRLRecipe,
+            ),
+            settings,
+            path="$.pipeline",
+        )
 
 
 def test_both_recipes_and_their_stages_are_registered() -> None:

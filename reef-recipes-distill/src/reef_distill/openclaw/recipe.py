@@ -14,6 +14,7 @@ them (its ``openclaw-rl`` and ``openclaw-opd`` methods):
 
 from __future__ import annotations
 
+import pkgutil
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -29,6 +30,7 @@ from reef import (
     TeacherSettings,
     config_option,
 )
+from reef_distill.openclaw.processor import OpenClawRLSamples
 
 _OBJECTIVES = ("binary", "hindsight")
 
@@ -79,7 +81,7 @@ class OpenClawRLRecipe(Recipe):
         super().check_pipeline(pipeline, settings, path=path)
         assert isinstance(settings, OpenClawRLRecipeSettings)
         stage = pipeline.record2sample
-        ours = stage.class_ in (None, cls.pipeline_spec().record2sample)
+        ours = _names_openclaw_samples(stage.class_)
         hinted = (stage.config or {}).get("hints") is True
         if settings.objective == "hindsight" and ours and not hinted:
             raise RecipeConfigError(
@@ -111,3 +113,16 @@ class OpenClawRLRecipe(Recipe):
             distillation = DistillationParameters(teacher=settings.teacher, kl_coef=1.0)
             parameters["distillation"] = attrs.asdict(distillation)
         return parameters
+
+
+def _names_openclaw_samples(class_name: str | None) -> bool:
+    """Whether a deployment's record-to-sample class is ``OpenClawRLSamples``: unset (the
+    recipe's default), its registered name, or a ``module:Class`` reference to it."""
+    if class_name is None or class_name == OpenClawRLRecipe.pipeline_spec().record2sample:
+        return True
+    if ":" not in class_name:
+        return False
+    try:
+        return pkgutil.resolve_name(class_name) is OpenClawRLSamples
+    except (ImportError, AttributeError, ValueError):
+        return False  # a class that does not resolve is refused where the deployment names it
