@@ -523,7 +523,13 @@ def test_a_generation_complete_while_a_delivery_runs_goes_out_after_it(
     harness.end(harness.build())  # generation 1 complete: its delivery starts and waits
     harness.pipeline.produce()  # generation 2's round
     deadline = time.monotonic() + 30
-    while harness.stage.status()["task_generation"]["completed_generations"] < 2:
+
+    def taken_in() -> bool:
+        # Complete in the store, and taken in by the trainer's thread (its tasks offered).
+        seen = harness.stage.status()["task_generation"]
+        return seen["completed_generations"] == 2 and seen["generation_in_flight"] is None
+
+    while not taken_in():
         assert time.monotonic() < deadline, "generation 2 did not complete"
         time.sleep(0.01)
         harness.pipeline.produce()
