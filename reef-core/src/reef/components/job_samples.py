@@ -14,7 +14,8 @@ samples *mean* is the same everywhere, so it is computed here once:
   ``samples_without_reward`` (P-UP-9).
 - :func:`consumed_lines` writes what one optimizer step's loss consumed, a line per sample (the
   ``consumed`` metric Agent ECC's plugin reads).
-- :func:`job_metrics` names a finished job's metrics, so every component reports the same keys.
+- :func:`job_metrics` names a finished job's metrics, so every component reports the same keys
+  (under a distilling objective, with ``teacher_kl`` and :func:`samples_without_teacher`).
 
 The job parameters these read are in :mod:`reef.components.job_parameters`. Nothing here
 needs PyTorch; rendering needs jinja2 (the ``render`` extra).
@@ -50,6 +51,7 @@ class PreparedJob:
         have a teacher sequence that cannot render or is too long.
     :ivar samples_without_reward: samples left out because the objective needs a reward and
         they have none.
+    :ivar distilling: prepared for a distilling objective (its metrics name the teacher's).
     """
 
     objective: str
@@ -59,6 +61,7 @@ class PreparedJob:
     unrenderable_samples: int
     samples_without_reward: int
     teachers: Mapping[int, RenderedSample] = attrs.field(factory=dict)
+    distilling: bool = False
 
     def reward_of(self, position: int) -> float | None:
         """The reward the sample at ``position`` of :attr:`rendered` trains with (``None``
@@ -155,6 +158,7 @@ def prepare_job(
         unrenderable,
         samples_without_reward,
         {i: teachers[i] for i, _ in rendered if i in teachers},
+        distillation is not None,
     )
 
 
@@ -176,17 +180,35 @@ def consumed_lines(step: int, loss_tokens: Mapping[int, int], job: PreparedJob) 
     ]
 
 
+def samples_without_teacher(job: PreparedJob) -> int:
+    """The job's training samples whose teacher request has no ``messages`` (or that have
+    none): scored in the student's own prompt, so under the self teacher their KL is 0 and they
+    train only their reward (the job metric of that name)."""
+    return sum(
+        1
+        for i, _ in job.rendered
+        if (teacher := sample_teacher(job.samples[i].trajectory)) is None
+        or teacher.get("messages") is None
+    )
+
+
 def job_metrics(
     job: PreparedJob,
     plan: StepPlan,
     *,
     losses: Sequence[float],
     trained_tokens: int,
-    consumed: Sequence[JSON],
+    step_tokens: Sequence[Mapping[int, int]],
+    teacher_kl: float | None = None,
 ) -> JSON:
-    """The metrics of a finished job, under the names every component reports."""
+    """The metrics of a finished job, under the names every component reports.
+
+    :param step_tokens: each step's loss tokens by position in ``job.rendered``, in step order
+        (the ``consumed`` lines, :func:`consumed_lines`).
+    :param teacher_kl: a distilling job's mean KL to its teacher at the start weights.
+    """
     rewards = [r for i, _ in job.rendered if (r := sample_reward(job.samples[i])) is not None]
-    return {
+    metrics: JSON = {
         "loss": sum(losses) / len(losses) if losses else None,
         "step_losses": list(losses),
         "steps": len(losses),
@@ -198,5 +220,13 @@ def job_metrics(
         "trained_tokens": trained_tokens,
         "mean_reward": sum(rewards) / len(rewards) if rewards else None,
         "objective": job.objective,
-        "consumed": list(consumed),
+        "consumed": [
+            line
+            for number, tokens in enumerate(step_tokens)
+            for line in consumed_lines(number, tokens, job)
+        ],
     }
+    if job.distilling:
+        metrics["teacher_kl"] = teacher_kl
+        metrics["samples_without_teacher"] = samples_without_teacher(job)
+    return metrics

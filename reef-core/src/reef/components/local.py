@@ -58,14 +58,13 @@ from reef.components.faults import fault_point
 from reef.components.interface import Artifact, JobHandle
 from reef.components.job_parameters import POLICY_OBJECTIVES, JobParameters
 from reef.components.job_runner import JobRunner
-from reef.components.job_samples import consumed_lines, job_metrics, prepare_job
+from reef.components.job_samples import job_metrics, prepare_job
 from reef.components.json_files import read_json, write_json
 from reef.components.objectives import batch_logprobs, batch_loss, token_batch
 from reef.components.scheduling import SequenceRef, StepPlan, plan_steps
 from reef.components.task_rollouts import roll_out_tasks, task_metrics
 from reef.components.task_training import RolloutBatch, model_sampler
 from reef.components.teacher import Teachers, distillation_rows
-from reef.components.teacher_scores import samples_without_teacher
 from reef.components.tiny_gpt import TinyGPT, TinyGPTConfig, TinyGPTModel
 from reef.core.chat_rendering import ChatRenderer, RenderedSequence, Tokenizer
 from reef.core.config import config_option
@@ -380,18 +379,14 @@ class LocalComponent:
         step_losses, trained_tokens, step_tokens = self._optimize(
             job, plan, sequence, job.objective, start, advantage_rows
         )
-        consumed = [
-            line
-            for number, tokens in enumerate(step_tokens)
-            for line in consumed_lines(number, tokens, prepared)
-        ]
-        metrics = job_metrics(
-            prepared, plan, losses=step_losses, trained_tokens=trained_tokens, consumed=consumed
+        return job_metrics(
+            prepared,
+            plan,
+            losses=step_losses,
+            trained_tokens=trained_tokens,
+            step_tokens=step_tokens,
+            teacher_kl=teacher_kl,
         )
-        if job.distillation is not None:
-            metrics["teacher_kl"] = teacher_kl
-            metrics["samples_without_teacher"] = samples_without_teacher(prepared)
-        return metrics
 
     def _train_tasks(self, data: JobData, job: JobParameters) -> JSON:
         """A task job (:mod:`reef.components.task_rollouts`): roll its tasks out at the start

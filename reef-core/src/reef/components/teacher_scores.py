@@ -30,7 +30,6 @@ from reef.components.job_parameters import TeacherSettings
 from reef.components.job_samples import PreparedJob
 from reef.components.scheduling import SequenceRef
 from reef.core.chat_rendering import RenderedSample, RenderedSequence
-from reef.core.teacher_rendering import sample_teacher
 from reef.errors import ReefError
 
 
@@ -140,18 +139,6 @@ class EngineTeacher:
     def logprobs(self, samples: Sequence[RenderedSample]) -> list[list[float]]:
         """See :class:`TeacherScorer`; one engine call per sequence."""
         return [[v for s in sample.sequences for v in self._score(s)] for sample in samples]
-
-
-def samples_without_teacher(job: PreparedJob) -> int:
-    """The job's training samples whose teacher request has no ``messages`` (or that have
-    none): scored in the student's own prompt, so under the self teacher their KL is 0 and they
-    train only their reward (the job metric of that name)."""
-    return sum(
-        1
-        for i, _ in job.rendered
-        if (teacher := sample_teacher(job.samples[i].trajectory)) is None
-        or teacher.get("messages") is None
-    )
 
 
 def kl_advantages(

@@ -191,7 +191,9 @@ class SlimeComponent:
             component=self._name,
             reward_baseline=job.reward_baseline,
         )
-        metrics = job_metrics(prepared, StepPlan((), 0), losses=[], trained_tokens=0, consumed=[])
+        metrics = job_metrics(
+            prepared, StepPlan((), 0), losses=[], trained_tokens=0, step_tokens=[]
+        )
         body: JSON = {"groups": _groups(prepared), "metrics": metrics}
         if job.objective == "ppo":
             # Slime's PPO loss clips with its own arguments: its data source checks them.

@@ -73,7 +73,7 @@ from reef.components.hf_tokenizer import HFTokenizer, load_tokenizer
 from reef.components.interface import Artifact, JobHandle
 from reef.components.job_parameters import POLICY_OBJECTIVES, JobParameters, TeacherSettings
 from reef.components.job_runner import JobRunner
-from reef.components.job_samples import PreparedJob, consumed_lines, job_metrics, prepare_job
+from reef.components.job_samples import PreparedJob, job_metrics, prepare_job
 from reef.components.json_files import read_json, write_json
 from reef.components.scheduling import SequenceRef, StepPlan, plan_steps
 from reef.components.task_rollouts import roll_out_tasks, task_group_advantages, task_metrics
@@ -81,7 +81,6 @@ from reef.components.teacher_scores import (
     EngineTeacher,
     TeacherScorer,
     marked_values,
-    samples_without_teacher,
     token_advantages,
 )
 from reef.components.tinker.connection import Connect, TinkerConnection, TrainingClientLike
@@ -475,17 +474,14 @@ class TinkerComponent:
             job.objective,
             loss_fn_config,
         )
-        consumed = [
-            line
-            for number, tokens in enumerate(step_tokens)
-            for line in consumed_lines(number, tokens, prepared)
-        ]
         metrics = job_metrics(
-            prepared, plan, losses=losses, trained_tokens=trained_tokens, consumed=consumed
+            prepared,
+            plan,
+            losses=losses,
+            trained_tokens=trained_tokens,
+            step_tokens=step_tokens,
+            teacher_kl=teacher_kl,
         )
-        if job.distillation is not None:
-            metrics["teacher_kl"] = teacher_kl
-            metrics["samples_without_teacher"] = samples_without_teacher(prepared)
         outcome = JobOutcome(data.id, self._name, "finished", metrics=metrics)
         if losses:
             self._commit(client, outcome)
