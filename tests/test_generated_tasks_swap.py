@@ -24,35 +24,16 @@ import pytest
 
 from reef import RolledOutTask
 from reef.plugins import Plugins
-from reef.plugins.scenarios import load_deployment
-from reef.record2sample.generated_tasks import GeneratedTaskSamples
 from reef.storage import open_database
 from reef.testing import inline_plugin
-from reef.testing.generators import ArithmeticTasks, train_one_generation
+from reef.testing.generators import ArithmeticTasks, swap_deployment, train_deployed_generation
 from reef.testing.service import NullComponent, serve_on_loopback
 from reef.testing.task_engines import generator_service, hint_policy, scripted_designer
-from reef.train.stages import build_pipeline
 from reef_spade import SpadeGenerator
 
 pytestmark = pytest.mark.skipif(
     shutil.which("bwrap") is None, reason="bubblewrap is not installed (scripts/setup does)"
 )
-
-DEPLOYMENT = """
-scenarios:
-  tasks:
-    recipe:
-      class: generated_tasks
-      config: {{job_parameters: {{rollout: {{rollouts_per_task: 2}}}}}}
-    pipeline:
-      record2sample:
-        config:
-          generator: {generator}
-          generator_config: {generator_config}
-          rounds: 1
-      sample2job: {{config: {{buffer_size: 2}}}}
-    training: {{component: noop}}
-"""
 
 
 def _sum_task(slug: str, a: int, b: int) -> dict[str, str]:
@@ -97,21 +78,12 @@ def _run(
 ) -> tuple[list[str], object]:
     """One generation trained in one job: the job's task names and the generator object."""
     folder.mkdir()
-    text = DEPLOYMENT.format(generator=generator, generator_config=generator_config)
-    deployment = load_deployment(text, plugins=plugins)
+    text = swap_deployment(generator, component="noop", generator_config=generator_config)
     database = open_database(f"sqlite:///{folder}/reef.db")
     try:
-        pipeline = build_pipeline(
-            "tasks", deployment.scenarios["tasks"], plugins=plugins, database=database,
-            environ={"REEF_GENERATOR_URL": service_url},
-        )  # fmt: skip
-        try:
-            names = train_one_generation(pipeline, (1.0, 0.0))
-            stage = pipeline.record2sample
-            assert isinstance(stage, GeneratedTaskSamples)
-            return names, stage.generator
-        finally:
-            pipeline.close(10)
+        return train_deployed_generation(
+            text, plugins=plugins, database=database, environ={"REEF_GENERATOR_URL": service_url}
+        )
     finally:
         database.dispose()
 

@@ -16,32 +16,16 @@ from reef.core.deployment import DeploymentError
 from reef.plugins import Plugins
 from reef.plugins.scenarios import load_deployment
 from reef.recipe.generated_tasks import RolledOutTask
-from reef.record2sample.generated_tasks import GeneratedTaskSamples
 from reef.storage import Database, open_database
 from reef.testing import inline_plugin
 from reef.testing.generators import (
     ArithmeticTasks,
     ScriptedTasks,
     WordTasks,
-    train_one_generation,
+    swap_deployment,
+    train_deployed_generation,
 )
 from reef.train.stages import build_pipeline, check_stages
-
-DEPLOYMENT = """
-scenarios:
-  tasks:
-    recipe:
-      class: generated_tasks
-      config: {{job_parameters: {{rollout: {{rollouts_per_task: 2}}}}}}
-    pipeline:
-      record2sample:
-        config:
-          generator: {generator}
-          generator_config: {{tasks_per_generation: 2}}
-          rounds: 1
-      sample2job: {{config: {{buffer_size: 2}}}}
-    training: {{component: recording}}
-"""
 
 
 class _Component:
@@ -62,22 +46,19 @@ def plugins() -> Plugins:
     return loaded
 
 
+def _deployment(generator: str) -> str:
+    return swap_deployment(generator, component="recording")
+
+
 def _run(generator: str, plugins: Plugins, database: Database) -> list[str]:
-    deployment = load_deployment(DEPLOYMENT.format(generator=generator), plugins=plugins)
-    pipeline = build_pipeline("tasks", deployment.scenarios["tasks"], plugins=plugins,
-                              database=database)  # fmt: skip
-    try:
-        names = train_one_generation(pipeline, (1.0, 0.0))
-        stage = pipeline.record2sample
-        assert isinstance(stage, GeneratedTaskSamples)
-        generator_object = stage.generator
-        assert isinstance(generator_object, ScriptedTasks)
-        ((generation, results),) = generator_object.recorded
-        assert generation == 1
-        assert all(isinstance(r, RolledOutTask) for r in results)
-        return names
-    finally:
-        pipeline.close(10)
+    names, generator_object = train_deployed_generation(
+        _deployment(generator), plugins=plugins, database=database
+    )
+    assert isinstance(generator_object, ScriptedTasks)
+    ((generation, results),) = generator_object.recorded
+    assert generation == 1
+    assert all(isinstance(r, RolledOutTask) for r in results)
+    return names
 
 
 # rule: P-TASK-1 P-TASK-2
@@ -107,7 +88,7 @@ def test_a_generator_that_is_no_task_generator_is_refused_at_its_key(
         ("nothing", "unknown task_generator 'nothing'"),
         ("reef.testing.generators:ScriptedTasksSettings", "is not a TaskGenerator"),
     ):
-        deployment = load_deployment(DEPLOYMENT.format(generator=name), plugins=plugins)
+        deployment = load_deployment(_deployment(name), plugins=plugins)
         with pytest.raises(DeploymentError) as caught:
             build_pipeline(
                 "tasks", deployment.scenarios["tasks"], plugins=plugins, database=storage_database
@@ -121,7 +102,7 @@ def test_a_generator_that_is_no_task_generator_is_refused_at_its_key(
 def test_reef_check_builds_the_generator_and_names_its_bad_key_at_its_path(
     plugins: Plugins,
 ) -> None:
-    good = DEPLOYMENT.format(generator="arithmetic")
+    good = _deployment("arithmetic")
     check_stages(load_deployment(good, plugins=plugins), plugins=plugins)
     bad = good.replace("tasks_per_generation", "tasks_per_round")
     with pytest.raises(DeploymentError) as caught:

@@ -13,7 +13,9 @@ Both register with :func:`reef.testing.inline_plugin` (``task_generators=...``) 
 ``reef.testing.generators:ArithmeticTasks`` in a deployment.
 
 :func:`train_one_generation` runs a generated-task pipeline through one round and one task job
-as the trainer does, whatever its generator, for a test that swaps generators.
+as the trainer does, whatever its generator, for a test that swaps generators;
+:func:`swap_deployment` writes the deployment such a test swaps generators in, and
+:func:`train_deployed_generation` builds its pipeline as the runtime does and runs it so.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import asyncio
 import hashlib
 import json
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -31,6 +34,8 @@ from reef.core.config import config_option
 from reef.core.harbor import HarborTask
 from reef.core.job_data import JobOutcome, TaskSample
 from reef.core.plugins import PluginSettings
+from reef.plugins import Plugins
+from reef.plugins.scenarios import load_deployment
 from reef.recipe.generated_tasks import (
     GeneratedTaskResult,
     TaskGenerator,
@@ -39,13 +44,17 @@ from reef.recipe.generated_tasks import (
 )
 from reef.record2sample.generated_tasks import GeneratedTaskSamples
 from reef.record2sample.generator import TaskGenerationRequest
+from reef.storage import Database
 from reef.train.pipeline import TrainingPipeline
+from reef.train.stages import build_pipeline
 
 __all__ = [
     "ArithmeticTasks",
     "ScriptedTasks",
     "ScriptedTasksSettings",
     "WordTasks",
+    "swap_deployment",
+    "train_deployed_generation",
     "train_one_generation",
 ]
 
@@ -234,3 +243,58 @@ def train_one_generation(
     pipeline.job_ended(outcome)
     _settle(pipeline, stage, timeout)
     return names
+
+
+_SWAP_DEPLOYMENT = """
+scenarios:
+  tasks:
+    recipe:
+      class: generated_tasks
+      config: {{job_parameters: {{rollout: {{rollouts_per_task: 2}}}}}}
+    pipeline:
+      record2sample:
+        config:
+          generator: {generator}
+          generator_config: {generator_config}
+          rounds: 1
+      sample2job: {{config: {{buffer_size: 2}}}}
+    training: {{component: {component}}}
+"""
+
+
+def swap_deployment(
+    generator: str, *, component: str, generator_config: str = "{tasks_per_generation: 2}"
+) -> str:
+    """A deployment's text with one scenario, ``tasks``, of the generated-task recipe: one
+    round of ``generator`` (a registered name or ``module:Class``, with ``generator_config``
+    as YAML flow text), tasks rolled out twice each, jobs of two tasks, trained by
+    ``component``. A test swaps generators by changing ``generator`` alone."""
+    return _SWAP_DEPLOYMENT.format(
+        generator=generator, generator_config=generator_config, component=component
+    )
+
+
+def train_deployed_generation(
+    text: str,
+    *,
+    plugins: Plugins,
+    database: Database,
+    environ: Mapping[str, str] | None = None,
+    rewards: tuple[float, ...] = (1.0, 0.0),
+) -> tuple[list[str], TaskGenerator]:
+    """Build the pipeline of scenario ``tasks`` of the deployment ``text`` as the runtime
+    does (``environ`` as the trainer's environment), run it through one generation
+    (:func:`train_one_generation`) and close it. Returns the job's task names and the
+    stage's generator."""
+    deployment = load_deployment(text, plugins=plugins)
+    pipeline = build_pipeline(
+        "tasks", deployment.scenarios["tasks"], plugins=plugins, database=database,
+        environ=environ,
+    )  # fmt: skip
+    try:
+        names = train_one_generation(pipeline, rewards)
+        stage = pipeline.record2sample
+        assert isinstance(stage, GeneratedTaskSamples)  # train_one_generation checked it
+        return names, stage.generator
+    finally:
+        pipeline.close(10)
