@@ -219,21 +219,29 @@ def test_a_judge_that_never_answers_leaves_the_turn_untrained_and_counted(judge_
     samples.close(5.0)
 
 
-def test_hints_become_teacher_requests_best_first(judge_url: Any) -> None:
-    # rule: P-REND-4
-    answers = iter(
-        [
-            f"\\boxed{{1}} [HINT_START]{HINT}[HINT_END]",
-            "\\boxed{1} [HINT_START]km[HINT_END]",
-            "\\boxed{-1}",
-        ]
-    )
-    samples = stage(judge_url(lambda _: next(answers)), hints=True)
+def hinted_sample_extra(judge_url: Any, answers: list[str]) -> dict[str, Any]:
+    """The ``extra.reef`` of the one sample a two-turn conversation makes when the judge, hints
+    on, answers its three votes on the first turn with ``answers``."""
+    replies = iter(answers)
+    samples = stage(judge_url(lambda _: next(replies)), hints=True)
     for record in conversation(("12 miles", "in km please"), ("19 km", "thanks")):
         samples.push(record)
     settle(samples)
     (sample,) = made(samples)
-    reef = sample.trajectory["extra"]["reef"]
+    extra: dict[str, Any] = sample.trajectory["extra"]["reef"]
+    return extra
+
+
+def test_hints_become_teacher_requests_best_first(judge_url: Any) -> None:
+    # rule: P-REND-4
+    reef = hinted_sample_extra(
+        judge_url,
+        [
+            f"\\boxed{{1}} [HINT_START]{HINT}[HINT_END]",
+            "\\boxed{1} [HINT_START]km[HINT_END]",
+            "\\boxed{-1}",
+        ],
+    )
     assert len(reef["teacher_candidates"]) == 1  # "km" is shorter than min_hint_chars
     teacher = reef["teacher"]
     assert teacher == reef["teacher_candidates"][0]
@@ -244,19 +252,14 @@ def test_hints_become_teacher_requests_best_first(judge_url: Any) -> None:
 def test_only_a_good_votes_hint_teaches(judge_url: Any) -> None:
     """rule: P-REND-4 -- one teacher request per good vote's hint: a hint the judge wrote
     beside a -1 vote (which should carry none) teaches nothing."""
-    answers = iter(
+    reef = hinted_sample_extra(
+        judge_url,
         [
             f"\\boxed{{-1}} [HINT_START]{HINT} Also, be brief.[HINT_END]",
             f"\\boxed{{1}} [HINT_START]{HINT}[HINT_END]",
             "\\boxed{-1}",
-        ]
+        ],
     )
-    samples = stage(judge_url(lambda _: next(answers)), hints=True)
-    for record in conversation(("12 miles", "in km please"), ("19 km", "thanks")):
-        samples.push(record)
-    settle(samples)
-    (sample,) = made(samples)
-    reef = sample.trajectory["extra"]["reef"]
     assert len(reef["teacher_candidates"]) == 1
     assert reef["teacher"]["messages"][-1]["content"].endswith(HINT)
 
