@@ -17,7 +17,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import time
 from pathlib import Path
@@ -33,7 +32,6 @@ from reef.testing.serve import TINY_GPT_OPTIONS, tiny_local_deployment
 from reef.testing.serve import ScriptedAgent as Agent
 from reef.testing.serve import ServeProcess as Serve
 from reef.testing.service import serve_on_loopback
-from reef.testing.storage import DATABASE_URL_VARIABLE, postgres_schema_url
 
 SCENARIO = "word"
 GROUP = 4
@@ -285,7 +283,7 @@ def test_a_sigkill_in_the_middle_loses_nothing_and_trains_nothing_twice(workdir:
 
 @pytest.mark.postgres
 def test_two_processes_on_postgresql_the_leader_dies_and_the_other_takes_over(
-    workdir: Path,
+    workdir: Path, postgres_url: str
 ) -> None:
     """The follower takes the lease over and trains on; what the leader's weights answered
     before the takeover trains too unless it is stale, and it is then counted, never lost.
@@ -295,49 +293,47 @@ def test_two_processes_on_postgresql_the_leader_dies_and_the_other_takes_over(
     older weights (the leader's first artifact, or a job the leader had not published) stay
     untrained as stale samples. Every call answered after the takeover trains.
     """
-    base = os.environ.get(DATABASE_URL_VARIABLE)
-    if not base:
-        pytest.skip(f"{DATABASE_URL_VARIABLE} does not name a PostgreSQL database")
-    with postgres_schema_url(base) as url:
-        deployment = tiny_local_deployment(workdir, url)
-        agent = Agent()
-        first = Serve(deployment, workdir / "a.log", lease_ttl=2.0)
-        second = Serve(deployment, workdir / "b.log", lease_ttl=2.0)
-        processes = {first.process.pid: first, second.process.pid: second}
-        try:
-            _wait(lambda: _served(first.base_url) is not None, 60, "a leader", first.base_url)
-            leader = processes[_holder_pid(url)]
-            follower = second if leader is first else first
-            for _ in range(2):  # both admit: reports go to either process
-                agent.round(leader.base_url)
-                agent.round(follower.base_url)
-            leader.kill()
-            _wait(
-                lambda: _holder_pid(url) == follower.process.pid,
-                60,
-                "the follower to take the lease over",
-                follower.base_url,
-            )
-            before_takeover = len(agent.reports)
-            for _ in range(2):
-                agent.round(follower.base_url)
-            _train_out(agent, url, follower.base_url)
-            assert set(agent.reports[before_takeover:]) <= _store_counts(url)["trained_reports"]
-            stale = _stale(follower.base_url)
-            assert follower.terminate() == 0
-        finally:
-            for serve in (first, second):
-                if serve.process.poll() is None:
-                    serve.kill()
-        counts = _store_counts(url)
-        assert set(agent.records) | set(agent.reports) <= counts["ids"]
-        assert counts["samples"] == len(agent.reports)  # one sample per report, none twice
-        assert counts["trains"] == [1] * len(counts["trains"])  # nothing trained twice
-        # Left untrained: the stale samples and the rest of their groups, all answered by older
-        # weights before the takeover.
-        untrained = len(agent.reports) - len(counts["trains"])
-        assert stale <= untrained <= before_takeover
-        assert (stale == 0) == (untrained == 0)
+    deployment = tiny_local_deployment(workdir, postgres_url)
+    agent = Agent()
+    first = Serve(deployment, workdir / "a.log", lease_ttl=2.0)
+    second = Serve(deployment, workdir / "b.log", lease_ttl=2.0)
+    processes = {first.process.pid: first, second.process.pid: second}
+    try:
+        _wait(lambda: _served(first.base_url) is not None, 60, "a leader", first.base_url)
+        leader = processes[_holder_pid(postgres_url)]
+        follower = second if leader is first else first
+        for _ in range(2):  # both admit: reports go to either process
+            agent.round(leader.base_url)
+            agent.round(follower.base_url)
+        leader.kill()
+        _wait(
+            lambda: _holder_pid(postgres_url) == follower.process.pid,
+            60,
+            "the follower to take the lease over",
+            follower.base_url,
+        )
+        before_takeover = len(agent.reports)
+        for _ in range(2):
+            agent.round(follower.base_url)
+        _train_out(agent, postgres_url, follower.base_url)
+        assert (
+            set(agent.reports[before_takeover:]) <= _store_counts(postgres_url)["trained_reports"]
+        )
+        stale = _stale(follower.base_url)
+        assert follower.terminate() == 0
+    finally:
+        for serve in (first, second):
+            if serve.process.poll() is None:
+                serve.kill()
+    counts = _store_counts(postgres_url)
+    assert set(agent.records) | set(agent.reports) <= counts["ids"]
+    assert counts["samples"] == len(agent.reports)  # one sample per report, none twice
+    assert counts["trains"] == [1] * len(counts["trains"])  # nothing trained twice
+    # Left untrained: the stale samples and the rest of their groups, all answered by older
+    # weights before the takeover.
+    untrained = len(agent.reports) - len(counts["trains"])
+    assert stale <= untrained <= before_takeover
+    assert (stale == 0) == (untrained == 0)
 
 
 def _train_out(agent: Agent, url: str, base_url: str) -> None:
@@ -407,7 +403,7 @@ def _settings_snapshot(url: str) -> str:
 
 @pytest.mark.postgres
 def test_a_leader_killed_at_a_fault_point_loses_nothing_and_trains_nothing_twice(
-    workdir: Path,
+    workdir: Path, postgres_url: str
 ) -> None:
     """Two processes on one PostgreSQL store; the lease holder SIGKILLs itself at
     ``local.weights_saved`` (its first job's weights saved, the job's outcome not written), not
@@ -416,44 +412,40 @@ def test_a_leader_killed_at_a_fault_point_loses_nothing_and_trains_nothing_twice
     serves those weights and trains on. Every acknowledged call and report is stored, every
     sample trains exactly once: the predecessor's artifacts keep their age (P-STALE-5), so with
     ``max_staleness`` 3 nothing is left stale."""
-    base = os.environ.get(DATABASE_URL_VARIABLE)
-    if not base:
-        pytest.skip(f"{DATABASE_URL_VARIABLE} does not name a PostgreSQL database")
-    with postgres_schema_url(base) as url:
-        deployment = tiny_local_deployment(workdir, url)
-        agent = Agent()
-        fault = {FAULT_POINT_ENV: "local.weights_saved"}
-        leader = Serve(deployment, workdir / "a.log", lease_ttl=2.0, env=fault)
-        follower: Serve | None = None
-        try:
-            first = _first_weights(leader)  # alone: it holds the lease
-            follower = Serve(deployment, workdir / "b.log", lease_ttl=2.0)
-            assert _holder_pid(url) == leader.process.pid
-            agent.round(leader.base_url)  # half a job: the leader does not train yet
-            for _ in range(3):  # both admit; the leader's first job fills and it dies
-                agent.round(follower.base_url)
-            assert leader.process.wait(120) == -signal.SIGKILL  # at the fault point
-            _wait(
-                lambda: _holder_pid(url) == follower.process.pid,
-                60,
-                "the follower to take the lease over",
-                follower.base_url,
-            )
-            for _ in range(2):
-                agent.round(follower.base_url)
-            _train_out(agent, url, follower.base_url)
-            assert follower.terminate() == 0
-            served = json.loads(_settings_snapshot(url))["served_artifacts"]
-        finally:
-            leader.stop()
-            if follower is not None:
-                follower.stop()
-        counts = _store_counts(url)
-        database = open_database(url)
-        try:
-            jobs = JobHistory(database, SCENARIO).read()
-        finally:
-            database.dispose()
+    deployment = tiny_local_deployment(workdir, postgres_url)
+    agent = Agent()
+    fault = {FAULT_POINT_ENV: "local.weights_saved"}
+    leader = Serve(deployment, workdir / "a.log", lease_ttl=2.0, env=fault)
+    follower: Serve | None = None
+    try:
+        first = _first_weights(leader)  # alone: it holds the lease
+        follower = Serve(deployment, workdir / "b.log", lease_ttl=2.0)
+        assert _holder_pid(postgres_url) == leader.process.pid
+        agent.round(leader.base_url)  # half a job: the leader does not train yet
+        for _ in range(3):  # both admit; the leader's first job fills and it dies
+            agent.round(follower.base_url)
+        assert leader.process.wait(120) == -signal.SIGKILL  # at the fault point
+        _wait(
+            lambda: _holder_pid(postgres_url) == follower.process.pid,
+            60,
+            "the follower to take the lease over",
+            follower.base_url,
+        )
+        for _ in range(2):
+            agent.round(follower.base_url)
+        _train_out(agent, postgres_url, follower.base_url)
+        assert follower.terminate() == 0
+        served = json.loads(_settings_snapshot(postgres_url))["served_artifacts"]
+    finally:
+        leader.stop()
+        if follower is not None:
+            follower.stop()
+    counts = _store_counts(postgres_url)
+    database = open_database(postgres_url)
+    try:
+        jobs = JobHistory(database, SCENARIO).read()
+    finally:
+        database.dispose()
     assert set(agent.records) | set(agent.reports) <= counts["ids"]  # nothing acknowledged lost
     assert counts["samples"] == len(agent.reports)  # one sample per report, none made twice
     assert counts["trains"] == [1] * len(agent.reports)  # every sample trained, once

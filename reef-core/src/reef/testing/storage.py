@@ -9,6 +9,8 @@ test session where reef-core is installed has them, with no ``pytest_plugins`` l
   concurrent runs never meet). Without the variable the PostgreSQL case is skipped.
 - ``storage_database``: that database, opened (and migrated) with
   :func:`reef.storage.open_database`, disposed after the test.
+- ``postgres_url``: the URL of a fresh schema of that PostgreSQL database, for a test that
+  needs PostgreSQL itself (several processes on one store); skipped without the variable.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from sqlalchemy.engine import make_url
 
 from reef.storage.database import Database, open_database
 
-__all__ = ["postgres_schema_url", "storage_database", "storage_url"]
+__all__ = ["postgres_schema_url", "postgres_url", "storage_database", "storage_url"]
 
 #: The environment variable that names the PostgreSQL database of the tests.
 DATABASE_URL_VARIABLE = "REEF_TEST_DATABASE_URL"
@@ -41,11 +43,23 @@ def storage_url(
         path = tmp_path_factory.mktemp("reef-db") / "reef.db"
         yield f"sqlite:///{path}"
         return
+    with postgres_schema_url(_postgres_base()) as url:
+        yield url
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    """The URL of a fresh schema in the PostgreSQL database of the tests, dropped after the
+    test; the test is skipped when ``REEF_TEST_DATABASE_URL`` names none."""
+    with postgres_schema_url(_postgres_base()) as url:
+        yield url
+
+
+def _postgres_base() -> str:
     base = os.environ.get(DATABASE_URL_VARIABLE)
     if not base:
         pytest.skip(f"{DATABASE_URL_VARIABLE} does not name a PostgreSQL database")
-    with postgres_schema_url(base) as url:
-        yield url
+    return base
 
 
 @contextlib.contextmanager
