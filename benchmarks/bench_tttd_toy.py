@@ -20,8 +20,8 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from reef.testing.serve import ServeProcess
-from reef_tttd.toy_runner import StepResult, ToyRunner, toy_deployment
+from reef_tttd.testing import serve_toy
+from reef_tttd.toy_runner import StepResult, ToyRunner
 
 
 def run_arm(
@@ -30,36 +30,27 @@ def run_arm(
     """One run of ``steps`` steps with ``estimator`` (``sdpo``: the sdpo recipe), on a fresh
     store and model: each step's result and each job's ``teacher_kl``."""
     recipe = "sdpo" if estimator == "sdpo" else "tttd"
-    with tempfile.TemporaryDirectory() as folder:
-        root = Path(folder)
-        (root / "state").mkdir()
-        deployment = root / "deployment.yaml"
-        deployment.write_text(
-            toy_deployment(
-                f"sqlite:///{root / 'reef.db'}",
-                str(root / "state"),
-                steps=steps,
-                groups=groups,
-                rollouts=rollouts,
-                recipe=recipe,
-                estimator=estimator if recipe == "tttd" else "entropic",
-            ),
-            encoding="utf-8",
+    with (
+        tempfile.TemporaryDirectory() as folder,
+        serve_toy(
+            Path(folder),
+            steps=steps,
+            groups=groups,
+            rollouts=rollouts,
+            recipe=recipe,
+            estimator=estimator if recipe == "tttd" else "entropic",
+        ) as serve,
+    ):
+        runner = ToyRunner(
+            serve.base_url,
+            "discover",
+            groups=groups,
+            rollouts=rollouts,
+            cell_key=recipe,
+            feedback=recipe == "sdpo",
         )
-        serve = ServeProcess(deployment, root / "serve.log")
-        try:
-            runner = ToyRunner(
-                serve.base_url,
-                "discover",
-                groups=groups,
-                rollouts=rollouts,
-                cell_key=recipe,
-                feedback=recipe == "sdpo",
-            )
-            results = runner.run_steps(steps)
-            return results, [metrics.get("teacher_kl") for metrics in runner.job_metrics()]
-        finally:
-            serve.stop()
+        results = runner.run_steps(steps)
+        return results, [metrics.get("teacher_kl") for metrics in runner.job_metrics()]
 
 
 def main() -> None:

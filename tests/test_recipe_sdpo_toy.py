@@ -36,12 +36,11 @@ from reef.components.local import LocalComponent  # noqa: E402
 from reef.components.local_engine import LocalEngine  # noqa: E402
 from reef.testing import Database, pipeline_context, training_pipeline  # noqa: E402
 from reef.testing.samples import exchange  # noqa: E402
-from reef.testing.serve import ServeProcess  # noqa: E402
 from reef_tttd.processor import SDPOJobData, SDPOSamples, teacher_context  # noqa: E402
 from reef_tttd.recipe import SDPORecipe, SDPORecipeSettings  # noqa: E402
+from reef_tttd.testing import serve_toy  # noqa: E402
 from reef_tttd.toy_runner import (  # noqa: E402
     ToyRunner,
-    toy_deployment,
     vowel_feedback,
     vowel_score,
 )
@@ -194,24 +193,16 @@ def test_sdpo_over_reef_serve_moves_the_served_policy_toward_the_better_score(
         start = local.publish().path
     finally:
         local.close()
-    (tmp_path / "state").mkdir()
-    deployment = tmp_path / "deployment.yaml"
-    deployment.write_text(
-        toy_deployment(
-            f"sqlite:///{tmp_path / 'reef.db'}",
-            str(tmp_path / "state"),
-            steps=STEPS,
-            groups=GROUPS,
-            rollouts=ROLLOUTS,
-            recipe="sdpo",
-            distillation_weight=1.0,
-            learning_rate=0.01,
-            model_path=str(start),
-        ),
-        encoding="utf-8",
-    )
-    serve = ServeProcess(deployment, tmp_path / "serve.log")
-    try:
+    with serve_toy(
+        tmp_path,
+        steps=STEPS,
+        groups=GROUPS,
+        rollouts=ROLLOUTS,
+        recipe="sdpo",
+        distillation_weight=1.0,
+        learning_rate=0.01,
+        model_path=str(start),
+    ) as serve:
         runner = _PromptRunner(
             serve.base_url,
             "discover",
@@ -223,8 +214,6 @@ def test_sdpo_over_reef_serve_moves_the_served_policy_toward_the_better_score(
         results = runner.run_steps(STEPS)
         kls = [m["teacher_kl"] for m in runner.job_metrics()]
         assert serve.terminate() == 0
-    finally:
-        serve.stop()
     means = [r.as_json()["mean"] for r in results]
     assert means[-1] > means[0], (means, kls)
     # Each job trained on the teacher: its teacher_kl, the reverse KL of the sampled replies to

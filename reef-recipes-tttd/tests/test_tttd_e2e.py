@@ -11,32 +11,17 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("httpx")
 
-from reef.testing.serve import ServeProcess
-from reef_tttd.toy_runner import ToyRunner, toy_deployment
+from reef_tttd.testing import serve_toy
+from reef_tttd.toy_runner import ToyRunner
 
 STEPS, GROUPS, ROLLOUTS = 6, 2, 8
 
 
 def test_the_scores_found_rise_over_the_steps(tmp_path: Path) -> None:
-    (tmp_path / "state").mkdir()
-    deployment = tmp_path / "deployment.yaml"
-    deployment.write_text(
-        toy_deployment(
-            f"sqlite:///{tmp_path / 'reef.db'}",
-            str(tmp_path / "state"),
-            steps=STEPS,
-            groups=GROUPS,
-            rollouts=ROLLOUTS,
-        ),
-        encoding="utf-8",
-    )
-    serve = ServeProcess(deployment, tmp_path / "serve.log")
-    try:
+    with serve_toy(tmp_path, steps=STEPS, groups=GROUPS, rollouts=ROLLOUTS) as serve:
         runner = ToyRunner(serve.base_url, "discover", groups=GROUPS, rollouts=ROLLOUTS)
         results = runner.run_steps(STEPS)
         assert serve.terminate() == 0
-    finally:
-        serve.stop()
     means = [r.as_json()["mean"] for r in results]
     first, last = sum(means[:2]) / 2, sum(means[-2:]) / 2
     assert last > first, means  # the policy learned to propose better attempts
