@@ -14,7 +14,7 @@ from reef.core.plugins import PluginSettings, Record2SampleSettings
 from reef.plugins import Plugins
 from reef.plugins.scenarios import load_deployment
 from reef.recipe import PipelineSpec, Recipe
-from reef.testing import inline_plugin
+from reef.testing import inline_plugins
 
 
 class TestSamples:
@@ -46,17 +46,12 @@ class LocalComponent:
 
 @pytest.fixture
 def plugins() -> Plugins:
-    registry = Plugins(blocked=())
-    registry.register(
-        inline_plugin(
-            recipes={"weights": WeightRecipe},
-            record2sample={"TestSamples": TestSamples},
-            sample2job={"TestJobData": TestJobData},
-            components={"local": LocalComponent},
-        ),
-        "test",
+    return inline_plugins(
+        recipes={"weights": WeightRecipe},
+        record2sample={"TestSamples": TestSamples},
+        sample2job={"TestJobData": TestJobData},
+        components={"local": LocalComponent},
     )
-    return registry
 
 
 GOOD = f"""

@@ -16,7 +16,7 @@ from reef.plugins import PluginKind, Plugins
 from reef.plugins.scenarios import load_deployment, scenario_classes
 from reef.recipe import PipelineSpec, Recipe
 from reef.record2sample.no_samples import NoSamples
-from reef.testing import inline_plugin
+from reef.testing import inline_plugins
 
 
 class PlainRecipe(Recipe):
@@ -46,17 +46,12 @@ class Started:
 
 @pytest.fixture
 def plugins() -> Plugins:
-    registry = Plugins(blocked=())
-    registry.register(
-        inline_plugin(
-            recipes={"plain": PlainRecipe},
-            record2sample={"NoSamples": NoSamples},
-            sample2job={"NoJobs": NoJobs},
-            extensions={"seal": SealSettings},
-        ),
-        "test",
+    return inline_plugins(
+        recipes={"plain": PlainRecipe},
+        record2sample={"NoSamples": NoSamples},
+        sample2job={"NoJobs": NoJobs},
+        extensions={"seal": SealSettings},
     )
-    return registry
 
 
 def deployment(extensions: str) -> str:

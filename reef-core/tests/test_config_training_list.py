@@ -15,7 +15,7 @@ from reef.core.plugins import NoSettings, PluginSettings
 from reef.plugins import Plugins
 from reef.plugins.scenarios import load_deployment, scenario_classes
 from reef.recipe import PipelineSpec, Recipe
-from reef.testing import inline_plugin
+from reef.testing import inline_plugins
 from reef.train.stages import scenario_trainers
 
 
@@ -59,21 +59,16 @@ class OtherComponent:
 
 @pytest.fixture
 def plugins() -> Plugins:
-    registry = Plugins(blocked=())
-    registry.register(
-        inline_plugin(
-            recipes={"plain": PlainRecipe},
-            record2sample={"Samples": Samples},
-            sample2job={"Jobs": Jobs},
-            components={
-                "rate": RateComponent,
-                "other": OtherComponent,
-                "folder": FolderComponent,
-            },
-        ),
-        "test",
+    return inline_plugins(
+        recipes={"plain": PlainRecipe},
+        record2sample={"Samples": Samples},
+        sample2job={"Jobs": Jobs},
+        components={
+            "rate": RateComponent,
+            "other": OtherComponent,
+            "folder": FolderComponent,
+        },
     )
-    return registry
 
 
 def deployment(training: str, serving: str = "") -> str:

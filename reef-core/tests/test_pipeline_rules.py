@@ -28,7 +28,7 @@ from reef.record2sample.stage import Record2Sample
 from reef.sample2job import GroupedJobData
 from reef.sample2job.stage import Sample2Job
 from reef.storage import Database, RecordStore, TrainerSamples
-from reef.testing import inline_plugin
+from reef.testing import inline_plugins
 from reef.testing.components import RecordingComponent
 from reef.train.pipeline import TrainingPipeline
 from reef.train.stages import build_stages
@@ -548,14 +548,10 @@ def test_the_sample_to_job_stage_reads_the_record_to_sample_stages_values() -> N
     """rule: P-STG-9 P-STG-8 build_stages builds the record-to-sample stage first and hands that
     very stage to the sample-to-job stage's from_config, which reads the values the other stage
     owns from it (configured once, in the record-to-sample stage)."""
-    plugins = Plugins(blocked=())
-    plugins.register(
-        inline_plugin(
-            recipes={"owned": _Recipe},
-            record2sample={"OwnedSamples": _OwnedSamples},
-            sample2job={"ReadingJobData": _ReadingJobData},
-        ),
-        "test",
+    plugins = inline_plugins(
+        recipes={"owned": _Recipe},
+        record2sample={"OwnedSamples": _OwnedSamples},
+        sample2job={"ReadingJobData": _ReadingJobData},
     )
     scenario = ScenarioSection(
         recipe=RecipeSection(class_="owned"),

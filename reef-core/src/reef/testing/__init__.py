@@ -11,6 +11,8 @@ What a recipe's own tests import, beside ``reef``:
     plugins.register(inline_plugin(record2sample={"MySamples": MySamples}), "mine")
     assert plugins.resolve(PluginKind.RECORD2SAMPLE, "MySamples") is MySamples
 
+  :func:`inline_plugins` is that registry in one call (the plugin named ``test``), for a
+  test that needs only its own classes.
 - :func:`pipeline_context`, :func:`training_pipeline`, :func:`sample_store` and
   :func:`add_upload` (:mod:`reef.testing.pipelines`) run a recipe's stages as the trainer runs
   them, on a real sample store; :class:`Database`, :class:`TrainingPipeline` and
@@ -32,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from reef.hookspecs import hookimpl
-from reef.plugins import ENTRY_POINT_GROUP, PluginRegistrar
+from reef.plugins import ENTRY_POINT_GROUP, PluginRegistrar, Plugins
 from reef.storage import Database, TrainerSamples
 from reef.testing.pipelines import add_upload, pipeline_context, sample_store, training_pipeline
 from reef.train.pipeline import TrainingPipeline
@@ -45,6 +47,7 @@ __all__ = [
     "TrainingPipeline",
     "add_upload",
     "inline_plugin",
+    "inline_plugins",
     "pipeline_context",
     "sample_store",
     "training_pipeline",
@@ -123,6 +126,14 @@ def inline_plugin(
         components=components or {},
         extensions=extensions or {},
     )
+
+
+def inline_plugins(**classes: _Classes) -> Plugins:
+    """A plugin registry that loads no installed distribution and holds one
+    :func:`inline_plugin` of ``classes`` (its keywords), registered as ``test``."""
+    registry = Plugins(blocked=())
+    registry.register(inline_plugin(**classes), "test")
+    return registry
 
 
 def write_distribution(
