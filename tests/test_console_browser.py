@@ -98,7 +98,8 @@ def served(
         "admin": (ADMIN, ["infer", "feedback", "admin"]),
         "agent": (AGENT, ["infer", "feedback"]),
     }
-    deployment = tiny_local_deployment(folder, url, tokens=tokens)
+    # max_staleness 0: a job's new weights make the samples of the old ones stale.
+    deployment = tiny_local_deployment(folder, url, tokens=tokens, max_staleness=0)
     serve = ServeProcess(deployment, folder / "serve.log", token=ADMIN)
     try:
         wait_until_served(serve)
@@ -256,6 +257,16 @@ def click(driver: WebDriver, key: str) -> None:
     wait_for(driver, clicked, f"a click on {key}", 10)
 
 
+def choose(driver: WebDriver, select_id: str, value: str) -> None:
+    """Choose ``value`` in the select ``select_id``, found afresh (see :func:`click`)."""
+
+    def chosen(d: WebDriver) -> bool:
+        Select(d.find_element(By.ID, select_id)).select_by_value(value)
+        return True
+
+    wait_for(driver, chosen, f"{value!r} chosen in {select_id}", 10)
+
+
 def pick(driver: WebDriver, sample_id: str) -> None:
     """Tick a sample's box."""
     click(driver, f"pick:{sample_id}")
@@ -290,7 +301,7 @@ def test_a_person_chooses_samples_and_trains_them(
     # The samples arrive live, without a reload.
     wait_for(browser, lambda d: text_of(d, "#samples-count") == "12 match", "12 samples", 120)
 
-    Select(browser.find_element(By.ID, "filter-trained")).select_by_value("false")
+    choose(browser, "filter-trained", "false")
     wait_for(browser, lambda d: text_of(d, "#samples-count") == "12 match", "the filter")
     samples = httpx.get(
         f"{serve.base_url}/reef/scenarios/{SCENARIO}/samples",
@@ -302,25 +313,64 @@ def test_a_person_chooses_samples_and_trains_them(
         by_group.setdefault(sample["group_id"], []).append(sample["id"])
     first, second, left = list(by_group.values())
     chosen = first + second
-    for sample_id in chosen:
-        pick(browser, sample_id)
-    wait_for(browser, lambda d: text_of(d, "#selection-count") == "8 selected", "8 selected")
+    # The whole page into the manual buffer, then the last group out of it again, found with
+    # the manual buffer's filter.
+    click(browser, "select-page")
+    wait_for(browser, lambda d: text_of(d, "#selection-count") == "12 selected", "12 selected")
     click(browser, "insert")
     wait_for(
         browser,
-        lambda d: "Added 8 samples to the manual buffer" in text_of(d, "#notice"),
+        lambda d: text_of(d, "#notice") == "Added 12 samples to the manual buffer.",
         "the buffer edit",
     )
+    choose(browser, "filter-chosen", "true")
     wait_for(
         browser,
-        lambda d: len(d.find_elements(By.CSS_SELECTOR, ".samples .badge.chosen")) == 8,
-        "8 samples marked as chosen",
+        lambda d: len(d.find_elements(By.CSS_SELECTOR, ".samples .badge.chosen")) == 12,
+        "12 samples shown in the manual buffer",
     )
+    for sample_id in left:
+        pick(browser, sample_id)
+    wait_for(browser, lambda d: text_of(d, "#selection-count") == "4 selected", "4 selected")
+    click(browser, "remove")
+    wait_for(
+        browser,
+        lambda d: "Took 4 samples out of the manual buffer" in text_of(d, "#notice"),
+        "the removal",
+    )
+    wait_for(browser, lambda d: text_of(d, "#samples-count") == "8 match", "8 left chosen")
     buffers = httpx.get(
         f"{serve.base_url}/reef/scenarios/{SCENARIO}/buffer", headers=serve.headers
     ).json()["buffers"]
     assert sorted(buffers["local"]) == sorted(chosen)
+    choose(browser, "filter-chosen", "")
+    wait_for(
+        browser,
+        lambda d: len(d.find_elements(By.CSS_SELECTOR, ".samples .badge.chosen")) == 8,
+        "8 samples marked as chosen among all 12",
+    )
     shot(browser, artifacts, "02-chosen", "#samples")
+
+    # A grader scores one call a second time: that report cannot train (its trajectory is
+    # taken), and the overview says so.
+    record_id = httpx.get(
+        f"{serve.base_url}/reef/scenarios/{SCENARIO}/samples/{left[0]}", headers=serve.headers
+    ).json()["records"][0]["id"]
+    again = {"id": "again", "references": [record_id], "score": 1.0}
+    rescored = httpx.post(
+        f"{serve.base_url}/reef/scenarios/{SCENARIO}/reports",
+        json=again,
+        headers={"authorization": f"Bearer {AGENT}"},
+    )
+    assert rescored.status_code == 201, rescored.text
+    wait_for(
+        browser,
+        lambda d: (
+            "shared trajectory \N{EN DASH} its trajectory was already scored by another report"
+            in text_of(d, "#overview")
+        ),
+        "the second report in what did not train",
+    )
 
     click(browser, f"open:{chosen[0]}")
     wait_for(browser, lambda d: "Trajectory" in text_of(d, "#sample"), "the sample")
@@ -340,7 +390,7 @@ def test_a_person_chooses_samples_and_trains_them(
     )
     # Trained, the chosen samples left the "untrained" list; all of them show again.
     wait_for(browser, lambda d: text_of(d, "#samples-count") == "4 match", "4 left untrained")
-    Select(browser.find_element(By.ID, "filter-trained")).select_by_value("")
+    choose(browser, "filter-trained", "")
     wait_for(
         browser,
         lambda d: len(d.find_elements(By.CSS_SELECTOR, ".samples .badge.finished")) == 8,
@@ -352,6 +402,18 @@ def test_a_person_chooses_samples_and_trains_them(
         lambda d: "trained with reward" in text_of(d, "#sample"),
         "the opened sample's job",
     )
+    # The trainer's card: the artifact it serves now, its buffer against job_samples, its job.
+    trainer = httpx.get(f"{serve.base_url}/reef/status", headers=serve.headers).json()
+    served_now = trainer["scenarios"][0]["trainers"][0]["served_artifact"]
+    card = wait_for(
+        browser,
+        lambda d: next(
+            (c for c in [text_of(d, '[data-trainer="local"]')] if served_now[:12] in c), None
+        ),
+        "the artifact trained by the job, served",
+    )
+    assert "of 8 samples for the next job" in card, card
+    assert "Jobs ended\n1" in card, card
     counts = train_counts(url)
     assert {sample_id: counts[sample_id] for sample_id in chosen} == dict.fromkeys(chosen, 1)
     assert {sample_id: counts[sample_id] for sample_id in left} == dict.fromkeys(left, 0)
@@ -361,22 +423,43 @@ def test_a_person_chooses_samples_and_trains_them(
     assert [(j["event"], j["trained"]) for j in jobs] == [("finished", 8)]
     assert isinstance(jobs[0]["metrics"]["loss"], float)
 
-    # Then the last group, chosen from the sample list, trains in a second job.
-    for sample_id in left:
-        pick(browser, sample_id)
-    click(browser, "insert")
-    wait_for(browser, lambda d: "Added 4 samples" in text_of(d, "#notice"), "the second choice")
-    click(browser, "train")
+    # The job's new weights make the last group stale (max_staleness 0); the agent plays a
+    # fresh round. The person chooses every untrained sample: the page warns that the stale
+    # ones will not train, and TRAIN trains the fresh group only.
+    agent_round(serve.base_url, "g3")
+    choose(browser, "filter-trained", "false")
     wait_for(
         browser,
-        lambda d: len(d.find_elements(By.CSS_SELECTOR, ".samples .badge.finished")) == 12,
-        "every sample trained",
-        180,
+        lambda d: (
+            len(d.find_elements(By.CSS_SELECTOR, ".samples tbody tr")) == 8
+            and len(d.find_elements(By.CSS_SELECTOR, ".samples .badge.stale")) == 4
+        ),
+        "the fresh round beside the stale group",
     )
+    fresh = [s for s in stored_samples(serve, 16) if s["group_id"] not in by_group]
+    click(browser, "select-page")
+    wait_for(browser, lambda d: text_of(d, "#selection-count") == "8 selected", "8 selected")
+    click(browser, "insert")
+    warned = wait_for(
+        browser,
+        lambda d: next((n for n in [d.find_element(By.ID, "notice")] if "Added 8" in n.text), None),
+        "the second choice",
+    )
+    assert "4 of them are stale" in warned.text, warned.text
+    assert "warn" in warned.get_attribute("class").split()
+    shot(browser, artifacts, "03b-stale-warning", "#notice")
+    click(browser, "train")
     wait_for(
         browser,
         lambda d: len(d.find_elements(By.CSS_SELECTOR, "#jobs tbody .badge.finished")) == 2,
         "two jobs finished",
+        180,
+    )
+    choose(browser, "filter-trained", "")
+    wait_for(
+        browser,
+        lambda d: len(d.find_elements(By.CSS_SELECTOR, ".samples .badge.finished")) == 12,
+        "the fresh group shown trained",
     )
     wait_for(
         browser,
@@ -391,7 +474,40 @@ def test_a_person_chooses_samples_and_trains_them(
     )
     shot(browser, artifacts, "04-trained")
     shot(browser, artifacts, "05-trained-samples", "#jobs")
-    assert set(train_counts(url).values()) == {1}
+    counts = train_counts(url)
+    assert {sample_id: counts[sample_id] for sample_id in left} == dict.fromkeys(left, 0)
+    assert [counts[s["id"]] for s in fresh] == [1] * GROUP
+    buffers = httpx.get(
+        f"{serve.base_url}/reef/scenarios/{SCENARIO}/buffer", headers=serve.headers
+    ).json()["buffers"]
+    assert sorted(buffers["local"]) == sorted(left)  # stale, they stay chosen, untrained
+
+    # Back to auto mode, through the page.
+    click(browser, "mode-auto")
+    wait_for(browser, lambda d: "is now auto" in text_of(d, "#notice"), "auto mode")
+    wait_for(
+        browser,
+        lambda d: (
+            d.find_element(By.CSS_SELECTOR, '[data-key="mode-auto"]').get_attribute("aria-pressed")
+            == "true"
+        ),
+        "the Auto button pressed",
+    )
+    status = httpx.get(f"{serve.base_url}/reef/status", headers=serve.headers).json()
+    assert status["scenarios"][0]["training_mode"] == "auto"
+
+
+def test_a_charts_axis_labels_are_whole_for_tiny_and_negative_values(
+    served: tuple[ServeProcess, str], browser: WebDriver, artifacts: Path
+) -> None:
+    """A loss of -0.00723 or 6e-7 is labelled in full (a cut minus sign would show a negative
+    loss as positive), drawn by the page's own chart module."""
+    browser.get(f"{served[0].base_url}/reef/console/")
+    wait_for(browser, lambda d: d.find_element(By.ID, "token").is_displayed(), "the page")
+    drawn = browser.execute_async_script(_DRAW_CHART, [-0.00723, 0.000000601])
+    assert drawn["labels"] == ["6.01e-7", "-0.00723", "job 1", "job 2"], drawn
+    assert drawn["cut"] == [], drawn
+    shot(browser, artifacts, "10-chart-labels", ".chart")
 
 
 def test_the_page_fits_a_small_laptop_screen(
@@ -417,6 +533,7 @@ CHECKS = Path(__file__).with_name("console")
 _FOCUS_RING = (CHECKS / "focus_ring.js").read_text(encoding="utf-8")
 _REACHABLE = (CHECKS / "reachable.js").read_text(encoding="utf-8")
 _COLOURS = (CHECKS / "text_colours.js").read_text(encoding="utf-8")
+_DRAW_CHART = (CHECKS / "draw_chart.js").read_text(encoding="utf-8")
 
 #: Every element a person can reach with Tab, as the page draws it.
 FOCUSABLE = (

@@ -107,6 +107,7 @@ def test_the_sample_list_pages_and_filters_the_store(
     )
     samples.commit_submission("noop", "job-1", ["s:1"])
     StaleSamples(storage_database, "support").replace("noop", ["s:0"])
+    samples.insert_into_manual_buffer("noop", ["tasks/swe/1"])
 
     page = client.get("/reef/scenarios/support/samples", headers=ADMIN).json()
     assert page["scenario"] == "support"
@@ -133,6 +134,9 @@ def test_the_sample_list_pages_and_filters_the_store(
     assert _ids(client, stale="true") == ["s:0"]
     assert _ids(client, stale="false", trainer="noop") == ["s:1", "tasks/swe/1"]
     assert _ids(client, group="s:0") == ["s:0", "s:1"]
+    assert _ids(client, chosen="true") == ["tasks/swe/1"]
+    assert _ids(client, chosen="false", trainer="noop") == ["s:0", "s:1"]
+    assert task["manual_buffer"] == ["noop"]
     one = client.get("/reef/scenarios/support/samples", params={"limit": 2}, headers=ADMIN).json()
     assert [s["id"] for s in one["samples"]] == ["s:0", "s:1"]
     assert one["next"] is not None
@@ -145,6 +149,7 @@ def test_the_sample_list_pages_and_filters_the_store(
     [
         ({"colour": "red"}, "query.colour"),
         ({"trained": "yes"}, "query.trained"),
+        ({"chosen": "1"}, "query.chosen"),
         ({"limit": "0"}, "query.limit"),
         ({"limit": "201"}, "query.limit"),
         ({"limit": "ten"}, "query.limit"),

@@ -1,7 +1,7 @@
 """Browsing a scenario's samples a page at a time (:class:`SampleBrowser`): store order both
-ways, cursors that neither skip nor repeat, the filters (kind, group, trained, stale, per
-trainer), what each trainer did with a sample, removed uploads left out; and the metrics a job
-history keeps. SQLite, and PostgreSQL with REEF_TEST_DATABASE_URL."""
+ways, cursors that neither skip nor repeat, the filters (kind, group, trained, stale, in a
+manual buffer, per trainer), what each trainer did with a sample, removed uploads left out;
+and the metrics a job history keeps. SQLite, and PostgreSQL with REEF_TEST_DATABASE_URL."""
 
 from __future__ import annotations
 
@@ -85,6 +85,13 @@ def test_pages_filters_and_what_each_trainer_did(storage_database: Database) -> 
     assert _ids(browser, SampleFilter(stale=True)) == ["g2-0"]
     assert _ids(browser, SampleFilter(stale=True, trainer="b")) == []
     assert "g2-0" not in _ids(browser, SampleFilter(stale=False))
+    assert _ids(browser, SampleFilter(chosen=True)) == ["g1-0", "up-1"]
+    assert _ids(browser, SampleFilter(chosen=True, trainer="b")) == ["g1-0"]
+    assert _ids(browser, SampleFilter(chosen=False, trainer="b")) == [i for i in ALL if i != "g1-0"]
+    assert _ids(browser, SampleFilter(chosen=False, kind="trajectory", trained=False)) == [
+        "g1-1", "g2-0", "g2-1",
+    ]  # fmt: skip
+    assert SampleBrowser(storage_database, "other").page(SampleFilter(chosen=True)) == ([], 0)
     assert _ids(browser, SampleFilter(), newest_first=True) == ALL[::-1]
 
     one = browser.one("g0-0")

@@ -259,7 +259,9 @@ class SampleQuery:
     :ivar group: only the samples of this group.
     :ivar trained: only samples a job trained (``true``) or none did (``false``).
     :ivar stale: only samples a trainer leaves out as stale (``true``) or none does (``false``).
-    :ivar trainer: the trainer that ``trained`` and ``stale`` ask about (default: any).
+    :ivar chosen: only samples in a manual buffer (``true``) or in none (``false``).
+    :ivar trainer: the trainer that ``trained``, ``stale`` and ``chosen`` ask about (default:
+        any).
     :ivar after: the ``next`` of the previous page.
     :ivar limit: the most samples in the page (1 to 200).
     :ivar order: ``asc`` (store order, oldest first) or ``desc`` (newest first).
@@ -269,6 +271,7 @@ class SampleQuery:
     group: str | None = None
     trained: bool | None = None
     stale: bool | None = None
+    chosen: bool | None = None
     trainer: str | None = None
     after: str | None = None
     limit: int = attrs.field(default=50, validator=_page_size(200))

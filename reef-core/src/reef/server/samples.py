@@ -121,7 +121,9 @@ async def list_samples(request: Request) -> Response:
     query = read_query(request, SampleQuery)
     check_trainer(scenario, query.trainer, f"{QUERY_ROOT}.trainer")
     after = _position(query.after)
-    where = SampleFilter(query.kind, query.group, query.trained, query.stale, query.trainer)
+    where = SampleFilter(
+        query.kind, query.group, query.trained, query.stale, query.trainer, query.chosen
+    )
 
     def read() -> SamplePage:
         # One more than the page: whether a next page exists, without a second query.

@@ -31,7 +31,9 @@ class SampleFilter:
     :ivar group_id: the group the samples train with.
     :ivar trained: trained by a job (True) or by none (False).
     :ivar stale: left out of a buffer as stale (True) or not (False).
-    :ivar trainer: the trainer ``trained`` and ``stale`` ask about; any trainer when ``None``.
+    :ivar chosen: in a manual buffer (True) or in none (False).
+    :ivar trainer: the trainer ``trained``, ``stale`` and ``chosen`` ask about; any trainer
+        when ``None``.
     """
 
     kind: str | None = None
@@ -39,6 +41,7 @@ class SampleFilter:
     trained: bool | None = None
     stale: bool | None = None
     trainer: str | None = None
+    chosen: bool | None = None
 
 
 @attrs.frozen
@@ -131,6 +134,14 @@ class SampleBrowser:
             if where.trainer is not None:
                 stale = stale.where(stale_samples.c.trainer == where.trainer)
             conditions.append(stale.exists() if where.stale else ~stale.exists())
+        if where.chosen is not None:
+            chosen = select(literal(1)).where(
+                manual_buffer.c.scenario == self.scenario,
+                manual_buffer.c.sample_seq == samples.c.seq,
+            )
+            if where.trainer is not None:
+                chosen = chosen.where(manual_buffer.c.trainer == where.trainer)
+            conditions.append(chosen.exists() if where.chosen else ~chosen.exists())
         return conditions
 
     def _browsed(self, stored: Sequence[StoredSample]) -> list[BrowsedSample]:

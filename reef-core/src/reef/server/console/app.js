@@ -118,11 +118,13 @@ async function refresh() {
     state.jobs = jobs.jobs;
     state.page = page;
     state.buffers = buffers;
+    state.browsing.saw(page.samples);
     if (detail instanceof ApiFailure) {
       notice(`Sample ${state.openId}: ${detail.message}`, "error");
       go(name, null);
     } else {
       state.detail = detail;
+      if (detail) state.browsing.saw([detail.sample]);
     }
     draw();
     tick();
@@ -207,10 +209,10 @@ function draw() {
 
 // -- what the person does ---------------------------------------------------------------------
 
-async function act(work, done) {
+async function act(work, done, kind = "ok") {
   try {
     await work();
-    notice(done, "ok");
+    notice(done, kind);
   } catch (error) {
     if (error instanceof ApiFailure && error.status === 401) return failed(error);
     notice(error.message, "error");
@@ -223,17 +225,37 @@ function requestId() {
   return `console-${Date.now().toString(36)}-${random}`;
 }
 
+/** How many of `ids` were last seen stale, said as a warning ("" when none). */
+function staleWarning(ids) {
+  const stale = ids.filter((id) => state.browsing.stale.has(id)).length;
+  if (stale === 0) return "";
+  const them = stale === ids.length ? (stale === 1 ? "It is" : "All of them are") : `${stale} of them ${stale === 1 ? "is" : "are"}`;
+  return ` ${them} stale (made by weights too many versions old): a stale sample does not train, and stays in the manual buffer until taken out.`;
+}
+
+const MODE_DONE = {
+  manual:
+    "the samples that waited for the next automatic job moved into the manual buffer; choose more or take some out, then queue TRAIN.",
+  auto: "each trainer now trains its buffer whenever it holds a job's worth of samples.",
+};
+
 const actions = {
-  setMode: (mode) => act(() => api.setMode(state.scenario, mode), `Training mode of ${state.scenario} is now ${mode}.`),
+  setMode: (mode) => act(() => api.setMode(state.scenario, mode), `Training mode of ${state.scenario} is now ${mode}: ${MODE_DONE[mode]}`),
   train: (note) => {
     const id = requestId();
     return act(() => api.train(state.scenario, id, note), `TRAIN instruction ${id} queued: the trainer takes the manual buffer at its next step.`);
   },
-  insert: (ids) =>
-    act(async () => {
-      await api.insert(state.scenario, ids, state.browsing.filters.trainer || undefined);
-      state.browsing.selected.clear();
-    }, `Added ${ids.length} sample${ids.length === 1 ? "" : "s"} to the manual buffer.`),
+  insert: (ids) => {
+    const warning = staleWarning(ids);
+    return act(
+      async () => {
+        await api.insert(state.scenario, ids, state.browsing.filters.trainer || undefined);
+        state.browsing.selected.clear();
+      },
+      `Added ${ids.length} sample${ids.length === 1 ? "" : "s"} to the manual buffer.${warning}`,
+      warning ? "warn" : "ok",
+    );
+  },
   remove: (ids) =>
     act(async () => {
       await api.remove(state.scenario, ids, state.browsing.filters.trainer || undefined);

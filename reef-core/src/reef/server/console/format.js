@@ -44,6 +44,8 @@ export const REASONS = {
   skipped: "the recipe skipped it",
   discarded: "its group was discarded",
   group_discarded: "its group was discarded",
+  left_out_of_group: "its group trained without it (the recipe kept only some members)",
+  no_sample: "the recipe made no sample of it",
   refused: "refused when read",
   evicted: "its body was evicted to keep storage within its bound",
   no_samples: "the scenario makes no samples from records",

@@ -186,6 +186,9 @@ function notTrained(scenario) {
     if (pipeline.held_with_stale_group)
       rows.push([trainer.trainer, "held_with_stale_group", pipeline.held_with_stale_group]);
     if (pipeline.refused_samples) rows.push([trainer.trainer, "refused_now", pipeline.refused_samples]);
+    for (const [reason, count] of Object.entries(pipeline.ending_records || {})) {
+      rows.push([trainer.trainer, reason, count, "decided; counted when the next job commits"]);
+    }
   }
   for (const [reason, count] of Object.entries(scenario.drops || {})) {
     rows.push(["(scenario)", reason, count]);
@@ -203,12 +206,18 @@ function notTrained(scenario) {
           h(
             "tbody",
             {},
-            rows.map(([trainer, reason, count]) =>
+            rows.map(([trainer, reason, count, pending]) =>
               h(
                 "tr",
                 {},
                 h("td", {}, trainer),
-                h("td", {}, h("span", { class: "reason" }, reason.replaceAll("_", " ")), REASONS[reason] ? h("span", { class: "why" }, ` – ${REASONS[reason]}`) : ""),
+                h(
+                  "td",
+                  {},
+                  h("span", { class: "reason" }, reason.replaceAll("_", " ")),
+                  REASONS[reason] ? h("span", { class: "why" }, ` – ${REASONS[reason]}`) : "",
+                  pending ? h("span", { class: "why" }, ` (${pending})`) : "",
+                ),
                 h("td", { class: "num" }, number(count)),
               ),
             ),

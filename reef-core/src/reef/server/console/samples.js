@@ -7,9 +7,18 @@ import { number, short } from "./format.js";
 /** The filters and page a person set, and the samples they selected (kept across pages). */
 export class Browsing {
   constructor() {
-    this.filters = { kind: "", trained: "", stale: "", group: "", trainer: "", order: "desc" };
+    this.filters = { kind: "", trained: "", stale: "", chosen: "", group: "", trainer: "", order: "desc" };
     this.cursors = [null]; // the `after` of each page walked so far; the last is the page shown
     this.selected = new Set();
+    this.stale = new Set(); // the samples seen left out as stale, to warn before choosing them
+  }
+
+  /** Remember which samples of a page (GET .../samples, .../samples/{id}) are stale now. */
+  saw(samples) {
+    for (const s of samples) {
+      if (s.stale_for.length) this.stale.add(s.id);
+      else this.stale.delete(s.id);
+    }
   }
 
   parameters() {
@@ -18,6 +27,7 @@ export class Browsing {
       kind: f.kind,
       trained: f.trained,
       stale: f.stale,
+      chosen: f.chosen,
       group: f.group,
       trainer: f.trainer,
       order: f.order,
@@ -87,6 +97,7 @@ export function sampleBrowser(scenario, browsing, page, buffers, actions) {
       select("filter-kind", "Kind", f.kind, [["", "any"], ["trajectory", "trajectory"], ["task", "task"]], (v) => actions.filter("kind", v)),
       select("filter-trained", "Trained", f.trained, [["", "any"], ["true", "trained"], ["false", "untrained"]], (v) => actions.filter("trained", v)),
       select("filter-stale", "Stale", f.stale, [["", "any"], ["true", "stale"], ["false", "not stale"]], (v) => actions.filter("stale", v)),
+      select("filter-chosen", "Manual buffer", f.chosen, [["", "any"], ["true", "in it"], ["false", "not in it"]], (v) => actions.filter("chosen", v)),
       trainers.length > 1
         ? select("filter-trainer", "Trainer", f.trainer, [["", "any"], ...trainers.map((t) => [t, t])], (v) => actions.filter("trainer", v))
         : null,
