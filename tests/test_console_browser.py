@@ -720,3 +720,19 @@ def test_a_sealed_jobs_sample_shows_the_verdict_and_epoch_behind_its_reward(
     assert "verdict pass" in line, line
     assert "recorded" in line, line
     shot(browser, artifacts, "09-sealed-sample", "#sample")
+    # The trainer's card: the epoch in force and the job's seal.
+    [job] = httpx.get(
+        f"{serve.base_url}/reef/scenarios/{SCENARIO}/jobs", headers=serve.headers
+    ).json()["jobs"]
+    card = wait_for(
+        browser,
+        lambda d: next(
+            (c for c in [text_of(d, '[data-trainer="local"]')] if "Last seal" in c), None
+        ),
+        "the seal on the trainer's card",
+    )
+    assert f"ECC epoch\n1 (grader {fixed})" in card, card
+    seal = card.split("Last seal\n", 1)[1]
+    assert seal.startswith(job["job_id"][:12]), seal
+    assert "\N{MIDDLE DOT} epoch 1 \N{MIDDLE DOT}" in seal, seal
+    shot(browser, artifacts, "11-sealed-overview")
