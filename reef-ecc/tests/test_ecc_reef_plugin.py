@@ -20,10 +20,11 @@ from agent_ecc import (
     consumption_records,
     reef_plugin,
 )
+from agent_ecc.adapters.swebench import DEFAULT_RULE, SWEBenchAdapter, conjunction_version
 from agent_ecc.execution import ExecRequest, RawOutput
 from agent_ecc.recompute.service import ReverifyService
-from agent_ecc.records import dump_jsonl
-from agent_ecc.store import get_text
+from agent_ecc.records import Run, dump_jsonl
+from agent_ecc.store import get_text, put_text
 from agent_ecc.synthetic import SyntheticExecutor, SyntheticWorld, synthetic_patch
 from reef.core.job_data import JobData, JobOutcome, TrajectorySample, sample_body
 from reef.core.plugins import PluginConfigError
@@ -100,6 +101,36 @@ def test_entry_point_and_settings() -> None:
                 "mode": "fix",
             },
         )
+
+
+def test_the_plugin_the_adapter_and_the_versions_have_one_default_rule(
+    plugins: Plugins, registry: DirectoryRegistry, world: SyntheticWorld, tmp_path: Path
+) -> None:
+    """Configured without ``verdict``, the plugin grades with the adapter's default rule, which
+    conjunction_version writes into every check: official, under which a run whose executor
+    stopped is a fail (as SWE-bench reports it), where logical would leave it undeterminable."""
+    ecc_plugin(plugins).configure("swe", _settings(registry, world, tmp_path))
+    seal = ecc_plugin(plugins).configured("swe")
+    assert seal is not None
+    graded_by = seal.scorer.adapters["swebench"]
+    assert isinstance(graded_by, SWEBenchAdapter)
+    assert graded_by.verdict == SWEBenchAdapter().verdict == DEFAULT_RULE == "official"
+    suite = {"FAIL_TO_PASS": ["t.py::a"], "PASS_TO_PASS": []}
+    row = {"instance_id": "x", "image": "i", "eval_script": put_text(world.store, "true")}
+    version = conjunction_version(
+        [{**row, **suite}],
+        [],
+        version_id="g",
+        world="w",
+        store=world.store,
+        adapter=SWEBenchAdapter(),
+    )
+    assert version.entries[0].spec.grading["rule"] == "official"  # type: ignore[union-attr]
+    unnamed = SWEBenchAdapter().check("c", image="i", eval_script="e", suite=suite)
+    assert "rule" not in unnamed.grading  # the grader's default decides
+    stopped = Run("c", unnamed.execution, unnamed.execution_identity, None, False, error="gone")
+    assert graded_by.grade(unnamed, stopped, world.store) == "fail"
+    assert SWEBenchAdapter("logical").grade(unnamed, stopped, world.store) == "undeterminable"
 
 
 def test_two_plugins_in_one_process_keep_their_own_seals(
