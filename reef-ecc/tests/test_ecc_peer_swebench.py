@@ -37,7 +37,11 @@ fixture_script = sys.modules["agent_ecc_test_fixtures"]
 
 
 def _peer(
-    logs: Sequence[str], suite: Mapping[str, Sequence[str]], parser: str, tmp_path: Path
+    logs: Sequence[str],
+    suite: Mapping[str, Sequence[str]],
+    parser: str,
+    tmp_path: Path,
+    version: str = "0",
 ) -> list[str]:
     """swebench's own verdict on each log: resolved (FULL) or not, by its end-to-end report."""
     out = []
@@ -47,7 +51,7 @@ def _peer(
             image="",
             eval_script_list=[],
             repo="peer/peer",
-            version="0",
+            version=version,
             FAIL_TO_PASS=list(suite["FAIL_TO_PASS"]),
             PASS_TO_PASS=list(suite["PASS_TO_PASS"]),
             log_parser=parser,
@@ -258,3 +262,46 @@ def test_the_parser_package_version_is_part_of_the_grading_identity(store: Conte
     ):
         adapter.grade(moved, run, store)
     assert adapter.grade(check, run, store) == "pass"
+
+
+def test_a_parser_that_reads_the_instance_gets_the_rows_repo_and_version(
+    store: ContentStore, tmp_path: Path
+) -> None:
+    """rule: E-REPLAY-5: some of the package's parsers read the instance (lighthouse's picks its
+    runner by the row's version): the check carries what they read, so the same log grades
+    as swebench grades it for each version, and the two versions grade it differently."""
+    adapter = SWEBenchAdapter()
+    suite = {"FAIL_TO_PASS": ["reports the score"], "PASS_TO_PASS": []}
+    log = "\n".join(
+        [
+            ">>>>> Start Test Output",
+            "running 1 test files",
+            "  audits",
+            "    \u2714 reports the score (5ms)",
+            "",
+            "  1 passing (6ms)",
+            ">>>>> End Test Output",
+            ">>>>> Test Exit Code: 0",
+        ]
+    )
+    verdicts = {}
+    for version in ("10.0", "2.0"):  # mocha's output is read under 10.0, not under 2.0
+        row = {
+            "instance_id": "GoogleChrome__lighthouse-1",
+            "repo": "GoogleChrome/lighthouse",
+            "version": version,
+            "image": "i",
+            "eval_script": put_text(store, "#!/bin/bash\nyarn mocha\n"),
+            "log_parser": "parse_log_lighthouse",
+            **suite,
+        }
+        built = conjunction_version(
+            [row], [], version_id="g", world="w", store=store, adapter=adapter
+        )
+        (check,) = iter_checks(built.lookup(row["instance_id"], "w").spec)
+        assert check.grading["parser_context"]["version"] == version
+        (ours,) = _ours(adapter, check, store, [log])
+        (theirs,) = _peer([log], suite, "parse_log_lighthouse", tmp_path, version=version)
+        assert ours == theirs, version
+        verdicts[version] = ours
+    assert verdicts == {"10.0": "pass", "2.0": "fail"}
