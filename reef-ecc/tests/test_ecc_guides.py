@@ -1,10 +1,13 @@
 """The runnable guides run end to end, as a user runs them: the quickstart
-(docs/ecc/quickstart.md, ``examples/quickstart/run.py``) on the shipped SWE-bench run folder,
-and the plain GRPO loop of docs/ecc/integrating.md (``examples/grpo/run.py``)."""
+(docs/ecc/quickstart.md, ``examples/quickstart/run.py``, and the page's own Python blocks) on the
+shipped SWE-bench run folder, and the plain GRPO loop of docs/ecc/integrating.md
+(``examples/grpo/run.py``)."""
 
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +17,9 @@ import pytest
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 EXAMPLE = EXAMPLES / "quickstart"
+REPOSITORY = Path(__file__).resolve().parents[2]
+QUICKSTART_PAGE = REPOSITORY / "docs" / "ecc" / "quickstart.md"
+_PYTHON_BLOCK = re.compile(r"^```python\n(.*?)^```$", re.S | re.M)
 
 
 def _run(script: Path, *args: str | Path) -> tuple[dict[str, Any], str]:
@@ -77,3 +83,47 @@ def test_quickstart_from_swebench_logs_to_an_audit(tmp_path: Path) -> None:
     assert summary["epochs_ok"] is True
     assert summary["conflicts"] == 0
     assert (tmp_path / "seals.jsonl").is_file()
+
+
+def test_the_quickstart_pages_python_blocks_run_in_order_as_written(tmp_path: Path) -> None:
+    """rule: E-REPLAY-5, E-SEAL-7, E-AUDIT-3, E-AUDIT-4: a reader pasting the quickstart's
+    Python blocks, in order, into one session at the repository root gets what the page says
+    they print: the parsers, the first grading agreeing with report.json, the fix re-parsed
+    with nothing executed, the infrastructure failure counted, and clean audits."""
+    pytest.importorskip(
+        "swebench.harness.log_parsers",
+        reason="the quickstart grades a Django instance with swebench's parser: reef-ecc[swebench]",
+    )
+    if not QUICKSTART_PAGE.is_file():
+        pytest.skip("the docs are not beside these tests (an installed reef-ecc's tests)")
+    blocks = _PYTHON_BLOCK.findall(QUICKSTART_PAGE.read_text(encoding="utf-8"))
+    assert len(blocks) == 5  # checks, records, the fix, the seals, the audits
+    done = subprocess.run(
+        [sys.executable, "-c", "\n".join(blocks)],
+        cwd=REPOSITORY,
+        env={**os.environ, "TMPDIR": str(tmp_path)},  # the page's mkdtemp lands in tmp_path
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines() == [
+        "calc__calc-1:original pytest None",
+        f"webapp__webapp-7:original django swebench=={_swebench_version()}",
+        "first grading: 6 verdicts as the harness's report.json",
+        "1",
+        "g1 {'reparse': 3, 'evidence': 1, 'reuse': 4} 0",
+        "1.0",
+        "1",
+    ]
+    assert "webapp__webapp-7@rollout-2" in done.stderr  # the infrastructure warning
+    assert "logical" in done.stderr
+
+
+def _swebench_version() -> str:
+    from agent_ecc.adapters import parsers
+
+    found = parsers.installed()
+    assert found is not None
+    return found.version
