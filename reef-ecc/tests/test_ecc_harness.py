@@ -12,8 +12,7 @@ from agent_ecc.store import ContentStore
 
 SUITE = {"FAIL_TO_PASS": ["t.py::test_a"], "PASS_TO_PASS": []}
 PASSING = (
-    ">>>>> Start Test Output\nPASSED t.py::test_a\n>>>>> End Test Output\n"
-    ">>>>> Test Exit Code: 0\n"
+    ">>>>> Start Test Output\nPASSED t.py::test_a\n>>>>> End Test Output\n>>>>> Test Exit Code: 0\n"
 )
 
 

@@ -285,9 +285,10 @@ def test_a_parser_that_reads_the_instance_gets_the_rows_repo_and_version(
         ]
     )
     verdicts = {}
+    instance = "GoogleChrome__lighthouse-1"
     for version in ("10.0", "2.0"):  # mocha's output is read under 10.0, not under 2.0
         row = {
-            "instance_id": "GoogleChrome__lighthouse-1",
+            "instance_id": instance,
             "repo": "GoogleChrome/lighthouse",
             "version": version,
             "image": "i",
@@ -298,7 +299,7 @@ def test_a_parser_that_reads_the_instance_gets_the_rows_repo_and_version(
         built = conjunction_version(
             [row], [], version_id="g", world="w", store=store, adapter=adapter
         )
-        (check,) = iter_checks(built.lookup(row["instance_id"], "w").spec)
+        (check,) = iter_checks(built.lookup(instance, "w").spec)
         assert check.grading["parser_context"]["version"] == version
         (ours,) = _ours(adapter, check, store, [log])
         (theirs,) = _peer([log], suite, "parse_log_lighthouse", tmp_path, version=version)
