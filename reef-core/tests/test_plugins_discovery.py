@@ -132,6 +132,61 @@ def test_any_other_import_failure_raises_naming_entry_point_and_distribution(
     assert "boom" in message
 
 
+LAZY_HOOK = """
+from reef import hookimpl
+
+@hookimpl
+def reef_register_recipes(registry):
+    {body}
+"""
+
+
+def test_a_hook_that_imports_a_missing_dependency_skips_the_plugin_and_lists_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A discovery hook that imports its classes when called, as reef-recipes-distill's do,
+    fails on a dependency that is not installed as an import at the top would: the plugin is
+    skipped and listed, and the others load."""
+    install(
+        tmp_path,
+        monkeypatch,
+        "lazy-dist",
+        "lazy",
+        LAZY_HOOK.format(body="import judge9_not_installed"),
+    )
+    install(tmp_path, monkeypatch, "fine-dist", "fine", PLUGIN_SOURCE.format(cls="F", name="Fine"))
+    plugins = Plugins(blocked=())
+    plugins.load()
+    (failed,) = [f for f in plugins.failures if f.name == "lazy"]
+    assert (failed.distribution, failed.error) == (
+        "lazy-dist",
+        "missing module 'judge9_not_installed'",
+    )
+    assert "lazy" not in {p.name for p in plugins.loaded}
+    assert "Fine" in plugins.names(PluginKind.RECORD2SAMPLE)
+
+
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        ("raise RuntimeError('boom')", "boom"),
+        ("registry.register('odd', object())", "recipe 'odd' must be a class"),
+    ],
+)
+def test_a_hook_that_fails_raises_naming_entry_point_and_distribution(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str, error: str
+) -> None:
+    install(tmp_path, monkeypatch, "failing-dist", "failing", LAZY_HOOK.format(body=body))
+    plugins = Plugins(blocked=())
+    with pytest.raises(PluginLoadError) as info:
+        plugins.load()
+    message = str(info.value)
+    assert "entry point failing = 'failing_" in message
+    assert "failing-dist 1.2.3 failed to register its classes: " in message
+    assert error in message
+    assert "failing" not in {p.name for p in plugins.loaded}
+
+
 def test_an_unknown_name_lists_the_installed_names_of_its_kind() -> None:
     class MySamples:
         pass

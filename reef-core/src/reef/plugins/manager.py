@@ -127,11 +127,12 @@ class Plugins:
     def load(self) -> None:
         """Load every ``reef.plugins`` entry point not blocked and not loaded yet.
 
-        A plugin whose import misses a module other than its own (an optional dependency that
-        is not installed) is skipped with a log line and listed in :attr:`failures`.
+        A plugin whose import, or whose discovery hooks, miss a module other than its own (an
+        optional dependency that is not installed) is skipped with a log line and listed in
+        :attr:`failures`.
 
         :raises PluginLoadError: naming the entry point and its distribution, for any other
-            failure to import.
+            failure to import or to register its classes.
         :raises DuplicatePluginNameError: naming both distributions.
         """
         for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
@@ -143,14 +144,7 @@ class Plugins:
             try:
                 plugin = entry_point.load()
             except ModuleNotFoundError as exc:
-                if exc.name is None or exc.name.split(".")[0] == entry_point.module.split(".")[0]:
-                    raise PluginLoadError(f"{where} failed to import: {exc}") from exc
-                _log.warning(
-                    "skipping plugin %s: %s (missing dependency %s)", name, where, exc.name
-                )
-                self._failures[name] = FailedPlugin(
-                    name, entry_point.value, distribution, version, f"missing module {exc.name!r}"
-                )
+                self._skip_for_missing_dependency(entry_point, where, distribution, version, exc)
                 continue
             except Exception as exc:
                 raise PluginLoadError(f"{where} failed to import: {exc!r}") from exc
@@ -162,7 +156,35 @@ class Plugins:
                 except Exception as exc:
                     raise PluginLoadError(f"{where} failed to start: {exc!r}") from exc
             self._failures.pop(name, None)
-            self.register(plugin, name, distribution=distribution, version=version)
+            try:
+                self.register(plugin, name, distribution=distribution, version=version)
+            except ModuleNotFoundError as exc:  # a hook that imports its classes when called
+                self._skip_for_missing_dependency(entry_point, where, distribution, version, exc)
+            except DuplicatePluginNameError:
+                raise
+            except Exception as exc:
+                raise PluginLoadError(f"{where} failed to register its classes: {exc}") from exc
+
+    def _skip_for_missing_dependency(
+        self,
+        entry_point: importlib.metadata.EntryPoint,
+        where: str,
+        distribution: str | None,
+        version: str | None,
+        exc: ModuleNotFoundError,
+    ) -> None:
+        """List the plugin in :attr:`failures` when the module ``exc`` misses is another
+        distribution's (a dependency not installed).
+
+        :raises PluginLoadError: when it is the plugin's own module.
+        """
+        if exc.name is None or exc.name.split(".")[0] == entry_point.module.split(".")[0]:
+            raise PluginLoadError(f"{where} failed to import: {exc}") from exc
+        name = entry_point.name
+        _log.warning("skipping plugin %s: %s (missing dependency %s)", name, where, exc.name)
+        self._failures[name] = FailedPlugin(
+            name, entry_point.value, distribution, version, f"missing module {exc.name!r}"
+        )
 
     def register(
         self,
