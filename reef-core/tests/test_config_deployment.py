@@ -137,6 +137,23 @@ scenarios:
     assert any(p.endswith("@ $.scenarios.support.training.component") for p in problems)
 
 
+def test_a_scenario_that_only_records_needs_no_training_settings() -> None:
+    """rule: P-SIZE-2 -- the job size a weight recipe needs is checked for the pipeline its
+    trainers build: a scenario without a training section builds none, so it records with the
+    recipe alone, and adding the section asks for job_samples."""
+    installed = Plugins(blocked=())
+    installed.load()
+    recording = load("scenarios: {collect: {recipe: grouped}}", installed)
+    assert recording.scenarios["collect"].trainings == ()
+    trains = "training: {component: 'reef.testing.components:RecordingComponent'}"
+    problems = problems_of(f"scenarios: {{collect: {{recipe: grouped, {trains}}}}}", installed)
+    assert problems == (
+        "GroupedRecipe: a weight recipe has no default job_samples: set it (usually to the"
+        " training component's batch size, so one job is one optimizer step)"
+        " @ $.scenarios.collect.pipeline.sample2job.config.job_samples",
+    )
+
+
 def test_safe_load_refuses_python_tags(plugins: Plugins) -> None:
     text = "scenarios: !!python/object/apply:os.system ['echo pwned']\n"
     (problem,) = problems_of(text, plugins)

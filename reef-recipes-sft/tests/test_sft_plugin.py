@@ -48,9 +48,15 @@ def test_sft_samples_is_never_stale() -> None:
 
 
 def test_a_deployment_without_job_samples_fails_the_recipe(plugins: Plugins) -> None:
-    """A weight recipe has no default job_samples (RecipeConfigError)."""
+    """A weight recipe has no default job_samples (RecipeConfigError) in a scenario that
+    trains; one without a training section builds no pipeline and only records."""
+    trains = "training: {component: 'reef.testing.components:RecordingComponent'}"
     with pytest.raises(DeploymentError) as info:
-        load_deployment("scenarios: {support: {recipe: sft}}", plugins=plugins, environ={})
+        load_deployment(
+            f"scenarios: {{support: {{recipe: sft, {trains}}}}}", plugins=plugins, environ={}
+        )
+    recording = load_deployment("scenarios: {support: {recipe: sft}}", plugins=plugins, environ={})
+    assert recording.scenarios["support"].trainings == ()
     assert (
         "SFTRecipe: a weight recipe has no default job_samples: set it (usually to the training"
         " component's batch size, so one job is one optimizer step)"

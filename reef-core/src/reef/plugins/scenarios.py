@@ -184,7 +184,9 @@ def scenario_classes(
         classes[stage] = stage_class
         if stage_class is not None:
             _check_config(stage_class, section.config, f"{stage_path}.config", found)
-    if recipe is not None and recipe_settings is not None:
+    # The recipe checks the pipeline its trainers will build (a weight recipe's job_samples);
+    # a scenario without a training section builds none, so it only records until one is added.
+    if recipe is not None and recipe_settings is not None and scenario.trainings:
         try:
             recipe.check_pipeline(scenario.pipeline, recipe_settings, path=f"{path}.pipeline")
         except PluginConfigError as exc:
