@@ -5,6 +5,7 @@ plugin hooks)."""
 from __future__ import annotations
 
 import ast
+import pkgutil
 import re
 from pathlib import Path
 
@@ -63,3 +64,15 @@ def test_every_exported_name_is_documented(module: str, exported: list[str]) -> 
     documented = _documented_names(PLUGINS_DOC.read_text(encoding="utf-8"))
     missing = sorted(name for name in exported if name not in documented and name != "__version__")
     assert missing == [], f"names of {module} that docs/plugins.md does not document"
+
+
+def test_every_module_of_reef_testing_is_documented() -> None:
+    """A test helper a plugin's author cannot find is no help: docs/plugins.md names each
+    module of ``reef.testing``."""
+    text = PLUGINS_DOC.read_text(encoding="utf-8")
+    modules = [
+        m.name for m in pkgutil.iter_modules(reef.testing.__path__) if not m.name.startswith("_")
+    ]
+    assert len(modules) >= 10
+    missing = [name for name in modules if not re.search(rf"`reef\.testing\.{name}\b", text)]
+    assert missing == [], f"modules of reef.testing that docs/plugins.md does not name: {missing}"
