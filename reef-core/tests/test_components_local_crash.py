@@ -13,7 +13,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -21,29 +20,21 @@ torch = pytest.importorskip("torch")
 
 from reef.components.artifacts import load_model_folder  # noqa: E402
 from reef.components.interface import JobHandle  # noqa: E402
-from reef.components.local import LocalComponent  # noqa: E402
 from reef.core.job_data import JobData, TrajectorySample  # noqa: E402
+from reef.testing.components import tiny_local_component  # noqa: E402
 
 JOBS = 8
-SETTINGS: dict[str, Any] = {
-    "d_model": 32,
-    "n_layers": 1,
-    "n_heads": 2,
-    "max_seq_len": 96,
-    "batch_size": 4,
-    "learning_rate": 3e-3,
-}
 
 #: The child: runs the jobs in order, publishing after each, and says when it started.
 CHILD = """
 import sys, torch
 from pathlib import Path
 torch.set_num_threads(1)
-from reef.components.local import LocalComponent
 from reef.core.job_data import JobData
+from reef.testing.components import tiny_local_component
 sys.path.insert(0, sys.argv[2])
-from test_components_local_crash import SETTINGS, JOBS, job_samples
-local = LocalComponent.from_config({"state_dir": sys.argv[1], **SETTINGS})
+from test_components_local_crash import JOBS, job_samples
+local = tiny_local_component(Path(sys.argv[1]))
 print("ready", flush=True)
 for job in range(JOBS):
     local.wait(local.submit(JobData(f"crash:data:{job}", job_samples(job))))
@@ -71,7 +62,7 @@ def job_samples(job: int) -> list[TrajectorySample]:
 
 @pytest.mark.usefixtures("one_torch_thread")
 def test_a_sigkill_at_any_point_leaves_the_weights_of_a_job_that_ended(tmp_path: Path) -> None:
-    reference = LocalComponent.from_config({"state_dir": str(tmp_path / "ref"), **SETTINGS})
+    reference = tiny_local_component(tmp_path / "ref")
     digests = [reference.publish().artifact_id]
     for job in range(JOBS):
         reference.wait(reference.submit(JobData(f"crash:data:{job}", job_samples(job))))
@@ -93,7 +84,7 @@ def test_a_sigkill_at_any_point_leaves_the_weights_of_a_job_that_ended(tmp_path:
         child.send_signal(signal.SIGKILL)
         child.wait(30)
 
-        restarted = LocalComponent.from_config({"state_dir": str(state), **SETTINGS})
+        restarted = tiny_local_component(state)
         ended = [
             restarted.poll(JobHandle(f"crash:data:{job}", "local")).event == "finished"
             for job in range(JOBS)

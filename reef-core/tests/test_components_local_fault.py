@@ -18,18 +18,10 @@ pytest.importorskip("torch")
 
 from reef.components.faults import FAULT_POINT_ENV
 from reef.components.interface import JobHandle
-from reef.components.local import LocalComponent
 from reef.core.job_data import JobData
+from reef.testing.components import tiny_local_component
 from reef.testing.samples import colour_samples
 
-OPTIONS = {
-    "d_model": 32,
-    "n_layers": 1,
-    "n_heads": 2,
-    "max_seq_len": 96,
-    "batch_size": 4,
-    "learning_rate": 3e-3,
-}
 # Trains two jobs in a process of its own, on one thread as the test does (the weights are
 # compared bit for bit); the fault point may kill it in the second.
 SCRIPT = """
@@ -37,11 +29,11 @@ import sys, warnings
 import torch
 torch.set_num_threads(1)
 warnings.simplefilter("ignore")
-from reef.components.local import LocalComponent
+from pathlib import Path
 from reef.core.job_data import JobData
+from reef.testing.components import tiny_local_component
 from reef.testing.samples import colour_samples
-options = dict(state_dir=sys.argv[1], **{options!r})
-local = LocalComponent.from_config(options)
+local = tiny_local_component(Path(sys.argv[1]))
 local.wait(local.submit(JobData("job-0", colour_samples())), timeout=120)
 print(local.publish().artifact_id, flush=True)
 local.wait(local.submit(JobData("job-1", colour_samples())), timeout=120)
@@ -49,16 +41,12 @@ print(local.publish().artifact_id, flush=True)
 """
 
 
-def component(state_dir: Path) -> LocalComponent:
-    return LocalComponent.from_config({"state_dir": str(state_dir), **OPTIONS})
-
-
 def train_in_a_process(state_dir: Path, fault: str | None) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != FAULT_POINT_ENV}
     if fault is not None:
         env[FAULT_POINT_ENV] = fault
     return subprocess.run(
-        [sys.executable, "-c", SCRIPT.format(options=OPTIONS), str(state_dir)],
+        [sys.executable, "-c", SCRIPT, str(state_dir)],
         env=env,
         capture_output=True,
         text=True,
@@ -80,7 +68,7 @@ def test_a_job_killed_after_saving_its_weights_is_finished_and_published(
     # Killed at the first save: job-0's weights are on the disk, its outcome is not.
     assert killed.stdout.split() == []
 
-    survivor = component(tmp_path / "killed")
+    survivor = tiny_local_component(tmp_path / "killed")
     outcome = survivor.poll(JobHandle("job-0", "local"))
     assert outcome is not None
     assert outcome.event == "finished", outcome.error
@@ -95,10 +83,10 @@ def test_a_job_killed_after_saving_its_weights_is_finished_and_published(
 def test_a_job_never_saved_is_failed_and_the_last_weights_stay(tmp_path: Path) -> None:
     """The other side of the rule: a job whose weights are not those saved failed, and
     publication serves the weights of the last finished job."""
-    local = component(tmp_path)
+    local = tiny_local_component(tmp_path)
     before = local.publish().artifact_id
     local.close()
-    survivor = component(tmp_path)
+    survivor = tiny_local_component(tmp_path)
     outcome = survivor.poll(JobHandle("never-ran", "local"))
     assert outcome is not None
     assert outcome.event == "failed"
