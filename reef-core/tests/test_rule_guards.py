@@ -61,10 +61,10 @@ from reef.record2sample import Record2Sample, ReportSamples
 from reef.record2sample.no_samples import NoSamples
 from reef.sample2job import GroupedJobData
 from reef.storage import Database, NewSample, TrainerSamples
-from reef.testing.components import RecordingComponent
+from reef.testing.components import RecordingComponent, train_until_submitted
 from reef.testing.records import call, report
 from reef.train.pipeline import TrainingPipeline
-from reef.train.trainer import Trainer, TrainerParts, TrainerSettings
+from reef.train.trainer import TrainerParts
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "reef"
 
@@ -126,18 +126,7 @@ def test_the_trainer_leaves_out_samples_of_an_artifact_it_no_longer_serves(
         )
         return TrainerParts(pipeline, component)
 
-    trainer = Trainer(
-        "s",
-        "c",
-        database=storage_database,
-        build=build,
-        settings=TrainerSettings(poll_interval=0.05),
-    )
-    trainer.start()
-    try:
-        assert component.all_submitted.wait(30)
-    finally:
-        trainer.stop(30)
+    train_until_submitted(storage_database, component, build)
     jobs = [[str(s.sample_id) for s in data.samples] for data in component.submitted]
     assert jobs[:2] == [["g1-0", "g1-1"], ["g3-0", "g3-1"]]
     assert {s.id for s in samples.untrained("c")} == {"g2-0", "g2-1"}

@@ -21,8 +21,8 @@ from reef.storage import (
     TrainerSamples,
     TrainerState,
 )
-from reef.testing.components import RecordingComponent, grouped_parts, store_groups
-from reef.train.trainer import Trainer, TrainerSettings, snapshot_key
+from reef.testing.components import RecordingComponent, store_groups, train_until_submitted
+from reef.train.trainer import snapshot_key
 
 
 class GiveBackOnce:
@@ -68,19 +68,7 @@ def test_given_back_samples_train_in_the_next_job_and_extensions_show_in_status(
     plugins.register(GiveBackOnce(), "giveback")
     plugins.register(Quiet(), "quiet")
 
-    trainer = Trainer(
-        "s",
-        "c",
-        database=storage_database,
-        build=grouped_parts(component),
-        plugins=plugins,
-        settings=TrainerSettings(poll_interval=0.05),
-    )
-    trainer.start()
-    try:
-        assert component.all_submitted.wait(30)
-    finally:
-        trainer.stop(30)
+    train_until_submitted(storage_database, component, plugins=plugins)
     first, second = component.submitted
     assert [s.sample_id for s in first.samples] == ["g2-0", "g2-1"]
     assert [s.sample_id for s in second.samples] == ["g1-0", "g1-1"]
@@ -136,18 +124,7 @@ def test_recovery_commits_what_the_crashed_submission_consumed(
     )
     component = RecordingComponent(expected_jobs=1)
 
-    trainer = Trainer(
-        "s",
-        "c",
-        database=storage_database,
-        build=grouped_parts(component),
-        settings=TrainerSettings(0.05),
-    )
-    trainer.start()
-    try:
-        assert component.all_submitted.wait(30)
-    finally:
-        trainer.stop(30)
+    train_until_submitted(storage_database, component)
     (resubmitted,) = component.submitted
     assert [s.sample_id for s in resubmitted.samples] == ["g1-0", "g1-1"]
     assert samples.submitted_among("c", [first_id, resubmitted.id]) == {first_id, resubmitted.id}

@@ -31,7 +31,12 @@ from reef.storage import (
     TrainerSamples,
     TrainerState,
 )
-from reef.testing.components import RecordingComponent, grouped_parts, store_groups
+from reef.testing.components import (
+    RecordingComponent,
+    grouped_parts,
+    store_groups,
+    train_until_submitted,
+)
 from reef.train.trainer import Trainer, TrainerSettings
 
 
@@ -110,19 +115,8 @@ def _run(
 ) -> None:
     """Run a trainer until ``component`` got its jobs, then stop it (a running job ends and
     commits first)."""
-    trainer = Trainer(
-        "s",
-        "c",
-        database=database,
-        build=grouped_parts(component, job_samples=job_samples, record2sample=MarkedStale),
-        plugins=plugins,
-        settings=TrainerSettings(poll_interval=0.05),
-    )
-    trainer.start()
-    try:
-        assert component.all_submitted.wait(30)
-    finally:
-        trainer.stop(30)
+    build = grouped_parts(component, job_samples=job_samples, record2sample=MarkedStale)
+    train_until_submitted(database, component, build, plugins=plugins)
 
 
 def test_the_history_keeps_each_job_its_samples_rewards_and_what_extensions_said(

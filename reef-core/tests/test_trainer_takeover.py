@@ -18,9 +18,9 @@ from reef.pipeline_context import PipelineContext
 from reef.record2sample.no_samples import NoSamples
 from reef.sample2job import GroupedJobData
 from reef.storage import Database, NewSample, ScenarioSettings, TrainerSamples
-from reef.testing.components import RecordingComponent
+from reef.testing.components import RecordingComponent, train_until_submitted
 from reef.train.pipeline import TrainingPipeline
-from reef.train.trainer import Trainer, TrainerParts, TrainerSettings, snapshot_key
+from reef.train.trainer import TrainerParts, snapshot_key
 
 
 class PublishingComponent(RecordingComponent):
@@ -69,14 +69,7 @@ def tenure(database: Database, component: RecordingComponent) -> list[list[str]]
         )
         return TrainerParts(pipeline, component)
 
-    trainer = Trainer(
-        "s", "c", database=database, build=build, settings=TrainerSettings(poll_interval=0.05)
-    )
-    trainer.start()
-    try:
-        assert component.all_submitted.wait(30)
-    finally:
-        trainer.stop(30)
+    train_until_submitted(database, component, build)
     return [[str(s.sample_id) for s in data.samples] for data in component.submitted]
 
 

@@ -1,8 +1,9 @@
 """For tests of the trainer loop: a training component that trains nothing and finishes each
 job at once, keeping every job's data so that a test can read what was submitted;
 :func:`store_groups`, the samples such a test trains; :func:`grouped_parts`, how its
-trainer builds a grouped pipeline around the component; and :func:`tiny_local_component`, the
-``local`` component with a TinyGPT small enough to train in a test (needs ``reef-core[torch]``)."""
+trainer builds a grouped pipeline around the component; :func:`train_until_submitted`, a trainer
+run until the component got its jobs; and :func:`tiny_local_component`, the ``local`` component
+with a TinyGPT small enough to train in a test (needs ``reef-core[torch]``)."""
 
 from __future__ import annotations
 
@@ -14,12 +15,13 @@ from typing import TYPE_CHECKING, Any
 from reef.components.interface import Artifact, JobHandle
 from reef.core.job_data import JobData, JobOutcome, TrajectorySample, sample_body
 from reef.pipeline_context import PipelineContext
+from reef.plugins import Plugins
 from reef.record2sample.no_samples import NoSamples
 from reef.record2sample.stage import Record2Sample
 from reef.sample2job import GroupedJobData
 from reef.storage import Database, NewSample, TrainerSamples
 from reef.train.pipeline import TrainingPipeline
-from reef.train.trainer import TrainerParts
+from reef.train.trainer import Trainer, TrainerParts, TrainerSettings
 
 if TYPE_CHECKING:
     from reef.components.local import LocalComponent
@@ -95,6 +97,39 @@ def grouped_parts(
         return TrainerParts(pipeline, component)
 
     return build
+
+
+def train_until_submitted(
+    database: Database,
+    component: RecordingComponent,
+    build: Callable[[Database], TrainerParts] | None = None,
+    *,
+    plugins: Plugins | None = None,
+) -> None:
+    """Run the trainer ``c`` of scenario ``s`` (polling every 0.05 s) until ``component`` got
+    its expected jobs, then stop it (a running job ends and commits first).
+
+    :param build: how the trainer builds its parts; :func:`grouped_parts` of ``component`` by
+        default.
+    :raises AssertionError: when the jobs did not all come within 30 seconds.
+    """
+    trainer = Trainer(
+        "s",
+        "c",
+        database=database,
+        build=build or grouped_parts(component),
+        plugins=plugins,
+        settings=TrainerSettings(poll_interval=0.05),
+    )
+    trainer.start()
+    try:
+        if not component.all_submitted.wait(30):
+            raise AssertionError(
+                f"the trainer submitted {len(component.submitted)} of "
+                f"{component.expected_jobs} jobs in 30 s"
+            )
+    finally:
+        trainer.stop(30)
 
 
 def tiny_local_component(state_dir: Path, **settings: Any) -> LocalComponent:
