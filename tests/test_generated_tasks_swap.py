@@ -28,7 +28,12 @@ from reef.storage import open_database
 from reef.testing import inline_plugin
 from reef.testing.generators import ArithmeticTasks, swap_deployment, train_deployed_generation
 from reef.testing.service import NullComponent, serve_on_loopback
-from reef.testing.task_engines import generator_service, hint_policy, scripted_designer
+from reef.testing.task_engines import (
+    designed_sum_task,
+    generator_service,
+    hint_policy,
+    scripted_designer,
+)
 from reef_spade import SpadeGenerator
 
 pytestmark = pytest.mark.skipif(
@@ -36,21 +41,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def _sum_task(slug: str, a: int, b: int) -> dict[str, str]:
-    """A task as SPADE's designer writes it: the hint carries the answer."""
-    return {
-        "slug": slug,
-        "instruction": f"What is {a} + {b}? Answer with the number only.",
-        "test_sh": (
-            f'if [ "$(tr -d "[:space:]" < /app/answer.txt)" = "{a + b}" ]; then '
-            "echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi\n"
-        ),
-        "solve_sh": f"echo {a + b} > /app/answer.txt\n",
-        "hint": f"carry the digits: {a + b}",
-    }
-
-
-DESIGN = {"tasks": [_sum_task("first", 17, 25), _sum_task("second", 38, 5)]}
+DESIGN = {"tasks": [designed_sum_task("first", 17, 25), designed_sum_task("second", 38, 5)]}
 
 
 @pytest.fixture

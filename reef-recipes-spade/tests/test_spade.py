@@ -28,7 +28,12 @@ from reef import (
     TaskGenerationRequest,
 )
 from reef.testing.service import serve_on_loopback
-from reef.testing.task_engines import generator_service, hint_policy, scripted_designer
+from reef.testing.task_engines import (
+    designed_sum_task,
+    generator_service,
+    hint_policy,
+    scripted_designer,
+)
 from reef_spade import SpadeGenerator
 from reef_spade.designer import DesignerError
 
@@ -37,27 +42,12 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def sum_task(
-    slug: str, a: int, b: int, *, oracle: int | None = None, hint: str = ""
-) -> dict[str, str]:
-    return {
-        "slug": slug,
-        "instruction": f"What is {a} + {b}? Answer with the number only.",
-        "test_sh": (
-            f'if [ "$(tr -d "[:space:]" < /app/answer.txt)" = "{a + b}" ]; then '
-            "echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi\n"
-        ),
-        "solve_sh": f"echo {a + b if oracle is None else oracle} > /app/answer.txt\n",
-        "hint": hint or f"carry the digits: {a + b}",
-    }
-
-
 DESIGN = {
     "tasks": [
-        sum_task("frontier", 17, 25),
-        sum_task("broken-oracle", 17, 26, oracle=42),
-        sum_task("too-easy", 0, 0),
-        sum_task("beyond", 3, 4, hint="think about it"),
+        designed_sum_task("frontier", 17, 25),
+        designed_sum_task("broken-oracle", 17, 26, oracle=42),
+        designed_sum_task("too-easy", 0, 0),
+        designed_sum_task("beyond", 3, 4, hint="think about it"),
     ]
 }
 

@@ -8,7 +8,8 @@ Each is a stand-in for an inference engine (vLLM, SGLang, a hosted API): it impl
   gives (``Hint: ... N``), else with ``0``. A task at its frontier is one it solves only with
   the hint.
 - :func:`scripted_designer`: a designer model that answers every request with the next of the
-  replies it was given (the last one again when they run out), and keeps the requests it got.
+  replies it was given (the last one again when they run out), and keeps the requests it got;
+  :func:`designed_sum_task` is a task as SPADE's designer writes one, for those replies.
 
 :func:`coin_task` and :func:`task_rollout` are a task job's data and rollout parameters for the
 components' task-job tests.
@@ -42,6 +43,7 @@ __all__ = [
     "COIN_VERIFIER",
     "arithmetic_task",
     "coin_task",
+    "designed_sum_task",
     "generator_service",
     "hint_policy",
     "scripted_designer",
@@ -101,6 +103,24 @@ def scripted_designer(replies: Sequence[str], requests: list[JSON] | None = None
         return reply
 
     return _app(answer)
+
+
+def designed_sum_task(
+    slug: str, a: int, b: int, *, oracle: int | None = None, hint: str = ""
+) -> dict[str, str]:
+    """A task that asks for ``a + b``, in the fields SPADE's designer writes: its verifier
+    rewards the sum, its oracle writes the sum (or ``oracle``, to make it wrong) and its hint
+    gives the answer (or is ``hint``)."""
+    return {
+        "slug": slug,
+        "instruction": f"What is {a} + {b}? Answer with the number only.",
+        "test_sh": (
+            f'if [ "$(tr -d "[:space:]" < /app/answer.txt)" = "{a + b}" ]; then '
+            "echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi\n"
+        ),
+        "solve_sh": f"echo {a + b if oracle is None else oracle} > /app/answer.txt\n",
+        "hint": hint or f"carry the digits: {a + b}",
+    }
 
 
 def arithmetic_task(name: str, a: int, b: int, *, answer_file: str = "answer.txt") -> JSON:
