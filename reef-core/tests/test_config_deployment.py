@@ -95,7 +95,11 @@ def test_a_good_deployment_loads_with_env_references(plugins: Plugins) -> None:
 
 def test_a_missing_env_variable_is_an_error_naming_it_and_its_path(plugins: Plugins) -> None:
     problems = problems_of(GOOD, plugins, {"DATA": "/x", "ENGINE_KEY": "k"})
-    assert problems == ("environment variable CI_TOKEN is not set @ $.auth.tokens.ci.token",)
+    assert problems == (
+        "environment variable CI_TOKEN is not set: the file reads it as ${CI_TOKEN}; set it in"
+        " the environment reef runs in (e.g. CI_TOKEN=... reef check FILE)"
+        " @ $.auth.tokens.ci.token",
+    )
 
 
 def test_every_problem_of_the_file_is_reported_with_its_path(plugins: Plugins) -> None:

@@ -442,7 +442,11 @@ def _substitute(value: Any, environ: Mapping[str, str], path: str, problems: lis
         def replace(match: re.Match[str]) -> str:
             name = match.group(1)
             if name not in environ:
-                problems.append(f"environment variable {name} is not set @ {path}")
+                problems.append(
+                    f"environment variable {name} is not set: the file reads it as ${{{name}}};"
+                    " set it in the environment reef runs in"
+                    f" (e.g. {name}=... reef check FILE) @ {path}"
+                )
                 return match.group(0)
             return environ[name]
 
