@@ -119,19 +119,6 @@ def test_a_missing_optional_dependency_skips_the_plugin_and_lists_it(
     assert "torch9_not_installed" in failed.error
 
 
-def test_any_other_import_failure_raises_naming_entry_point_and_distribution(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    install(tmp_path, monkeypatch, "broken-dist", "broken", "raise RuntimeError('boom')\n")
-    plugins = Plugins(blocked=())
-    with pytest.raises(PluginLoadError) as info:
-        plugins.load()
-    message = str(info.value)
-    assert "entry point broken = 'broken_" in message
-    assert "broken-dist 1.2.3" in message
-    assert "boom" in message
-
-
 LAZY_HOOK = """
 from reef import hookimpl
 
@@ -167,24 +154,33 @@ def test_a_hook_that_imports_a_missing_dependency_skips_the_plugin_and_lists_it(
 
 
 @pytest.mark.parametrize(
-    ("body", "error"),
+    ("source", "failure"),
     [
-        ("raise RuntimeError('boom')", "boom"),
-        ("registry.register('odd', object())", "recipe 'odd' must be a class"),
+        ("raise RuntimeError('boom')\n", "failed to import: RuntimeError('boom')"),
+        (
+            LAZY_HOOK.format(body="raise RuntimeError('boom')"),
+            "failed to register its classes: boom",
+        ),
+        (
+            LAZY_HOOK.format(body="registry.register('odd', object())"),
+            "failed to register its classes: recipe 'odd' must be a class",
+        ),
     ],
+    ids=["import", "hook", "registration"],
 )
-def test_a_hook_that_fails_raises_naming_entry_point_and_distribution(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str, error: str
+def test_any_other_failure_raises_naming_entry_point_and_distribution(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str, failure: str
 ) -> None:
-    install(tmp_path, monkeypatch, "failing-dist", "failing", LAZY_HOOK.format(body=body))
+    """A plugin that fails to import, or whose discovery hook fails, stops the load with a
+    message naming its entry point and distribution; nothing of it is registered."""
+    install(tmp_path, monkeypatch, "broken-dist", "broken", source)
     plugins = Plugins(blocked=())
     with pytest.raises(PluginLoadError) as info:
         plugins.load()
     message = str(info.value)
-    assert "entry point failing = 'failing_" in message
-    assert "failing-dist 1.2.3 failed to register its classes: " in message
-    assert error in message
-    assert "failing" not in {p.name for p in plugins.loaded}
+    assert "entry point broken = 'broken_" in message
+    assert f"broken-dist 1.2.3 {failure}" in message
+    assert "broken" not in {p.name for p in plugins.loaded}
 
 
 def test_an_unknown_name_lists_the_installed_names_of_its_kind() -> None:
