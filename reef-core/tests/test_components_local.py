@@ -10,6 +10,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -142,3 +143,44 @@ def test_a_save_that_fails_fails_the_job_and_keeps_the_last_weights(
     monkeypatch.undo()
     assert local.model.digest() == before
     assert local.publish().artifact_id == before
+
+
+def _scored(rewards: list[float], group: str) -> list[Any]:
+    """The colour samples with ``rewards``, all in ``group``."""
+    return [
+        attrs.evolve(sample, reward=reward, group_id=group)
+        for sample, reward in zip(colour_samples(len(rewards)), rewards, strict=True)
+    ]
+
+
+def _optimizer_steps(local: LocalComponent) -> list[int]:
+    """Each parameter's AdamW step count, as the last finished job saved it."""
+    state = torch.load(local.state_dir / "current" / "optimizer.pt", weights_only=True)
+    return [int(entry["step"]) for entry in state["state"].values()]
+
+
+def test_a_step_whose_advantages_are_all_zero_moves_no_weight(tmp_path: Path) -> None:
+    """A group whose answers all scored the same has advantages of 0 and a loss with no
+    gradient; AdamW would still move every weight by its momentum, which after a job with a
+    signal is anything but 0. Such a step counts (loss 0, its samples consumed) and leaves the
+    weights and the optimizer state as the last step with a signal left them."""
+    local = tiny_local_component(tmp_path)
+    learnt = run(local, "toy:data:0", _scored([1.0, 0.0] * 4, "g0"), objective="importance_sampling")
+    assert learnt.event == "finished"
+    before, steps = local.publish().artifact_id, _optimizer_steps(local)
+    assert steps and min(steps) == 2  # 8 samples in steps of 4
+
+    flat = run(local, "toy:data:1", _scored([0.5] * 8, "g1"), objective="importance_sampling")
+    assert flat.event == "finished", flat.error
+    assert flat.metrics["steps"] == 2
+    assert flat.metrics["step_losses"] == [0.0, 0.0]
+    assert flat.metrics["trained_tokens"] > 0
+    assert [line["advantage"] for line in flat.metrics["consumed"]] == [0.0] * 8
+    assert local.publish().artifact_id == before
+    assert _optimizer_steps(local) == steps
+
+    # A job of one flat group and one with a signal: only the signal's step moves the weights.
+    mixed = _scored([0.5] * 4, "g2") + _scored([1.0, 0.0] * 2, "g3")
+    run(local, "toy:data:2", mixed, objective="importance_sampling")
+    assert local.publish().artifact_id != before
+    assert _optimizer_steps(local) == [step + 1 for step in steps]

@@ -22,7 +22,9 @@ on the CPU or on CUDA where present (with bfloat16 autocast where the GPU has it
    right-padded forward passes of at most ``micro_batch_size`` sequences whose gradients add up
    (gradient accumulation), noting in the outcome's ``consumed`` metric what each step's loss
    consumed: per sample, the step, the tokens its loss counted and the reward and advantage it
-   trained with (what Agent ECC's consumption lines are written from);
+   trained with (what Agent ECC's consumption lines are written from). A step of a policy
+   objective whose every advantage is 0 has a loss of 0 and no gradient: it is counted, and
+   leaves the weights and the optimizer state untouched (no momentum step);
 5. saves the new weights (the adapter, with LoRA) and the optimizer state in one folder, and
    links the artifact they will be published as, all or nothing and on the disk before the
    job's outcome is written (:mod:`reef.components.durable`).
@@ -454,6 +456,19 @@ class LocalComponent:
                 loss_tokens[ref[0]] = loss_tokens.get(ref[0], 0) + _trained_tokens(sequence(ref))
             tokens = sum(loss_tokens.values())
             if tokens == 0:
+                continue
+            rows = advantage_rows(refs)
+            if rows is not None and not torch.any(rows):
+                # Every advantage of the step is 0 (a group whose answers all scored the same):
+                # its loss is 0 whatever the weights, with no gradient. AdamW would still move
+                # every weight by the momentum of earlier steps, each by about the learning
+                # rate however small its gradient was: after a run of such steps, one sample
+                # that differs from its group sets off ten or more of those moves and can
+                # undo what was learnt. The step counts (its loss 0, its samples consumed),
+                # but it leaves the weights and the optimizer state as they are.
+                step_tokens.append(loss_tokens)
+                losses.append(torch.zeros((), device=self.device))
+                trained_tokens += tokens
                 continue
             divisor = step.loss_divisor(tokens, self.settings.batch_size)
             self._optimizer.zero_grad(set_to_none=True)
