@@ -2,19 +2,22 @@
 each answer, post the scores as reports, and watch the model learn.
 
 The task: the user asks for the magic letter, ``r`` (for reef), in a reply of one token, and
-the answer is scored by how close its character is to the target's (so even a random model's
-answers differ in score and the group-relative policy gradient has something to follow from
-the first job). A word is not learnt yet by this small model: see ``docs/trainer.md``.
+the answer scores 1 when it is exactly ``r``, else 0. No partial credit: credit for a letter
+close to ``r`` made the policy settle on a neighbour (``o``, ``u``) in about one run of three,
+while with this reward no other answer is worth settling on; the untrained model samples ``r``
+about once in 135 answers, enough for the group-relative policy gradient to find it. A word is
+not learnt yet by this small model: see ``docs/trainer.md``.
 Each round asks the same question ``group_size`` times; the reports of one round share a
 comparison group (``metadata.group``), which is what the grouped recipe trains on.
 
 Every answer names the artifact (weights) that gave it (``system_fingerprint`` from the local
 engine; from vLLM, the adapter's name in ``model``); the reward curve is the mean reward of the
 answers of each artifact, in the order they were served. While it runs it prints a progress
-line whenever a job ends (jobs trained of the total, elapsed time, ETA). The run stops once the
-trainer has published ``--jobs`` new artifacts, prints the scenario's status and the curves
-(reward per artifact, training loss per job, from the job history) as text, and draws them as a
-PNG (:mod:`plot`).
+line whenever a job ends (jobs trained of the total, elapsed time, ETA). A job whose groups
+each scored all alike has nothing to learn from and leaves the weights as they were, so the same
+artifact answers on. The run stops once the trainer has ended ``--jobs`` jobs, prints the
+scenario's status and the curves (reward per artifact, training loss per job, from the job
+history) as text, and draws them as a PNG (:mod:`plot`).
 """
 
 from __future__ import annotations
@@ -40,16 +43,8 @@ SYSTEM = "You answer with one letter."
 
 
 def score(answer: str) -> float:
-    """How close ``answer`` is to ``TARGET``, in [0, 1]: each target letter scores half of
-    ``1 - distance/64`` by code point (0 when absent or far) plus half when it is exact, and
-    extra letters cost a little."""
-    total = 0.0
-    for index, wanted in enumerate(TARGET):
-        if index < len(answer):
-            distance = abs(ord(answer[index]) - ord(wanted))
-            total += 0.5 * max(0.0, 1.0 - distance / 64) + 0.5 * (distance == 0)
-    extra = max(0, len(answer) - len(TARGET))
-    return max(0.0, total / len(TARGET) - 0.1 * extra)
+    """1.0 when ``answer`` is exactly ``TARGET``, else 0.0."""
+    return float(answer == TARGET)
 
 
 def ask(client: openai.OpenAI) -> Any:
@@ -104,11 +99,12 @@ def run(args: argparse.Namespace) -> int:
     artifacts: list[str] = []  # in the order they first answered
     rewards: dict[str, list[float]] = {}
     answers: list[str] = []  # every answer, in order
+    scores: list[float] = []  # the reward of each
     started = time.monotonic()
     group = 0
     trained = 0
     print(f"training {args.jobs} jobs (at most {args.time_limit:.0f} s)", flush=True)
-    while len(artifacts) <= args.jobs and time.monotonic() - started < args.time_limit:
+    while trained < args.jobs and time.monotonic() - started < args.time_limit:
         # The round's answers are asked for at once, as an agent's parallel rollouts would be.
         with ThreadPoolExecutor(max_workers=4) as pool:
             answered = list(pool.map(lambda _: ask(client), range(args.group_size)))
@@ -123,6 +119,7 @@ def run(args: argparse.Namespace) -> int:
                 rewards[artifact] = []
             rewards[artifact].append(reward)
             answers.append(answer)
+            scores.append(reward)
             report = {
                 "id": f"{args.run_id}-g{group}-m{member}",
                 "references": [record_id],
@@ -154,19 +151,18 @@ def run(args: argparse.Namespace) -> int:
     print("\n".join(text_curve(points, losses)))
     print()
     print(write_png(Path(args.plot), points, losses))
-    first, last = points[0].mean_reward, _tail_mean(points)
-    print(f"mean reward: {first:.3f} (initial weights) -> {last:.3f} (last artifacts)")
-    hits = sum(answer == TARGET for answer in answers[-3 * args.group_size :])
-    print(f"the last {3 * args.group_size} answers hold the target {TARGET!r} {hits} times")
-    if len(artifacts) <= args.jobs:
-        print(f"stopped at the time limit after {len(artifacts) - 1} jobs", file=sys.stderr)
+    last = 3 * args.group_size  # the last three rounds
+    tail = scores[-last:]
+    print(
+        f"mean reward: {points[0].mean_reward:.3f} (initial weights) -> "
+        f"{sum(tail) / len(tail):.3f} (last {len(tail)} answers)"
+    )
+    hits = sum(answer == TARGET for answer in answers[-last:])
+    print(f"the last {len(tail)} answers hold the target {TARGET!r} {hits} times")
+    if trained < args.jobs:
+        print(f"stopped at the time limit after {trained} jobs", file=sys.stderr)
         return 1
     return 0
-
-
-def _tail_mean(points: Sequence[ArtifactPoint]) -> float:
-    tail = points[-3:]
-    return sum(p.mean_reward for p in tail) / len(tail)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
