@@ -5,7 +5,7 @@ The task: the user asks for the magic letter, ``r`` (for reef), in a reply of on
 the answer scores 1 when it is exactly ``r``, else 0. No partial credit: credit for a letter
 close to ``r`` made the policy settle on a neighbour (``o``, ``u``) in about one run of three,
 while with this reward no other answer is worth settling on; the untrained model samples ``r``
-about once in 135 answers, enough for the group-relative policy gradient to find it. A word is
+about once in 140 answers, enough for the group-relative policy gradient to find it. A word is
 not learnt yet by this small model: see ``docs/trainer.md``.
 Each round asks the same question ``group_size`` times; the reports of one round share a
 comparison group (``metadata.group``), which is what the grouped recipe trains on.
