@@ -165,10 +165,11 @@ def test_a_step_whose_advantages_are_all_zero_moves_no_weight(tmp_path: Path) ->
     signal is anything but 0. Such a step counts (loss 0, its samples consumed) and leaves the
     weights and the optimizer state as the last step with a signal left them."""
     local = tiny_local_component(tmp_path)
-    learnt = run(local, "toy:data:0", _scored([1.0, 0.0] * 4, "g0"), objective="importance_sampling")
-    assert learnt.event == "finished"
+    signal = _scored([1.0, 0.0] * 4, "g0")
+    assert run(local, "toy:data:0", signal, objective="importance_sampling").event == "finished"
     before, steps = local.publish().artifact_id, _optimizer_steps(local)
-    assert steps and min(steps) == 2  # 8 samples in steps of 4
+    assert steps
+    assert min(steps) == 2  # 8 samples in steps of 4
 
     flat = run(local, "toy:data:1", _scored([0.5] * 8, "g1"), objective="importance_sampling")
     assert flat.event == "finished", flat.error
