@@ -5,6 +5,7 @@ dependencies (plus pytest and hypothesis), and passes its own tests there; and `
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import tomllib
@@ -94,12 +95,38 @@ def test_reef_ecc_installs_alone_and_passes_its_tests(wheels: Path, tmp_path: Pa
     run_tests(python, ROOT / "reef-ecc" / "tests", tmp_path, marks="not slow")
 
 
-def test_the_core_wheel_ships_the_console_page(wheels: Path) -> None:
-    """The console's files are package data of reef-core's wheel: `reef serve` from an installed
-    wheel serves the page with nothing built or fetched."""
+#: A reference to another site: a scheme or a protocol-relative "//host.tld".
+OTHER_SITE = re.compile(r"(?:[a-z][a-z0-9+.-]*:)?//[a-z0-9-]+(?:\.[a-z0-9-]+)+", re.IGNORECASE)
+#: The one such text the console holds: the SVG namespace, a name that is never fetched.
+SVG_NAMESPACE = "http://www.w3.org/2000/svg"
+
+
+def test_the_core_wheel_ships_the_console_page(wheels: Path, tmp_path: Path) -> None:
+    """The console's files are package data of reef-core's wheel, byte for byte, and name no
+    other site (no CDN); the package read from the wheel finds every one of them, as `reef
+    serve` does, with nothing built at install time."""
     [wheel] = wheels.glob("reef_core-*.whl")
-    shipped = set(zipfile.ZipFile(wheel).namelist())
     folder = ROOT / "reef-core" / "src" / "reef" / "server" / "console"
-    files = {f"reef/server/console/{path.name}" for path in folder.iterdir()}
-    assert "reef/server/console/index.html" in files
-    assert files <= shipped, files - shipped
+    files = {path.name: path.read_bytes() for path in folder.iterdir()}
+    assert {"index.html", "app.js", "console.css"} <= set(files)
+    with zipfile.ZipFile(wheel) as archive:
+        shipped = {
+            name: archive.read(f"reef/server/console/{name}")
+            for name in files
+            if f"reef/server/console/{name}" in archive.namelist()
+        }
+        archive.extractall(tmp_path / "wheel")
+    assert shipped == files
+    for name, content in files.items():
+        found = OTHER_SITE.findall(content.decode("utf-8").replace(SVG_NAMESPACE, ""))
+        assert not found, (name, found)
+    served = run(
+        sys.executable,
+        "-c",
+        "import json, sys; sys.path.insert(0, sys.argv[1]); import reef.server.console as c;"
+        " print(json.dumps([c.__file__, sorted(c.console_files())]))",
+        tmp_path / "wheel",
+    )
+    module, names = json.loads(served)
+    assert Path(module).is_relative_to(tmp_path / "wheel"), module
+    assert names == sorted(files), names

@@ -1,6 +1,7 @@
 """Fuzzing every route of the OpenAPI document with hypothesis: bodies drawn from each route's
-documented schema (and from arbitrary JSON), path parameters from known and unknown names. No
-answer is a 5xx, and a refused request (4xx) leaves every table of the store as it was."""
+documented schema (and from arbitrary JSON), path parameters from known and unknown names, the
+store holding samples and a job for the read routes to find. No answer is a 5xx, and a refused
+request (4xx) leaves every table of the store as it was."""
 
 from __future__ import annotations
 
@@ -21,7 +22,16 @@ from hypothesis import strategies as st
 from sqlalchemy import func, select
 from starlette.testclient import TestClient
 
-from reef.storage import Database, open_database
+from reef.core.job_data import TaskSample, TrajectorySample, sample_body
+from reef.storage import (
+    Database,
+    JobHistory,
+    NewSample,
+    SampleOfJob,
+    StaleSamples,
+    TrainerSamples,
+    open_database,
+)
 from reef.storage.tables import metadata
 from reef.testing.engines import scripted_engine
 from reef.testing.service import ServiceToken, auth_section, serve_on_loopback, service_app
@@ -109,6 +119,25 @@ def row_counts(database: Database) -> dict[str, int]:
         }
 
 
+def store_samples(database: Database) -> None:
+    """Samples for the console's read routes to find, under names the fuzzer draws (``t1``,
+    ``a/b``): one trained by a job of the history, stale, in the manual buffer, and a task."""
+    samples = TrainerSamples(database, "support")
+    samples.register_trainer("noop", reads_uploads=True)
+    trajectory = TrajectorySample({"steps": [{"source": "user", "message": "hi"}]}, reward=0.5)
+    samples.add_samples(
+        "noop",
+        [NewSample("t1", "trajectory", sample_body(trajectory)),
+         NewSample("a/b", "task", sample_body(TaskSample("a/b", {"n": 1})))],
+    )  # fmt: skip
+    samples.insert_into_manual_buffer("noop", ["a/b"])
+    samples.commit_submission("noop", "job-1", ["t1"])
+    history = JobHistory(database, "support")
+    history.submitted("noop", "job-1", [SampleOfJob("t1", True, 0.5)])
+    history.ended("noop", "job-1", "finished", {"loss": 0.25})
+    StaleSamples(database, "support").replace("noop", ["a/b"])
+
+
 @pytest.fixture(scope="module")
 def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TestClient, Database]]:
     url = f"sqlite:///{tmp_path_factory.mktemp('fuzz') / 'reef.db'}"
@@ -116,6 +145,9 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TestClie
     with serve_on_loopback(scripted_engine()) as engine:
         app = service_app(DEPLOYMENT % {"url": url, "engine": engine}, url, database)
         with TestClient(app) as client:
+            store_samples(database)
+            found = client.get("/reef/scenarios/support/samples/a/b", headers=HEADERS)
+            assert found.json()["sample"]["stale_for"] == ["noop"], found.text
             yield client, database
     database.dispose()
 
