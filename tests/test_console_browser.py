@@ -40,6 +40,9 @@ from selenium.webdriver.support.select import Select
 from selenium.webdriver.support.wait import WebDriverWait
 from sqlalchemy import create_engine, text
 
+from reef.core.atif import trajectory_to_json
+from reef.core.atif_build import trajectory_from_records
+from reef.core.records import InferenceRecord
 from reef.testing.serve import ServeProcess, tiny_local_deployment
 
 CHROMIUM = "/usr/bin/chromium"
@@ -619,6 +622,52 @@ def test_contrast_is_computed_as_wcag_defines_it() -> None:
     assert round(contrast([0, 0, 0, 1], [255, 255, 255, 1]), 1) == 21.0
     assert round(contrast([119, 119, 119, 1], [255, 255, 255, 1]), 2) == 4.48
     assert contrast([10, 20, 30, 1], [10, 20, 30, 1]) == 1.0
+
+
+def weather_trajectory() -> dict[str, Any]:
+    """An ATIF trajectory of an agent that called a tool and read its result."""
+    call = {"id": "call-1", "type": "function",
+            "function": {"name": "weather", "arguments": '{"city": "Oslo"}'}}  # fmt: skip
+    question = {"role": "user", "content": "What is the weather in Oslo?"}
+    asked = InferenceRecord(
+        "c1",
+        SCENARIO,
+        {"messages": [question]},
+        {"choices": [{"index": 0, "message": {"role": "assistant", "tool_calls": [call]}}]},
+    )
+    answered = InferenceRecord(
+        "c2",
+        SCENARIO,
+        {"messages": [question, {"role": "assistant", "tool_calls": [call]},
+                      {"role": "tool", "tool_call_id": "call-1", "content": "Rain, 7 degrees"}]},
+        {"choices": [{"index": 0, "message": {"role": "assistant", "content": "It rains."}}]},
+    )  # fmt: skip
+    return trajectory_to_json(trajectory_from_records([asked, answered], trajectory_id="weather-1"))
+
+
+def test_an_uploaded_trajectory_shows_its_tool_calls_and_observations(
+    with_samples: ServeProcess, browser: WebDriver, artifacts: Path
+) -> None:
+    """A trajectory uploaded as a data item opens as its turns, the tool call with its
+    arguments, the tool's observation, and the upload it came from."""
+    agent = {"authorization": f"Bearer {AGENT}"}
+    base = with_samples.base_url
+    uploaded = httpx.post(f"{base}/reef/items", json={"trajectory": weather_trajectory()},
+                          headers=agent)  # fmt: skip
+    assert uploaded.is_success, uploaded.text
+    attached = httpx.post(f"{base}/reef/scenarios/{SCENARIO}/items/weather-1", headers=agent)
+    assert attached.is_success, attached.text
+    sign_in(browser, base)
+    click(browser, "open:weather-1")
+    wait_for(browser, lambda d: "Trajectory" in text_of(d, "#sample"), "the uploaded sample")
+    detail = text_of(browser, "#sample")
+    assert "What is the weather in Oslo?" in detail, detail
+    assert "Tool call weather" in detail, detail
+    assert '"city": "Oslo"' in detail, detail
+    assert "Observation of call-1\nRain, 7 degrees" in detail, detail
+    assert "It rains." in detail, detail
+    assert "Upload\ndata item weather-1" in detail, detail
+    shot(browser, artifacts, "12-upload-tool-calls", "#sample")
 
 
 # -- a job sealed by Agent ECC ------------------------------------------------------------------
