@@ -293,6 +293,15 @@ def test_no_data_route_answers_without_a_token(client: TestClient) -> None:
                 lacking = client.request(method.upper(), url, headers=GRADER)
                 assert lacking.status_code == 403, (method, path)
     assert checked >= 17
+    # What the console reads needs admin, in the document and in fact: a grader's token
+    # (infer, feedback) reads none of it.
+    for path in ("samples", "samples/{sample_id}", "jobs", "buffer"):
+        operation = document["paths"][f"/reef/scenarios/{{scenario}}/{path}"]["get"]
+        assert operation["x-reef-scope"] == "admin", path
+    for url in ("/samples", "/samples/s", "/jobs", "/buffer"):
+        refused = client.get(f"/reef/scenarios/support{url}", headers=GRADER)
+        assert refused.status_code == 403, url
+        assert refused.json()["problems"][0]["reason"] == "token 'grader' lacks the 'admin' scope"
     for url in ("/reef/scenarios/support/samples", "/reef/scenarios/support/jobs"):
         limited = client.get(url, headers=BILLING_ADMIN)
         assert limited.status_code == 403
