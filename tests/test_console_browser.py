@@ -244,7 +244,12 @@ def shot(driver: WebDriver, folder: Path, name: str, top: str | None = None) -> 
 
 def sign_in(driver: WebDriver, base_url: str) -> None:
     driver.get(f"{base_url}/reef/console")
-    token = wait_for(driver, lambda d: d.find_element(By.ID, "token"), "the sign-in form")
+    # The form shows once the page asked the service and was refused without a token.
+    token = wait_for(
+        driver,
+        lambda d: next((t for t in [d.find_element(By.ID, "token")] if t.is_displayed()), None),
+        "the sign-in form",
+    )
     token.send_keys(ADMIN, Keys.ENTER)
     wait_for(driver, lambda d: SCENARIO in text_of(d, "#overview-title"), "the scenario")
 
