@@ -354,7 +354,10 @@ def test_a_person_chooses_samples_and_trains_them(
     choose(browser, "filter-chosen", "")
     wait_for(
         browser,
-        lambda d: len(d.find_elements(By.CSS_SELECTOR, ".samples .badge.chosen")) == 8,
+        lambda d: (
+            text_of(d, "#samples-count") == "12 match"
+            and len(d.find_elements(By.CSS_SELECTOR, ".samples .badge.chosen")) == 8
+        ),
         "8 samples marked as chosen among all 12",
     )
     shot(browser, artifacts, "02-chosen", "#samples")
