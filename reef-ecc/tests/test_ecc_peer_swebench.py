@@ -148,6 +148,40 @@ def test_official_verdict_agrees_with_the_swebench_package(
     assert verdicts["gold:calc-1:original"] == "pass"
 
 
+def test_the_built_in_pytest_parser_reads_every_line_as_the_packages_does() -> None:
+    """rule: E-REPLAY-5: installs without the extra grade pytest logs with the built-in parser,
+    and installs with it keep the same grading identities: so the two parsers must agree, line
+    for line, on pytest's summary in all its forms."""
+    log_parsers = pytest.importorskip("swebench.harness.log_parsers")
+    summary = "\n".join(
+        [
+            "PASSED tests/test_ops.py::test_add",
+            "PASSED [100%]",
+            "FAILED tests/test_ops.py::test_div - ZeroDivisionError: division by zero",
+            "FAILED - tests/test_ops.py::test_dash",
+            "FAILED tests/test_ops.py::test_p[a - b] - AssertionError",
+            "ERROR tests/test_ops.py::test_fixture - RuntimeError: boom",
+            "SKIPPED [2] tests/test_ops.py:40: needs numpy",
+            "SKIPPED tests/test_ops.py::test_skip",
+            "XFAIL tests/test_ops.py::test_known - reason",
+            "XPASS tests/test_ops.py::test_lucky",
+            "FAILED",
+            "PASSEDtests/test_ops.py::test_glued",
+        ]
+    )
+    logs = [summary, *_edge_logs()]
+    for behaviour in BEHAVIOURS:
+        out = SyntheticExecutor.output("r", behaviour, {"fix": ["t.py::a"], "keep": ["t.py::b"]})
+        if out.log is not None:
+            logs.append(out.log)
+    theirs = log_parsers.PARSER_REGISTRY["parse_log_pytest"]
+    for log in logs:
+        assert parsers.parse_log_pytest(log) == theirs(log, None), log
+    statuses = parsers.parse_log_pytest(summary)
+    assert "[2]" not in statuses  # a skip summary's count is no test
+    assert statuses["tests/test_ops.py::test_dash"] == "FAILED"
+
+
 DJANGO_F2P = fixture_script.DJANGO_F2P
 DJANGO_P2P = fixture_script.DJANGO_P2P
 _django_log = fixture_script.django_log
