@@ -153,6 +153,32 @@ def test_close_closes_both_stages(storage_database: Database) -> None:
     assert closed == [("record2sample", 1.0), ("sample2job", 1.0)]
 
 
+def test_close_raises_the_first_error_and_notes_the_second(storage_database: Database) -> None:
+    """rule: P-PIPE-15 when both stages fail to close, the record-to-sample stage's error is
+    the one raised (the sample-to-job stage's must not replace it); the other is noted on it."""
+
+    class StuckSamples(ReportSamples):
+        def close(self, timeout: float | None = None) -> None:
+            raise TimeoutError("worker still busy")
+
+    class FailingJobData(GroupedJobData):
+        def close(self, timeout: float | None = None) -> None:
+            raise OSError("could not release")
+
+    context = PipelineContext("s", "c")
+    pipeline = TrainingPipeline(
+        StuckSamples(context),
+        FailingJobData(context, job_samples=1),
+        samples=TrainerSamples(storage_database, "s"),
+        context=context,
+    )
+    with pytest.raises(TimeoutError, match="still busy") as caught:
+        pipeline.close(1.0)
+    assert caught.value.__notes__ == [
+        "closing another stage also failed: OSError: could not release"
+    ]
+
+
 def test_status_metrics_and_background_work_are_the_stages(storage_database: Database) -> None:
     """rule: P-PIPE-14 the pipeline merges both stages' status() and metrics();
     background_jobs_running() is the record-to-sample stage's."""

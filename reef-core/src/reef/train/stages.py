@@ -28,7 +28,7 @@ from reef.plugins.scenarios import scenario_classes
 from reef.record2sample.stage import Record2Sample
 from reef.sample2job.stage import Sample2Job
 from reef.storage import Database, ScenarioSettings, TaskStorage, TrainerSamples
-from reef.train.pipeline import TrainingPipeline
+from reef.train.pipeline import TrainingPipeline, close_stages
 from reef.train.trainer import TRAINING_MODE_SETTING, stored_training_mode
 
 __all__ = ["build_pipeline", "build_stages", "check_stages", "scenario_trainers"]
@@ -127,25 +127,9 @@ def check_stages(
             except DeploymentError as exc:
                 problems.extend(exc.problems)
                 continue
-            _close_all((sample2job, record2sample))
+            close_stages((sample2job, record2sample))
     if problems:
         raise DeploymentError(origin, tuple(problems))
-
-
-def _close_all(stages: tuple[Record2Sample | Sample2Job, ...]) -> None:
-    """Close every stage, in order, even when one raises; then raise the first error, with
-    the later ones noted on it."""
-    errors: list[BaseException] = []
-    for stage in stages:
-        try:
-            stage.close()
-        except BaseException as exc:
-            errors.append(exc)
-    if errors:
-        first, *later = errors
-        for error in later:
-            first.add_note(f"closing another stage also failed: {type(error).__name__}: {error}")
-        raise first
 
 
 def build_pipeline(
