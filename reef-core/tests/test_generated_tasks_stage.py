@@ -29,7 +29,7 @@ from reef.recipe.generated_tasks import (
 from reef.record2sample.generated_tasks import GeneratedTaskSamples
 from reef.record2sample.generator import TaskGenerationRequest
 from reef.sample2job.generated_tasks import GeneratedTaskJobData
-from reef.storage import Database, TaskStorage
+from reef.storage import Database, TaskStorage, TaskStore
 from reef.testing import pipeline_context, training_pipeline
 from reef.testing.generators import ArithmeticTasks, WordTasks
 from reef.testing.records import call, report
@@ -646,6 +646,36 @@ def test_a_replayed_session_that_a_generation_used_makes_no_new_generation(
     assert after.stage.status()["ended_records"] == {"replayed_session": 2}
     after.settle()
     assert after.generator.generate_calls == []  # generation 1's tasks still wait
+
+
+# rule: P-TASK-24
+def test_a_restart_reads_the_tasks_that_wait_not_the_history(
+    storage_database: Database, harnesses: list[Harness], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A restart offers again the train tasks still waiting for a result: it reads those from
+    the task store, not every task of every generation that already has its results."""
+    before = _harness(storage_database, harnesses, ArithmeticTasks(tasks_per_generation=2))
+    for _ in range(3):
+        before.settle()
+        before.train_all()
+    before.settle()  # generation 4 made
+    before.end(before.build())  # add-g4-0 gets its result, add-g4-1 waits
+    before.close()
+    read: list[str] = []
+    get = TaskStore.get
+
+    def recording_get(store: TaskStore, key: str) -> Any:
+        read.append(key)
+        return get(store, key)
+
+    monkeypatch.setattr(TaskStore, "get", recording_get)
+    after = _harness(storage_database, harnesses, ArithmeticTasks(tasks_per_generation=2))
+    assert [key for key in read if key.startswith("task:")] == ["task:add-g4-1"]
+    assert after.buffer_names() == ["add-g4-1"]
+    after.settle()
+    after.train_all()
+    after.settle()
+    assert [g for g, _ in after.generator.recorded] == [4]
 
 
 def test_a_step_costs_what_is_in_progress_not_the_history(

@@ -325,17 +325,12 @@ class GeneratedTaskSamples(Record2Sample):
     def _recover(self) -> None:
         """Take up what the store says (P-TASK-24): offer every complete generation's train
         tasks without a result again (the sample store ignores those it holds), and queue for
-        delivery a generation whose results completed before a crash could say so."""
-        for generation in sorted(self.ledger.generations.values(), key=lambda g: g.number):
-            if not generation.complete:
-                continue
-            waiting = set(self.ledger.waiting_results(generation.number))
-            self._offer(
-                generation.number,
-                [t for t in self.ledger.train_tasks(generation.number) if t.name in waiting],
-            )
-            if not waiting:
-                self.ledger.mark_deliverable(generation.number)
+        delivery a generation whose results completed before a crash could say so. Beyond
+        the ledger's one read of the store, it reads only the tasks still waiting."""
+        for number, tasks in self.ledger.waiting_tasks().items():
+            self._offer(number, tasks)
+        for number in sorted(self.ledger.every_result_in()):
+            self.ledger.mark_deliverable(number)
 
     # -- records in: source sessions -------------------------------------------------------
 

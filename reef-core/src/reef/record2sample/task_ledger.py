@@ -250,11 +250,6 @@ class TaskLedger:
         with self._lock:
             return self._splits[split]
 
-    def train_tasks(self, number: int) -> tuple[HarborTask, ...]:
-        """The train tasks of generation ``number``, published and complete, in candidate order."""
-        found = (saved_task(self.store, name) for name in self.generations[number].train)
-        return tuple(task for task in found if task is not None)
-
     # -- results, jobs, deliveries (the trainer's thread) ----------------------------------
 
     def save_result(self, name: str, result: GeneratedTaskResult) -> bool:
@@ -265,9 +260,18 @@ class TaskLedger:
             self._waiting.pop(name, None)
         return stored
 
-    def waiting_results(self, number: int) -> tuple[str, ...]:
-        """The train tasks of a complete generation that have no result yet."""
-        return tuple(n for n in self.generations[number].train if n not in self.results)
+    def waiting_tasks(self) -> dict[int, tuple[HarborTask, ...]]:
+        """The train tasks of every complete generation that have no result yet, read from the
+        store, by generation in number order, each generation's in candidate order. Only the
+        waiting tasks are read, so a restart's cost follows what is in progress."""
+        with self._lock:
+            waiting = dict(self._waiting)  # train task -> its generation
+        tasks: dict[int, tuple[HarborTask, ...]] = {}
+        for number in sorted(set(waiting.values())):
+            names = (n for n in self.generations[number].train if n in waiting)
+            found = (saved_task(self.store, name) for name in names)
+            tasks[number] = tuple(task for task in found if task is not None)
+        return tasks
 
     def tasks_without_result(self) -> tuple[str, ...]:
         """The train tasks of every complete generation that have no result yet."""
