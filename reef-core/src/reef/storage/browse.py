@@ -119,29 +119,25 @@ class SampleBrowser:
             conditions.append(samples.c.kind == where.kind)
         if where.group_id is not None:
             conditions.append(samples.c.group_id == where.group_id)
-        if where.trained is not None:
-            trained = select(literal(1)).where(
-                sample_trains.c.sample_seq == samples.c.seq, sample_trains.c["count"] > 0
-            )
+        # Each mark (trained, stale, chosen): a row of its table for the sample, of the
+        # trainer asked about or of any; the filter wants one (True) or none (False).
+        marks = (
+            (where.trained, sample_trains.c.trainer,
+             (sample_trains.c.sample_seq == samples.c.seq, sample_trains.c["count"] > 0)),
+            (where.stale, stale_samples.c.trainer,
+             (stale_samples.c.scenario == self.scenario,
+              stale_samples.c.sample_id == samples.c.id)),
+            (where.chosen, manual_buffer.c.trainer,
+             (manual_buffer.c.scenario == self.scenario,
+              manual_buffer.c.sample_seq == samples.c.seq)),
+        )  # fmt: skip
+        for wanted, trainer, of_sample in marks:
+            if wanted is None:
+                continue
+            found = select(literal(1)).where(*of_sample)
             if where.trainer is not None:
-                trained = trained.where(sample_trains.c.trainer == where.trainer)
-            conditions.append(trained.exists() if where.trained else ~trained.exists())
-        if where.stale is not None:
-            stale = select(literal(1)).where(
-                stale_samples.c.scenario == self.scenario,
-                stale_samples.c.sample_id == samples.c.id,
-            )
-            if where.trainer is not None:
-                stale = stale.where(stale_samples.c.trainer == where.trainer)
-            conditions.append(stale.exists() if where.stale else ~stale.exists())
-        if where.chosen is not None:
-            chosen = select(literal(1)).where(
-                manual_buffer.c.scenario == self.scenario,
-                manual_buffer.c.sample_seq == samples.c.seq,
-            )
-            if where.trainer is not None:
-                chosen = chosen.where(manual_buffer.c.trainer == where.trainer)
-            conditions.append(chosen.exists() if where.chosen else ~chosen.exists())
+                found = found.where(trainer == where.trainer)
+            conditions.append(found.exists() if wanted else ~found.exists())
         return conditions
 
     def _browsed(self, stored: Sequence[StoredSample]) -> list[BrowsedSample]:
