@@ -15,7 +15,7 @@ from reef.cli import main
 from reef.core.deployment import DeploymentError
 from reef.plugins import Plugins
 from reef.plugins.scenarios import load_deployment
-from reef.testing import inline_plugin
+from reef.testing import inline_plugin, write_distribution
 
 #: A scenario of the core's grouped recipe, whose stages' configs are the {config} placeholders.
 GROUPED = """\
@@ -133,6 +133,54 @@ def test_a_plugin_blocked_by_the_environment_is_named_with_the_variable() -> Non
     assert "unknown recipe 'sft'" in problem
     assert "REEF_BLOCK_PLUGINS blocks the plugins sft" in problem
     assert "take the one that provides 'sft' out of REEF_BLOCK_PLUGINS" in problem
+
+
+@pytest.fixture
+def blocked_by_distribution(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """REEF_BLOCK_PLUGINS names an installed plugin's distribution, not the plugin: the
+    message that says so, as each command ends it."""
+    module = f"acme_{tmp_path.name.replace('-', '_')}"
+    root = write_distribution(
+        tmp_path / "dist",
+        name="acme-recipes",
+        version="1.0",
+        plugins={"acme": module},
+        modules={f"{module}.py": ""},
+    )
+    monkeypatch.syspath_prepend(str(root))
+    monkeypatch.setenv("REEF_BLOCK_PLUGINS", "acme-recipes")
+    return (
+        "REEF_BLOCK_PLUGINS names acme-recipes, which no installed plugin is called, so they block"
+        " nothing; acme-recipes is a distribution: block its plugins by their names, acme;"
+        " the plugins it can block: "
+    )
+
+
+def test_check_refuses_a_block_that_blocks_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], blocked_by_distribution: str
+) -> None:
+    status, err = check(tmp_path / "deployment.yaml", capsys)
+    assert status == 1
+    assert err.startswith(f"reef check: {blocked_by_distribution}")
+    assert err.rstrip().endswith("; name only those, or unset REEF_BLOCK_PLUGINS")
+
+
+def test_serve_refuses_to_start_on_a_block_that_blocks_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], blocked_by_distribution: str
+) -> None:
+    pytest.importorskip("reef.runtime")  # the server extra
+    status = main(["serve", str(tmp_path / "deployment.yaml")])
+    assert status == 1
+    assert capsys.readouterr().err.startswith(f"reef serve: {blocked_by_distribution}")
+
+
+def test_plugins_warns_of_a_block_that_blocks_nothing_and_still_lists(
+    capsys: pytest.CaptureFixture[str], blocked_by_distribution: str
+) -> None:
+    assert main(["plugins"]) == 0
+    out, err = capsys.readouterr()
+    assert err.startswith(f"warning: {blocked_by_distribution}")
+    assert "NoSamples" in out  # the listing that names what can be blocked is still there
 
 
 class NotARecipe:

@@ -106,6 +106,32 @@ def test_a_blocked_plugin_is_not_loaded(tmp_path: Path, monkeypatch: pytest.Monk
     assert blocked_from_environ({BLOCK_ENV_VAR: " a,,b "}) == {"a", "b"}
 
 
+def test_a_block_that_names_no_plugin_says_so_and_which_names_to_block(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    install(
+        tmp_path, monkeypatch, "Acme_Stages", "acme", PLUGIN_SOURCE.format(cls="A", name="Acme")
+    )
+    # The distribution's name (spelled as pip would take it) and a typo block nothing.
+    plugins = Plugins(blocked={"acme-stages", "acmee"})
+    plugins.load()
+    assert "Acme" in plugins.names(PluginKind.RECORD2SAMPLE)
+    problem = plugins.unmatched_blocks()
+    assert problem is not None
+    assert problem.startswith(
+        "REEF_BLOCK_PLUGINS names acme-stages, acmee, which no installed plugin is called, so"
+        " they block nothing; acme-stages is a distribution: block its plugins by their names,"
+        " acme; the plugins it can block: "
+    )
+    assert {"acme", "core"} <= set(problem.rpartition(": ")[2].split(", "))
+    # A plugin name blocks it, loaded or registered inline, and the problem is gone.
+    right = Plugins(blocked={"acme", "inline"})
+    right.load()
+    right.register(inline_plugin(record2sample={"Inline": object}), "inline")
+    assert right.unmatched_blocks() is None
+    assert "Acme" not in right.names(PluginKind.RECORD2SAMPLE)
+
+
 def test_a_missing_optional_dependency_skips_the_plugin_and_lists_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

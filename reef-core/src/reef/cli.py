@@ -16,7 +16,7 @@ from pathlib import Path
 import attrs
 
 from reef.core.deployment import DeploymentError
-from reef.plugins import PluginError, PluginKind, Plugins
+from reef.plugins import BLOCK_ENV_VAR, PluginError, PluginKind, Plugins
 from reef.plugins.builtin import built_in_components
 from reef.plugins.scenarios import load_deployment, recipe_gaps
 from reef.version import __version__
@@ -37,12 +37,26 @@ def _loaded_plugins() -> Plugins:
     return plugins
 
 
+def _blocks_nothing(command: str, plugins: Plugins) -> bool:
+    """Refuse, saying so, when REEF_BLOCK_PLUGINS names a plugin that is not there: whoever set
+    it believes that plugin is off (docs/decisions.md#blocking-plugins)."""
+    problem = plugins.unmatched_blocks()
+    if problem is not None:
+        print(
+            f"reef {command}: {problem}; name only those, or unset {BLOCK_ENV_VAR}", file=sys.stderr
+        )
+    return problem is not None
+
+
 def _configure_plugins(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 
 def _run_plugins(args: argparse.Namespace) -> int:
     plugins = _loaded_plugins()
+    unmatched = plugins.unmatched_blocks()
+    if unmatched is not None:  # a warning: this listing is where the right names are found
+        print(f"warning: {unmatched}", file=sys.stderr)
     # A recipe whose stages are not installed is listed, but not as usable.
     recipe_problems = {
         r.name: list(recipe_gaps(plugins, r.cls))
@@ -109,6 +123,8 @@ def _run_check(args: argparse.Namespace) -> int:
     from reef.train.stages import check_stages
 
     plugins = _loaded_plugins()
+    if _blocks_nothing("check", plugins):
+        return 1
     try:
         deployment = load_deployment(args.deployment, plugins=plugins)
         # What reef serve builds before it listens: every trainer's stages.
@@ -166,6 +182,8 @@ def _run_serve(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
     plugins = _loaded_plugins()
+    if _blocks_nothing("serve", plugins):
+        return 1
     try:
         deployment = load_deployment(args.deployment, plugins=plugins)
     except DeploymentError as exc:

@@ -14,6 +14,7 @@ import importlib
 import importlib.metadata
 import logging
 import os
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -96,6 +97,11 @@ def blocked_from_environ(environ: Mapping[str, str]) -> frozenset[str]:
     return frozenset(n.strip() for n in environ.get(BLOCK_ENV_VAR, "").split(",") if n.strip())
 
 
+def _normalized(distribution: str) -> str:
+    """A distribution's name as pip compares it: ``Reef_Recipes.SFT`` is ``reef-recipes-sft``."""
+    return re.sub(r"[-_.]+", "-", distribution).lower()
+
+
 def _dist_of(entry_point: importlib.metadata.EntryPoint) -> tuple[str | None, str | None]:
     dist = entry_point.dist
     if dist is None:
@@ -121,6 +127,8 @@ class Plugins:
         self._registrations: dict[tuple[PluginKind, str], Registration] = {}
         self._failures: dict[str, FailedPlugin] = {}
         self._loaded: dict[str, LoadedPlugin] = {}
+        # Every plugin name met, blocked or not, with its distribution: what a block can name.
+        self._names: dict[str, str | None] = {}
 
     # -- loading ---------------------------------------------------------------------------
 
@@ -137,9 +145,10 @@ class Plugins:
         """
         for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
             name = entry_point.name
+            distribution, version = _dist_of(entry_point)
+            self._names[name] = distribution
             if name in self.blocked or self._pm.has_plugin(name):
                 continue
-            distribution, version = _dist_of(entry_point)
             where = f"entry point {name} = {entry_point.value!r} of {distribution} {version}"
             try:
                 plugin = entry_point.load()
@@ -200,6 +209,7 @@ class Plugins:
 
         :raises DuplicatePluginNameError: a name of a kind that another plugin registered.
         """
+        self._names[name] = distribution
         if name in self.blocked:
             return
         self._pm.register(plugin, name=name)
@@ -240,6 +250,28 @@ class Plugins:
                         )
                     added[(kind, class_name)] = new
         return added
+
+    def unmatched_blocks(self) -> str | None:
+        """What is wrong when ``blocked`` names a plugin never met (a typo, or a distribution's
+        name): those names block nothing. ``None`` when every name blocks a plugin."""
+        unmatched = sorted(self.blocked - self._names.keys())
+        if not unmatched:
+            return None
+        parts = [
+            f"{BLOCK_ENV_VAR} names {', '.join(unmatched)}, which no installed plugin is called,"
+            " so they block nothing"
+        ]
+        for name in unmatched:
+            provided = sorted(
+                n for n, d in self._names.items() if d and _normalized(d) == _normalized(name)
+            )
+            if provided:
+                parts.append(
+                    f"{name} is a distribution: block its plugins by their names,"
+                    f" {', '.join(provided)}"
+                )
+        parts.append(f"the plugins it can block: {', '.join(sorted(self._names)) or 'none'}")
+        return "; ".join(parts)
 
     # -- what is registered ----------------------------------------------------------------
 
