@@ -148,6 +148,67 @@ def test_one_forward_backward_and_one_optim_step_per_batch(
     assert training == ["forward"] + ["forward_backward", "optim_step"] * 3
 
 
+def scored(rewards: list[float], group: str, first: int = 0) -> tuple[TrajectorySample, ...]:
+    """Samples with ``rewards``, all in ``group``, numbered from ``first``."""
+    return tuple(
+        TrajectorySample(s.trajectory, reward=r, sample_id=s.sample_id, group_id=group)
+        for s, r in zip(samples(first + len(rewards))[first:], rewards, strict=True)
+    )
+
+
+def optimizer_steps(tinker: TinkerComponent, service: TinkerStandIn) -> list[int]:
+    """Each parameter's Adam step count in the checkpoint of the last finished job."""
+    import json
+
+    checkpoint = json.loads((tinker.state_dir / "state.json").read_text())["checkpoint"]
+    state = service.checkpoints[checkpoint]["optimizer"]["state"]
+    return [int(entry["step"]) for entry in state.values()]
+
+
+def test_a_step_whose_advantages_are_all_zero_sends_no_step_to_tinker(
+    tmp_path: Path, service: TinkerStandIn
+) -> None:
+    """As on the local component: a step whose every advantage is 0 has no gradient, and Adam
+    would still move every weight by its momentum. Such a step counts (loss 0, its samples
+    consumed) but sends neither forward_backward nor optim_step; a job none of whose steps
+    moved the weights saves no checkpoint, so its artifact is the last job's."""
+    tinker = component(tmp_path, service)
+    parameters = {"objective": "importance_sampling"}
+    learnt = tinker.wait(
+        tinker.submit(JobData("z:data:1", scored([1.0, 0.0] * 2, "g1")), parameters), timeout=60
+    )
+    assert learnt.event == "finished", learnt.error
+    before, steps = tinker.publish(), optimizer_steps(tinker, service)
+    assert steps
+    assert min(steps) == 2  # 4 samples in steps of 2
+
+    calls = len(service.calls)
+    flat = tinker.wait(
+        tinker.submit(JobData("z:data:2", scored([0.5] * 6, "g2")), parameters), timeout=60
+    )
+    assert flat.event == "finished", flat.error
+    assert flat.metrics["steps"] == 3
+    assert flat.metrics["step_losses"] == [0.0, 0.0, 0.0]
+    assert flat.metrics["trained_tokens"] > 0
+    assert [line["advantage"] for line in flat.metrics["consumed"]] == [0.0] * 6
+    sent = service.calls[calls:]
+    assert not {"forward_backward", "optim_step", "save_state"} & set(sent)
+    assert tinker.publish() == before
+    assert optimizer_steps(tinker, service) == steps
+
+    # A flat group's step, then a step with a signal: only the second reaches Tinker.
+    calls = len(service.calls)
+    mixed = scored([0.5] * 2, "g3") + scored([1.0, 0.0], "g4", first=2)
+    outcome = tinker.wait(tinker.submit(JobData("z:data:3", mixed), parameters), timeout=60)
+    assert outcome.event == "finished", outcome.error
+    assert outcome.metrics["steps"] == 2
+    assert outcome.metrics["step_losses"][0] == 0.0
+    assert service.calls[calls:].count("forward_backward") == 1
+    assert service.calls[calls:].count("optim_step") == 1
+    assert tinker.publish().artifact_id != before.artifact_id
+    assert optimizer_steps(tinker, service) == [step + 1 for step in steps]
+
+
 def test_a_failure_mid_job_fails_the_job_and_keeps_the_last_finished_weights(
     tmp_path: Path, service: TinkerStandIn
 ) -> None:

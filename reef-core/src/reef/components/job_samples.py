@@ -14,6 +14,8 @@ samples *mean* is the same everywhere, so it is computed here once:
   ``samples_without_reward`` (P-UP-9).
 - :func:`consumed_lines` writes what one optimizer step's loss consumed, a line per sample (the
   ``consumed`` metric Agent ECC's plugin reads).
+- :func:`moves_no_weight` tells a step of a policy objective that has no signal (every
+  advantage 0), which every component that runs its own steps counts without an optimizer step.
 - :func:`job_metrics` names a finished job's metrics, so every component reports the same keys
   (under a distilling objective, with ``teacher_kl`` and :func:`samples_without_teacher`).
 
@@ -23,7 +25,7 @@ needs PyTorch; rendering needs jinja2 (the ``render`` extra).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import attrs
 
@@ -178,6 +180,21 @@ def consumed_lines(step: int, loss_tokens: Mapping[int, int], job: PreparedJob) 
         }
         for position, tokens in loss_tokens.items()
     ]
+
+
+def moves_no_weight(advantages: Iterable[float | Sequence[float]]) -> bool:
+    """Whether a step of a policy objective whose sequences train with ``advantages`` (one per
+    sequence, or one per token under a distilling objective) has no signal, so that it must move
+    no weight: every advantage is 0 (a group whose answers all scored the same), its loss is 0
+    whatever the weights and it has no gradient. An Adam step would still move every weight by
+    the momentum of earlier steps, each by about the learning rate: after a run of such steps,
+    one answer that differs from its group sets off many such moves and can undo what was
+    learnt. Such a step counts (its loss 0, its samples consumed) and takes no optimizer step."""
+    return not any(
+        value != 0
+        for advantage in advantages
+        for value in ([advantage] if isinstance(advantage, (int, float)) else advantage)
+    )
 
 
 def samples_without_teacher(job: PreparedJob) -> int:

@@ -60,7 +60,7 @@ from reef.components.faults import fault_point
 from reef.components.interface import Artifact, JobHandle
 from reef.components.job_parameters import POLICY_OBJECTIVES, JobParameters
 from reef.components.job_runner import JobRunner
-from reef.components.job_samples import job_metrics, prepare_job
+from reef.components.job_samples import job_metrics, moves_no_weight, prepare_job
 from reef.components.json_files import read_json, write_json
 from reef.components.objectives import batch_logprobs, batch_loss, token_batch
 from reef.components.scheduling import SequenceRef, StepPlan, plan_steps
@@ -458,14 +458,8 @@ class LocalComponent:
             if tokens == 0:
                 continue
             rows = advantage_rows(refs)
-            if rows is not None and not torch.any(rows):
-                # Every advantage of the step is 0 (a group whose answers all scored the same):
-                # its loss is 0 whatever the weights, with no gradient. AdamW would still move
-                # every weight by the momentum of earlier steps, each by about the learning
-                # rate however small its gradient was: after a run of such steps, one sample
-                # that differs from its group sets off ten or more of those moves and can
-                # undo what was learnt. The step counts (its loss 0, its samples consumed),
-                # but it leaves the weights and the optimizer state as they are.
+            if rows is not None and moves_no_weight(rows.tolist()):
+                # No signal: counted, no AdamW step (see moves_no_weight).
                 step_tokens.append(loss_tokens)
                 losses.append(torch.zeros((), device=self.device))
                 trained_tokens += tokens

@@ -17,9 +17,15 @@ A job runs on the component's own thread (the trainer never waits on Tinker):
 5. per step, one ``forward_backward`` of the step's ``Datum`` values
    (:mod:`reef.components.tinker.datums`) with Tinker's built-in loss of the objective's name
    (``ppo`` with the job's clip range as its ``loss_fn_config``) and one ``optim_step`` with the
-   configured Adam parameters; every future is awaited with ``request_timeout``;
+   configured Adam parameters; every future is awaited with ``request_timeout``. A step of a
+   policy objective whose every advantage is 0 sends neither: it has no gradient, and Adam
+   would still move every weight by its momentum
+   (:func:`~reef.components.job_samples.moves_no_weight`). It counts as a step all the same
+   (its loss 0, its samples consumed), as on the local component;
 6. save the trained weights as a Tinker training checkpoint (with the optimizer state) named
-   for this attempt of the job, then record the job's outcome under ``state_dir``.
+   for this attempt of the job, then record the job's outcome under ``state_dir``. A job none
+   of whose steps moved the weights saves none: its weights are those of the last checkpoint,
+   under the same artifact id.
 
 **Task jobs** (``task_group``): :func:`~reef.components.task_rollouts.roll_out_tasks` rolls
 the tasks out on a Tinker sampling client at the job's start weights (saved for the sampler as
@@ -73,7 +79,7 @@ from reef.components.hf_tokenizer import HFTokenizer, load_tokenizer
 from reef.components.interface import Artifact, JobHandle
 from reef.components.job_parameters import POLICY_OBJECTIVES, JobParameters, TeacherSettings
 from reef.components.job_runner import JobRunner
-from reef.components.job_samples import PreparedJob, job_metrics, prepare_job
+from reef.components.job_samples import PreparedJob, job_metrics, moves_no_weight, prepare_job
 from reef.components.json_files import read_json, write_json
 from reef.components.scheduling import SequenceRef, StepPlan, plan_steps
 from reef.components.task_rollouts import roll_out_tasks, task_group_advantages, task_metrics
@@ -458,19 +464,22 @@ class TinkerComponent:
             else None
         )
 
+        def advantage(ref: SequenceRef) -> float | Sequence[float]:
+            return token_rows[ref] if token_rows else prepared.advantage_of(ref[0])
+
         def datum(ref: SequenceRef, divisor: float) -> types.Datum:
             sequence = prepared.rendered[ref[0]][1].sequences[ref[1]]
             if job.objective == "cross_entropy":
                 return cross_entropy_datum(sequence, divisor)
-            advantage = token_rows[ref] if token_rows else prepared.advantage_of(ref[0])
-            return policy_datum(sequence, start[ref], advantage, divisor)
+            return policy_datum(sequence, start[ref], advantage(ref), divisor)
 
-        losses, trained_tokens, step_tokens = self._optimize(
+        losses, trained_tokens, step_tokens, moved = self._optimize(
             client,
             job,
             plan,
             lambda ref: prepared.rendered[ref[0]][1].sequences[ref[1]],
             datum,
+            advantage if job.objective in POLICY_OBJECTIVES else None,
             job.objective,
             loss_fn_config,
         )
@@ -483,7 +492,7 @@ class TinkerComponent:
             teacher_kl=teacher_kl,
         )
         outcome = JobOutcome(data.id, self._name, "finished", metrics=metrics)
-        if losses:
+        if moved:
             self._commit(client, outcome)
         return outcome
 
@@ -494,13 +503,16 @@ class TinkerComponent:
         plan: StepPlan,
         sequence: Callable[[SequenceRef], RenderedSequence],
         datum: Callable[[SequenceRef, float], types.Datum],
+        advantage: Callable[[SequenceRef], float | Sequence[float]] | None,
         loss_fn: str,
         loss_fn_config: dict[str, float] | None,
-    ) -> tuple[list[float], int, list[dict[int, int]]]:
+    ) -> tuple[list[float], int, list[dict[int, int]], int]:
         """Per planned step, one ``forward_backward`` of its ``Datum`` values (``datum`` of
         each sequence and the step's divisor) with Tinker's loss ``loss_fn``, and one
-        ``optim_step``: each step's loss, the tokens trained, and each step's trained tokens
-        by unit."""
+        ``optim_step``, except for a step whose every ``advantage`` is 0 (a policy loss's;
+        ``None`` for another loss), counted with a loss of 0 and sent to no one
+        (:func:`~reef.components.job_samples.moves_no_weight`): each step's loss, the tokens
+        trained, each step's trained tokens by unit, and the steps that moved the weights."""
         adam = types.AdamParams(
             learning_rate=job.learning_rate or self.settings.learning_rate,
             beta1=self.settings.beta1,
@@ -512,6 +524,7 @@ class TinkerComponent:
         losses: list[float] = []
         trained_tokens = 0
         step_tokens: list[dict[int, int]] = []
+        moved = 0
         for step in plan.steps:
             loss_tokens: dict[int, int] = {}
             for ref in step.sequences:
@@ -519,6 +532,11 @@ class TinkerComponent:
                 loss_tokens[ref[0]] = loss_tokens.get(ref[0], 0) + trained
             tokens = sum(loss_tokens.values())
             if tokens == 0:
+                continue
+            if advantage is not None and moves_no_weight(map(advantage, step.sequences)):
+                step_tokens.append(loss_tokens)
+                losses.append(0.0)
+                trained_tokens += tokens
                 continue
             divisor = step.loss_divisor(tokens, self.settings.batch_size)
             datums = [datum(ref, divisor) for ref in step.sequences]
@@ -535,7 +553,8 @@ class TinkerComponent:
             step_tokens.append(loss_tokens)
             losses.append(float(output.metrics.get("loss:sum", float("nan"))))
             trained_tokens += tokens
-        return losses, trained_tokens, step_tokens
+            moved += 1
+        return losses, trained_tokens, step_tokens, moved
 
     def _train_tasks(
         self, client: TrainingClientLike, data: JobData, job: JobParameters
@@ -570,7 +589,7 @@ class TinkerComponent:
             batch_size=self.settings.batch_size,
             scheduling=job.scheduling,
         )
-        losses, trained_tokens, _ = self._optimize(
+        losses, trained_tokens, _, moved = self._optimize(
             client,
             job,
             plan,
@@ -581,6 +600,7 @@ class TinkerComponent:
                 values[ref[0]],
                 divisor,
             ),
+            lambda ref: values[ref[0]],
             "importance_sampling",
             None,
         )
@@ -593,7 +613,7 @@ class TinkerComponent:
             artifact_id=artifact_id,
         )
         outcome = JobOutcome(data.id, self._name, "finished", metrics=metrics)
-        if losses:
+        if moved:
             self._commit(client, outcome)
         return outcome
 
