@@ -521,6 +521,32 @@ def test_a_charts_axis_labels_are_whole_for_tiny_and_negative_values(
     shot(browser, artifacts, "10-chart-labels", ".chart")
 
 
+def test_the_overview_shows_the_running_job_and_the_last_errors(
+    served: tuple[ServeProcess, str], browser: WebDriver
+) -> None:
+    """A trainer's running job and its last errors, as GET /reef/status reports them, are on
+    the overview (a job of the served deployment runs too briefly to catch, and no error is
+    easy to cause, so the service's status entry is given them here)."""
+    serve = served[0]
+    browser.get(f"{serve.base_url}/reef/console/")
+    wait_for(browser, lambda d: d.find_element(By.ID, "token").is_displayed(), "the page")
+    status = httpx.get(f"{serve.base_url}/reef/status", headers=serve.headers).json()
+    scenario = status["scenarios"][0]
+    idle = browser.execute_async_script(_DRAW_OVERVIEW, scenario, [])
+    assert idle == {"running": ["none"], "errors": [], "empty": ["No errors."]}, idle
+    (trainer,) = scenario["trainers"]
+    trainer["running_job"] = {"job_id": "job-7", "sample_ids": ["s1", "s2", "s3"]}
+    trainer["last_errors"] = [
+        {"at": 1_700_000_000.0, "where": "submit", "error": "the GPU ran out of memory"}
+    ]
+    busy = browser.execute_async_script(_DRAW_OVERVIEW, scenario, [])
+    assert busy["running"] == ["job-7 · 3 samples"], busy
+    (error,) = busy["errors"]
+    assert f"{trainer['trainer']} · submit" in error, busy
+    assert error.endswith("the GPU ran out of memory"), busy
+    assert busy["empty"] == [], busy
+
+
 def test_the_page_fits_a_small_laptop_screen(
     with_samples: ServeProcess, browser: WebDriver, artifacts: Path
 ) -> None:
@@ -545,6 +571,7 @@ _FOCUS_RING = (CHECKS / "focus_ring.js").read_text(encoding="utf-8")
 _REACHABLE = (CHECKS / "reachable.js").read_text(encoding="utf-8")
 _COLOURS = (CHECKS / "text_colours.js").read_text(encoding="utf-8")
 _DRAW_CHART = (CHECKS / "draw_chart.js").read_text(encoding="utf-8")
+_DRAW_OVERVIEW = (CHECKS / "draw_overview.js").read_text(encoding="utf-8")
 
 #: Every element a person can reach with Tab, as the page draws it.
 FOCUSABLE = (
