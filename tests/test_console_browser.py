@@ -390,6 +390,13 @@ def test_a_person_chooses_samples_and_trains_them(
     assert "Say ok, round" in detail  # the user's turn
     assert "Report" in detail  # where it came from
     assert "Records" in detail
+    # with a sample open, the filters still take one line: Apply is not left alone below
+    kind_bottom, apply_top = browser.execute_script(
+        "return [document.querySelector(\"[data-key='filter-kind']\").getBoundingClientRect()"
+        ".bottom, document.querySelector(\"[data-key='filter-apply']\").getBoundingClientRect()"
+        ".top]"
+    )
+    assert apply_top < kind_bottom, (kind_bottom, apply_top)
     shot(browser, artifacts, "03-sample", "#samples")
 
     click(browser, "train")

@@ -102,8 +102,12 @@ export function sampleBrowser(scenario, browsing, page, buffers, actions) {
         ? select("filter-trainer", "Trainer", f.trainer, [["", "any"], ...trainers.map((t) => [t, t])], (v) => actions.filter("trainer", v))
         : null,
       select("filter-order", "Order", f.order, [["desc", "newest first"], ["asc", "oldest first"]], (v) => actions.filter("order", v)),
-      h("div", { class: "field" }, h("label", { for: "filter-group" }, "Group"), group),
-      h("button", { type: "submit", class: "quiet", "data-key": "filter-apply" }, "Apply"),
+      h(
+        "div",
+        { class: "field search" },
+        h("label", { for: "filter-group" }, "Group"),
+        h("div", { class: "with-button" }, group, h("button", { type: "submit", class: "quiet", "data-key": "filter-apply" }, "Apply")),
+      ),
     ),
     h(
       "div",
