@@ -165,8 +165,11 @@ class ServeProcess:
 class ScriptedAgent:
     """The agent and grader of an end-to-end test: each :meth:`round` asks the scenario
     ``group`` times to "Say ok." through the ``openai`` client (which it needs installed) and
-    reports each answer, scored by how many of its three characters are ``o`` or ``k``, in one
-    report group.
+    reports each answer in one report group, scored by how near its characters are to ``o`` or
+    ``k`` (:meth:`score`). The score is graded, not a count of exact letters, so an
+    untrained model's answers in a group almost never score alike: a group that scored alike
+    has advantages of 0 and moves no weight, and a test waiting for new weights would wait in
+    vain.
 
     :ivar records: the record ids of the calls, in order.
     :ivar reports: the report ids, in order.
@@ -178,6 +181,17 @@ class ScriptedAgent:
         self.records: list[str] = []
         self.reports: list[str] = []
         self.rounds = 0
+
+    @staticmethod
+    def score(answer: str) -> float:
+        """The mean, over the first three characters of ``answer`` (a missing one scores 0), of
+        how near each is to ``o`` or ``k`` in code points: 1 on either letter, falling by 1/128
+        per code point away, 0 from 128 away."""
+
+        def near(c: str) -> float:
+            return max(0.0, 1 - min(abs(ord(c) - ord("o")), abs(ord(c) - ord("k"))) / 128)
+
+        return sum(near(c) for c in answer[:3]) / 3
 
     def round(self, base_url: str) -> None:
         """One group of calls, each scored and reported; a refused report fails the test."""
@@ -200,7 +214,7 @@ class ScriptedAgent:
             report = {
                 "id": report_id,
                 "references": [record_id],
-                "score": sum(c in "ok" for c in answer) / 3,
+                "score": self.score(answer),
                 "metadata": {"group": group},
             }
             response = httpx.post(
