@@ -10,7 +10,7 @@ import inspect
 import sys
 import threading
 import types
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,24 @@ from reef.testing.components import RecordingComponent
 from reef.train.pipeline import TrainingPipeline
 from reef.train.stages import build_stages
 from reef.train.trainer import Trainer, TrainerParts, TrainerSettings
+
+
+def one_sample_jobs(
+    database: Database,
+    record2sample: Callable[[PipelineContext], Record2Sample],
+    sample2job: type[GroupedJobData] = GroupedJobData,
+    **options: Any,
+) -> TrainingPipeline:
+    """A pipeline of scenario ``s`` on ``database``: the stage ``record2sample`` builds, and
+    ``sample2job`` making jobs of one sample."""
+    context = PipelineContext("s", "c")
+    return TrainingPipeline(
+        record2sample(context),
+        sample2job(context, job_samples=1),
+        samples=TrainerSamples(database, "s"),
+        context=context,
+        **options,
+    )
 
 
 def _load(name: str) -> types.ModuleType:
@@ -70,12 +88,9 @@ def test_produce_advances_the_stage_to_now_and_stores_ready_units(
             advanced.append(now)
             super().advance(now)
 
-    context = PipelineContext("s", "c")
-    pipeline = TrainingPipeline(
-        Recording(context, trajectory_idle_seconds=10),
-        GroupedJobData(context, job_samples=1),
-        samples=TrainerSamples(storage_database, "s"),
-        context=context,
+    pipeline = one_sample_jobs(
+        storage_database,
+        lambda context: Recording(context, trajectory_idle_seconds=10),
         clock=lambda: now[0],
     )
     store = TrainerSamples(storage_database, "s")
@@ -136,14 +151,9 @@ def test_close_closes_both_stages(storage_database: Database) -> None:
         def close(self, timeout: float | None = None) -> None:
             closed.append(("sample2job", timeout))
 
-    context = PipelineContext("s", "c")
-    record2sample = ClosingSamples(context)
-    pipeline = TrainingPipeline(
-        record2sample,
-        ClosingJobData(context, job_samples=1),
-        samples=TrainerSamples(storage_database, "s"),
-        context=context,
-    )
+    pipeline = one_sample_jobs(storage_database, ClosingSamples, ClosingJobData)
+    record2sample = pipeline.record2sample
+    assert isinstance(record2sample, ClosingSamples)
     pipeline.close(2.5)
     assert closed == [("record2sample", 2.5), ("sample2job", 2.5)]
     closed.clear()
@@ -165,13 +175,7 @@ def test_close_raises_the_first_error_and_notes_the_second(storage_database: Dat
         def close(self, timeout: float | None = None) -> None:
             raise OSError("could not release")
 
-    context = PipelineContext("s", "c")
-    pipeline = TrainingPipeline(
-        StuckSamples(context),
-        FailingJobData(context, job_samples=1),
-        samples=TrainerSamples(storage_database, "s"),
-        context=context,
-    )
+    pipeline = one_sample_jobs(storage_database, StuckSamples, FailingJobData)
     with pytest.raises(TimeoutError, match="still busy") as caught:
         pipeline.close(1.0)
     assert caught.value.__notes__ == [
@@ -201,13 +205,7 @@ def test_status_metrics_and_background_work_are_the_stages(storage_database: Dat
         def metrics(self) -> dict[str, float]:
             return {"s2j_metric": 2.5}
 
-    context = PipelineContext("s", "c")
-    pipeline = TrainingPipeline(
-        Busy(context),
-        Reporting(context, job_samples=1),
-        samples=TrainerSamples(storage_database, "s"),
-        context=context,
-    )
+    pipeline = one_sample_jobs(storage_database, Busy, Reporting)
     status = pipeline.status()
     assert (status["r2s_entry"], status["s2j_entry"]) == (1, 2)
     assert pipeline.metrics() == {"r2s_metric": 1.5, "s2j_metric": 2.5}
@@ -371,13 +369,7 @@ def test_make_job_data_is_given_no_model_and_no_trainer(storage_database: Databa
             given.append((tuple(str(s.sample_id) for s in samples), data_id))
             return super().make_job_data(samples, data_id)
 
-    context = PipelineContext("s", "c")
-    pipeline = TrainingPipeline(
-        ReportSamples(context),
-        Seen(context, job_samples=1),
-        samples=TrainerSamples(storage_database, "s"),
-        context=context,
-    )
+    pipeline = one_sample_jobs(storage_database, ReportSamples, Seen)
     feed(pipeline, "a")
     data = pipeline.build_job_data(1)
     assert data is not None
@@ -497,13 +489,7 @@ def test_the_trainer_calls_the_pipeline_on_its_thread_under_its_lock(
     component = RecordingComponent()
 
     def parts(database: Database) -> TrainerParts:
-        context = PipelineContext("s", "c")
-        pipeline = TrainingPipeline(
-            Noting(context),
-            NotingJobData(context, job_samples=1),
-            samples=TrainerSamples(database, "s"),
-            context=context,
-        )
+        pipeline = one_sample_jobs(database, Noting, NotingJobData)
         return TrainerParts(pipeline, component)  # type: ignore[arg-type]
 
     trainer = Trainer(
