@@ -1,6 +1,6 @@
-"""The recipe packages are written against Reef's public API only: ``reef`` (and, in tests,
-``reef.testing``). A deeper import would tie a recipe to a module that may move; this test walks
-their sources and fails on any."""
+"""The recipe packages are written against Reef's public API only: ``reef`` (and, in tests and
+in a package's own ``testing`` module for tests, ``reef.testing``). A deeper import would tie a
+recipe to a module that may move; this test walks their sources and fails on any."""
 
 from __future__ import annotations
 
@@ -42,12 +42,17 @@ def deep_imports(path: Path, *, in_tests: bool, root: Path = ROOT) -> list[str]:
     return found
 
 
+def _for_tests(source: Path) -> bool:
+    """A package's own ``testing`` module (or package) serves tests, as ``reef.testing`` does."""
+    return "testing" in (source.stem, source.parent.name)
+
+
 @pytest.mark.parametrize("package", RECIPES)
 def test_a_recipe_package_imports_only_the_public_api(package: str) -> None:
     sources = sorted((ROOT / package / "src").rglob("*.py"))
     tests = sorted((ROOT / package / "tests").rglob("*.py"))
     assert sources, f"{package} has no sources"
-    deep = [hit for path in sources for hit in deep_imports(path, in_tests=False)]
+    deep = [hit for path in sources for hit in deep_imports(path, in_tests=_for_tests(path))]
     deep += [hit for path in tests for hit in deep_imports(path, in_tests=True)]
     assert deep == [], "import these names from `reef` (tests: also `reef.testing`)"
 
@@ -64,3 +69,9 @@ def test_the_walk_sees_a_deep_import(tmp_path: Path) -> None:
         "probe.py:4 reef.testing.storage",
     ]
     assert deep_imports(module, in_tests=True, root=tmp_path) == ["probe.py:2 reef.core.plugins"]
+
+
+def test_only_a_packages_testing_module_may_import_reef_testing() -> None:
+    assert _for_tests(Path("src/reef_tttd/testing.py"))
+    assert _for_tests(Path("src/reef_x/testing/serve.py"))
+    assert not _for_tests(Path("src/reef_tttd/toy_runner.py"))
