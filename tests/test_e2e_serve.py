@@ -172,6 +172,14 @@ def test_the_quickstart_loop_in_small_trains_and_serves_new_weights(
         assert not (artifacts / served / "model.safetensors").exists()
 
 
+class StandinAgent(Agent):
+    """Scores a group's calls apart by their place in it: an engine stand-in answers every call
+    alike, and a group that scored alike has advantages of 0 and makes no new weights."""
+
+    def score(self, answer: str, member: int) -> float:
+        return member / self.group
+
+
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
 def test_trained_weights_reach_a_vllm_or_sglang_server_and_every_record_names_them(
     workdir: Path, engine: str
@@ -189,7 +197,7 @@ def test_trained_weights_reach_a_vllm_or_sglang_server_and_every_record_names_th
     options = (HF_LORA if engine == "vllm" else HF_FULL).format(folder=folder)
     app, state = (vllm_standin if engine == "vllm" else sglang_standin)("tiny-llama")
     url = f"sqlite:///{workdir / 'reef.db'}"
-    agent = Agent()
+    agent = StandinAgent()
     with serve_on_loopback(app) as engine_url:
         serving = f'  engine: {engine}\n  url: "{engine_url}"\n  model: tiny-llama'
         deployment = tiny_local_deployment(

@@ -182,11 +182,12 @@ class ScriptedAgent:
         self.reports: list[str] = []
         self.rounds = 0
 
-    @staticmethod
-    def score(answer: str) -> float:
+    def score(self, answer: str, member: int) -> float:
         """The mean, over the first three characters of ``answer`` (a missing one scores 0), of
         how near each is to ``o`` or ``k`` in code points: 1 on either letter, falling by 1/128
-        per code point away, 0 from 128 away."""
+        per code point away, 0 from 128 away. ``member`` (the call's place in its group) is for
+        a subclass whose engine answers every call alike."""
+        del member
 
         def near(c: str) -> float:
             return max(0.0, 1 - min(abs(ord(c) - ord("o")), abs(ord(c) - ord("k"))) / 128)
@@ -214,7 +215,7 @@ class ScriptedAgent:
             report = {
                 "id": report_id,
                 "references": [record_id],
-                "score": self.score(answer),
+                "score": self.score(answer, member),
                 "metadata": {"group": group},
             }
             response = httpx.post(
