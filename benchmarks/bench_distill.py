@@ -43,7 +43,7 @@ from typing import Any
 import httpx
 import openai
 
-from reef.components.local import LocalComponent
+from reef.components.local.component import LocalComponent
 from reef.core.job_data import JobData, TrajectorySample
 from reef.testing.engines import judge_engine
 from reef.testing.samples import exchange

@@ -103,7 +103,7 @@ def jobs(count: int, samples: int) -> list[list[dict[str, Any]]]:
 
 def run_component(model: str, model_folder: Path | None, work: list[list[Any]]) -> Rate:
     """Trained tokens per second of the component over ``work[1:]`` (``work[0]`` warms up)."""
-    from reef.components.local import LocalComponent
+    from reef.components.local.component import LocalComponent
     from reef.core.job_data import JobData, TrajectorySample
 
     with tempfile.TemporaryDirectory() as state:
@@ -165,7 +165,7 @@ def run_bare(model: str, model_folder: Path | None, work: list[list[Any]]) -> Ra
     import torch
     import torch.nn.functional as F
 
-    from reef.components.local import LocalComponent
+    from reef.components.local.component import LocalComponent
 
     with tempfile.TemporaryDirectory() as state:
         # The component builds the same model and renderer; it trains nothing here.

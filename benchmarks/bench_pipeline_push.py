@@ -24,8 +24,8 @@ from pathlib import Path
 from reef.core.records import InferenceRecord, Record, Report
 from reef.core.trajectory_index import TrajectoryIndex
 from reef.pipeline_context import PipelineContext
+from reef.recipe.grouped.processor import GroupedJobData
 from reef.record2sample import ReportSamples
-from reef.sample2job import GroupedJobData
 from reef.storage import RecordStore, TrainerSamples, open_database
 from reef.testing.storage import postgres_schema_url
 from reef.train.pipeline import TrainingPipeline

@@ -24,8 +24,8 @@ from bulk_samples import insert_samples
 
 from reef.core.job_data import TrajectorySample, sample_body
 from reef.pipeline_context import PipelineContext
+from reef.recipe.grouped.processor import GroupedJobData
 from reef.record2sample import ReportSamples
-from reef.sample2job import GroupedJobData
 from reef.storage import NewSample, TrainerSamples, open_database
 from reef.storage.database import Database
 from reef.storage.json_values import dump

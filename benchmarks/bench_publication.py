@@ -4,9 +4,9 @@ the time it takes to save the weights.
 The local component trains a small Hugging Face Llama (a LoRA adapter for vLLM, the whole
 weights for SGLang); after each job the trainer's publication runs as ``reef serve`` runs it
 (:class:`reef.runtime.PublishedComponent`: the component publishes, the scenario's
-:class:`reef.server.publication.Publisher` loads the artifact into the engine over HTTP and
+:class:`reef.engines.publisher.Publisher` loads the artifact into the engine over HTTP and
 the trainer waits for it), then one chat call is routed to the engine and must come back
-naming the new artifact. The engine is the stand-in of :mod:`reef.testing.engine_standins` on
+naming the new artifact. The engine is the stand-in of :mod:`doubles.engine_standins` on
 loopback (it loads nothing into a GPU, so this is Reef's own share of the latency). The
 baseline, measured in the same run on the same model after each job, is saving the weights
 durably (``save_model_folder``: what the component writes at each job's end).
@@ -34,12 +34,16 @@ SAMPLES = 16
 def measure(engine: str, jobs: int, folder: Path) -> tuple[list[float], list[float]]:
     """Per job: seconds from its end to the engine answering with its artifact, and seconds to
     save its weights."""
-    from reef.components.artifacts import save_model_folder
-    from reef.components.local import LocalComponent
+    from doubles.engine_standins import sglang_standin, vllm_standin
+
+    from reef.components.local.artifacts import save_model_folder
+    from reef.components.local.component import LocalComponent
     from reef.core.job_data import JobData, TrajectorySample
+    from reef.engines.admin import EngineAdmin
+    from reef.engines.publisher import Publisher
+    from reef.engines.sglang import SglangFullWeights
+    from reef.engines.vllm import VllmAdapters
     from reef.runtime import PublishedComponent
-    from reef.server.publication import EngineAdmin, Publisher, SglangFullWeights, VllmAdapters
-    from reef.testing.engine_standins import sglang_standin, vllm_standin
     from reef.testing.service import serve_on_loopback
 
     model = "hf-lora" if engine == "vllm" else "hf"

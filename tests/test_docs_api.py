@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import reef
+import reef.embed
 import reef.testing
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,7 +59,11 @@ def _documented_names(text: str) -> set[str]:
 
 @pytest.mark.parametrize(
     ("module", "exported"),
-    [("reef", reef.__all__), ("reef.testing", reef.testing.__all__)],
+    [
+        ("reef", reef.__all__),
+        ("reef.embed", reef.embed.__all__),
+        ("reef.testing", reef.testing.__all__),
+    ],
 )
 def test_every_exported_name_is_documented(module: str, exported: list[str]) -> None:
     documented = _documented_names(PLUGINS_DOC.read_text(encoding="utf-8"))

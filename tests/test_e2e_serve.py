@@ -11,7 +11,7 @@
   takes the trainer's lease over and training continues, nothing acknowledged lost, nothing
   trained twice (needs ``REEF_TEST_DATABASE_URL``);
 - the loop with a vLLM stand-in taking LoRA adapters and an SGLang stand-in taking full weights
-  (:mod:`reef.testing.engine_standins`): every record names the artifact that answered.
+  (:mod:`doubles.engine_standins`): every record names the artifact that answered.
 """
 
 from __future__ import annotations
@@ -189,8 +189,9 @@ def test_trained_weights_reach_a_vllm_or_sglang_server_and_every_record_names_th
     answered after the first publication names the artifact the engine answered with, and the
     adapters whose data no trainer trains any more (``max_staleness`` 1) are unloaded."""
     pytest.importorskip("peft")
-    from reef.server.publication import adapter_name
-    from reef.testing.engine_standins import sglang_standin, vllm_standin
+    from doubles.engine_standins import sglang_standin, vllm_standin
+
+    from reef.engines.publisher import adapter_name
     from reef.testing.hf_model import make_hf_model_folder
 
     folder = make_hf_model_folder(workdir / "llama")

@@ -4,7 +4,7 @@ sandbox), task jobs roll them out on the component's own TinyGPT, score each rol
 task's verifier and train on them, and the mean verifier reward rises.
 
 The tasks ask for a lowercase word; the verifier scores the share of lowercase letters in the
-answer (:mod:`reef.testing.shaped_tasks`), a shaped reward an untrained TinyGPT (random bytes)
+answer (:mod:`doubles.shaped_tasks`), a shaped reward an untrained TinyGPT (random bytes)
 gets a little of. A couple of CPU minutes.
 
 A second test reads ``GET /reef/status`` of a ``reef serve`` whose scripted generator is held,
@@ -48,7 +48,7 @@ scenarios:
     pipeline:
       record2sample:
         config:
-          generator: "reef.testing.shaped_tasks:LowercaseTasks"
+          generator: "doubles.shaped_tasks:LowercaseTasks"
           generator_config: {{tasks_per_generation: 2}}
           jobs_per_round: 1
           refill_tasks: 2
@@ -108,7 +108,7 @@ scenarios:
     pipeline:
       record2sample:
         config:
-          generator: "reef.testing.generators:ArithmeticTasks"
+          generator: "doubles.generators:ArithmeticTasks"
           generator_config:
             tasks_per_generation: 2
             failing_generate_calls: 1
@@ -165,7 +165,7 @@ def test_get_status_shows_the_generation_in_flight_then_the_task_store_and_waiti
             log,
         )
         assert held["pipeline"]["task_generation"] == {
-            "generator": "reef.testing.generators:ArithmeticTasks",
+            "generator": "doubles.generators:ArithmeticTasks",
             "generation_in_flight": 1,
             "completed_generations": 0,
             "rounds": 0,

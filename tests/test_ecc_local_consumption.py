@@ -1,7 +1,7 @@
 """Agent ECC with the real local component: what the loss consumed is what the journal traces.
 
 Job data is sealed by the ``ecc`` plugin (rewards rewritten under the fixed grader's epoch),
-trained by :class:`~reef.components.local.LocalComponent` with the importance-sampling
+trained by :class:`~reef.components.local.component.LocalComponent` with the importance-sampling
 objective, and its outcome handed to ``reef_job_ended``: the consumption lines come from the
 component's own report (one per sample and step), the sample the component could not render has
 no line, and every line matches the seal decision (E-AUDIT-1, E-AUDIT-2).
@@ -22,7 +22,7 @@ from agent_ecc import DirectoryRegistry, SealJournal, consumption_records, reef_
 from agent_ecc.records import dump_jsonl
 from agent_ecc.store import ContentStore
 from agent_ecc.synthetic import SyntheticWorld
-from reef.components.local import LocalComponent
+from reef.components.local.component import LocalComponent
 from reef.core.job_data import JobData, TrajectorySample
 from reef.plugins import Plugins
 

@@ -30,9 +30,9 @@ from reef.plugins import PluginKind, Plugins
 from reef.plugins.scenarios import load_deployment, scenario_classes
 from reef.sample2job import validate_job_data
 from reef.storage import Database, ScenarioSettings, TrainerSamples
+from reef.storage.scenario_settings import TRAINING_MODE_SETTING
 from reef.train.pipeline import TrainingPipeline
 from reef.train.stages import build_pipeline
-from reef.train.trainer import TRAINING_MODE_SETTING
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "tests" / "example_recipe"

@@ -4,7 +4,7 @@ P-TASK-2).
 One deployment text, the generated-task recipe and the trainer's pipeline as the runtime builds
 it (``build_pipeline``): the ``generator`` and ``generator_config`` keys are all that differs
 between the run with SPADE (the installed ``reef-recipes-spade``, found through its entry point)
-and the run with the scripted arithmetic generator of :mod:`reef.testing.generators`. Each run
+and the run with the scripted arithmetic generator of :mod:`doubles.generators`. Each run
 makes a generation, trains it in one task job and hands the generator its results.
 
 SPADE runs for real: its designer is a stand-in OpenAI-compatible engine that writes two sum
@@ -21,12 +21,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from doubles.generators import ArithmeticTasks, swap_deployment, train_deployed_generation
 
 from reef import RolledOutTask
 from reef.plugins import Plugins
 from reef.storage import open_database
 from reef.testing import inline_plugin
-from reef.testing.generators import ArithmeticTasks, swap_deployment, train_deployed_generation
 from reef.testing.service import NullComponent, serve_on_loopback
 from reef.testing.task_engines import (
     designed_sum_task,
@@ -95,7 +95,7 @@ def test_spade_and_a_scripted_generator_swap_by_the_yaml_alone(
     ]
 
     scripted_config = "{tasks_per_generation: 2}"
-    generator = "reef.testing.generators:ArithmeticTasks"
+    generator = "doubles.generators:ArithmeticTasks"
     names, scripted = _run(generator, scripted_config, plugins, tmp_path / "scripted", service_url)
     assert isinstance(scripted, ArithmeticTasks)
     assert names == ["add-g1-0", "add-g1-1"]

@@ -1,6 +1,7 @@
 """The recipe packages are written against Reef's public API only: ``reef`` (and, in tests and
-in a package's own ``testing`` module for tests, ``reef.testing``). A deeper import would tie a
-recipe to a module that may move; this test walks their sources and fails on any."""
+in a package's own ``testing`` module for tests, ``reef.testing`` and ``reef.embed``, what loads
+plugins and deployments as a program embedding Reef does). A deeper import would tie a recipe to
+a module that may move; this test walks their sources and fails on any."""
 
 from __future__ import annotations
 
@@ -22,7 +23,9 @@ RECIPES = [
 def _allowed(module: str, *, in_tests: bool) -> bool:
     if module == "reef":
         return True
-    return in_tests and (module == "reef.testing" or module.startswith("reef.testing."))
+    return in_tests and (
+        module in ("reef.testing", "reef.embed") or module.startswith("reef.testing.")
+    )
 
 
 def deep_imports(path: Path, *, in_tests: bool, root: Path = ROOT) -> list[str]:
@@ -54,7 +57,7 @@ def test_a_recipe_package_imports_only_the_public_api(package: str) -> None:
     assert sources, f"{package} has no sources"
     deep = [hit for path in sources for hit in deep_imports(path, in_tests=_for_tests(path))]
     deep += [hit for path in tests for hit in deep_imports(path, in_tests=True)]
-    assert deep == [], "import these names from `reef` (tests: also `reef.testing`)"
+    assert deep == [], "import these names from `reef` (tests: also `reef.testing`, `reef.embed`)"
 
 
 def test_the_walk_sees_a_deep_import(tmp_path: Path) -> None:

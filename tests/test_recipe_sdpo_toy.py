@@ -32,8 +32,8 @@ from reef import (  # noqa: E402
     TrajectorySample,
     compose_teacher_request,
 )
-from reef.components.local import LocalComponent  # noqa: E402
-from reef.components.local_engine import LocalEngine  # noqa: E402
+from reef.components.local.component import LocalComponent  # noqa: E402
+from reef.engines.local import LocalEngine  # noqa: E402
 from reef.testing import Database, pipeline_context, training_pipeline  # noqa: E402
 from reef.testing.samples import exchange  # noqa: E402
 from reef_tttd.processor import SDPOJobData, SDPOSamples, teacher_context  # noqa: E402

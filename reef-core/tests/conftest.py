@@ -7,6 +7,9 @@ from pathlib import Path
 
 import pytest
 
+# Reef's storage fixtures (storage_url, storage_database, postgres_url).
+pytest_plugins = ["reef.testing"]
+
 
 @pytest.fixture(scope="session")
 def hf_model_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:

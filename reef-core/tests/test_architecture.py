@@ -8,6 +8,7 @@ a type named in an annotation is no dependency at run time.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -20,16 +21,22 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("reef.core",),
     ("reef.pipeline_context", "reef.hookspecs", "reef.containers"),
     ("reef.storage", "reef.components"),
-    # A recipe names its stages by name; the task generator contract sits below the stage
-    # that calls it.
+    # Engines answer calls with the weights components make, and publish what they store.
+    ("reef.engines",),
+    # The recipe base names its stages by name, so it sits below them.
     ("reef.recipe",),
     ("reef.record2sample",),
     ("reef.sample2job",),
+    # The built-in recipes, each one package (recipe, stages, what they keep) as a recipe
+    # distribution is: above the stage bases and the shared stages they build on.
+    ("reef.recipe.grouped", "reef.recipe.generated_tasks"),
     ("reef.plugins",),
+    # What a program that embeds Reef imports: the plugins and a deployment read with them.
+    ("reef.embed",),
     ("reef.train",),
     ("reef.server",),
     # Test helpers sit on top: they build whatever a test needs.
-    ("reef.runtime", "reef.testing", "reef.scaffold"),
+    ("reef.runtime", "reef.testing"),
     ("reef.cli",),
 )
 
@@ -131,6 +138,52 @@ def test_the_core_does_no_io(module: str) -> None:
     assert io == [], f"{module} imports I/O; it belongs on a floor above reef.core"
 
 
-def test_the_public_api_module_imports_nothing_at_run_time_but_the_version() -> None:
-    imports = [t for _, t in _runtime_imports(MODULES["reef"]) if t.startswith("reef")]
-    assert imports == ["reef.version"]
+def test_the_public_api_module_imports_nothing_of_reef_at_run_time() -> None:
+    """``reef/__init__.py`` imports only the lazy loader: each public name's module loads when
+    the name is first used."""
+    imports = [t for _, t in _runtime_imports(MODULES["reef"])]
+    assert imports == ["lazy_loader"]
+
+
+#: The contributors' map of reef-core's modules.
+MAP = Path(__file__).resolve().parents[2] / "docs" / "architecture.md"
+#: A package heading of the map: "`reef/core/`, values and rules:".
+_PACKAGE_HEADING = re.compile(r"^`reef/((?:[\w]+/)*)`")
+#: A path a line of the map names: a module or a folder, in backticks.
+_NAMED_PATH = re.compile(r"`((?:[\w.-]+/)*(?:[\w]+\.py|[\w]+/))`")
+
+
+def _map_names() -> set[Path]:
+    """Every module and folder of ``reef/`` the map names, as paths under ``SOURCE``."""
+    text = MAP.read_text(encoding="utf-8")
+    section = text[text.index("## reef-core, module by module") : text.index("## Where a change")]
+    named: set[Path] = set()
+    package = ""
+    for line in section.splitlines():
+        heading = _PACKAGE_HEADING.match(line)
+        if heading:
+            package = heading.group(1)
+            continue
+        for token in _NAMED_PATH.findall(line):
+            if token.startswith("reef-core/"):
+                continue  # a path of the workspace beside the package, not a module of it
+            # A path is named under its section's package, or from ``reef/`` itself.
+            here = SOURCE / "reef" / package / token
+            named.add(here if here.exists() else SOURCE / "reef" / token)
+    return named
+
+
+def test_the_module_map_names_every_module_and_nothing_that_is_gone() -> None:
+    """docs/architecture.md maps each module of reef-core (migrations are one folder), and each
+    path it names exists: a module added, moved or deleted without its line fails here."""
+    named = _map_names()
+    gone = sorted(str(p.relative_to(SOURCE)) for p in named if not p.exists())
+    assert gone == [], f"docs/architecture.md names what is not in reef-core/src: {gone}"
+    migrations = SOURCE / "reef" / "storage" / "migrations"
+    unnamed = sorted(
+        str(path.relative_to(SOURCE))
+        for path in (SOURCE / "reef").rglob("*.py")
+        if path not in named and not path.is_relative_to(migrations)
+    )
+    assert unnamed == [], f"docs/architecture.md does not map: {unnamed}"
+    assert migrations in named, "docs/architecture.md does not name storage/migrations/"

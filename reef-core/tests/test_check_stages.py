@@ -11,8 +11,8 @@ from reef.core.plugins import NoSettings, PluginSettings
 from reef.plugins import Plugins
 from reef.plugins.scenarios import load_deployment
 from reef.recipe import PipelineSpec, Recipe
+from reef.recipe.grouped.processor import GroupedJobData
 from reef.record2sample import ReportSamples
-from reef.sample2job import GroupedJobData
 from reef.testing import inline_plugin
 from reef.train.stages import check_stages
 

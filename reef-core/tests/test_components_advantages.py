@@ -129,7 +129,7 @@ def _rewarded_job(job_id: str, advantage: dict[str, object] | None) -> JobData:
 
 def test_the_job_datas_estimator_reaches_the_component(tmp_path: Path) -> None:
     pytest.importorskip("torch")
-    from reef.components.local import LocalComponent
+    from reef.components.local.component import LocalComponent
 
     settings = {"d_model": 16, "n_layers": 1, "n_heads": 2, "max_seq_len": 64, "batch_size": 6}
     local = LocalComponent.from_config({"state_dir": str(tmp_path), **settings})

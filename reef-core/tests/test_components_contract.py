@@ -1,6 +1,6 @@
 """The training component contract the trainer relies on, run against every built-in component:
-``local`` (PyTorch here), ``tinker`` (against :mod:`reef.testing.tinker_service`) and ``slime``
-(its jobs trained by :mod:`reef.testing.slime_run`, slime's loop as slime calls the data source).
+``local`` (PyTorch here), ``tinker`` (against :mod:`doubles.tinker_service`) and ``slime``
+(its jobs trained by :mod:`doubles.slime_run`, slime's loop as slime calls the data source).
 
 Each harness builds a component with small settings, runs a job to its end, and reads the
 probability the current weights give a reply (where the weights are Reef's to read: slime's are
@@ -21,7 +21,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from reef.components.interface import JobHandle, TrainingComponent  # noqa: E402
-from reef.components.objectives import token_logprobs  # noqa: E402
+from reef.components.local.objectives import token_logprobs  # noqa: E402
 from reef.core.job_data import JobData, JobOutcome, TaskSample, TrajectorySample  # noqa: E402
 from reef.core.plugins import PluginConfigError  # noqa: E402
 from reef.testing.samples import colour_samples, exchange  # noqa: E402
@@ -57,7 +57,7 @@ class LocalHarness:
         self.count = itertools.count()
 
     def make(self, **settings: Any) -> Any:
-        from reef.components.local import LocalComponent
+        from reef.components.local.component import LocalComponent
 
         config = {
             "state_dir": str(self.root / "local"),
@@ -84,12 +84,13 @@ class TinkerHarness(LocalHarness):
     def __init__(self, root: Path) -> None:
         super().__init__(root)
         pytest.importorskip("tinker")
-        from reef.testing.tinker_service import TinkerStandIn
+        from doubles.tinker_service import TinkerStandIn
 
         self.service = TinkerStandIn()
 
     def make(self, **settings: Any) -> Any:
-        from reef.components.tinker.component import TinkerComponent, TinkerComponentSettings
+        from reef.components.tinker.component import TinkerComponent
+        from reef.components.tinker.settings import TinkerComponentSettings
 
         config = {
             "state_dir": str(self.root / "tinker"), "base_model": "stand-in/tiny",
@@ -105,8 +106,8 @@ class TinkerHarness(LocalHarness):
     def reply_logprob(self, component: Any, prompt: str, reply: str) -> float:
         artifact = component.publish()
         body = json.loads((artifact.path / "artifact.json").read_text())
-        from reef.components.byte_tokenizer import ByteTokenizer
-        from reef.components.tiny_gpt import TinyGPTModel
+        from reef.components.local.byte_tokenizer import ByteTokenizer
+        from reef.components.local.tiny_gpt import TinyGPTModel
 
         model = TinyGPTModel(self.service.model_of(body["sampler_path"]), ByteTokenizer())
         return _logprob(model, component, prompt, reply)
@@ -117,7 +118,7 @@ class SlimeHarness(LocalHarness):
 
     def __init__(self, root: Path) -> None:
         super().__init__(root)
-        from reef.testing.slime_run import SlimeRun
+        from doubles.slime_run import SlimeRun
 
         self.slime = SlimeRun(root / "slime", rollout_batch_size=1)
         (root / "slime" / "base").mkdir(parents=True, exist_ok=True)

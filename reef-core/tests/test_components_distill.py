@@ -17,19 +17,19 @@ from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
 
-from reef.components.artifacts import save_model_folder  # noqa: E402
-from reef.components.byte_tokenizer import ByteTokenizer  # noqa: E402
 from reef.components.job_parameters import JobParameters, TeacherSettings  # noqa: E402
 from reef.components.job_samples import prepare_job  # noqa: E402
-from reef.components.local import LocalComponent  # noqa: E402
-from reef.components.objectives import batch_loss  # noqa: E402
-from reef.components.teacher import ModelTeacher  # noqa: E402
+from reef.components.local.artifacts import save_model_folder  # noqa: E402
+from reef.components.local.byte_tokenizer import ByteTokenizer  # noqa: E402
+from reef.components.local.component import LocalComponent  # noqa: E402
+from reef.components.local.objectives import batch_loss  # noqa: E402
+from reef.components.local.teacher import ModelTeacher  # noqa: E402
+from reef.components.local.tiny_gpt import TinyGPT, TinyGPTConfig, TinyGPTModel  # noqa: E402
 from reef.components.teacher_scores import (  # noqa: E402
     EngineTeacher,
     TeacherError,
     kl_advantages,
 )
-from reef.components.tiny_gpt import TinyGPT, TinyGPTConfig, TinyGPTModel  # noqa: E402
 from reef.core.chat_rendering import ChatRenderer  # noqa: E402
 from reef.core.job_data import JobData, TrajectorySample  # noqa: E402
 from reef.core.plugins import PluginConfigError  # noqa: E402

@@ -12,13 +12,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from reef.components.local import LocalComponent  # noqa: E402
-from reef.components.local_engine import (  # noqa: E402
-    EngineRequestError,
-    LocalEngine,
-    parse_reply,
-)
+from reef.components.local.component import LocalComponent  # noqa: E402
 from reef.core.job_data import JobData, TrajectorySample  # noqa: E402
+from reef.engines.local import EngineRequestError, LocalEngine, parse_reply  # noqa: E402
 
 ARGS = {"enable_thinking": False}
 TOOLS = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]
@@ -181,7 +177,7 @@ def test_a_reply_is_valid_text_that_encodes_back_to_the_very_tokens_sampled(
     """A reply is recorded and trained as its text: a byte-level model samples only bytes that
     keep it valid UTF-8, so the trainer's tokens are the sampled ones, even when the reply is
     cut at its token limit (a fresh model samples every byte about as often)."""
-    from reef.components.causal_lm import SamplingRequest
+    from reef.components.local.causal_lm import SamplingRequest
 
     tokenizer = local.model.tokenizer
     prompt = tuple(tokenizer.encode("hi"))
@@ -195,7 +191,7 @@ def test_a_reply_is_valid_text_that_encodes_back_to_the_very_tokens_sampled(
 
 
 def test_inside_a_character_only_its_continuation_bytes_may_come() -> None:
-    from reef.components.tiny_gpt import utf8_continuations
+    from reef.components.local.tiny_gpt import utf8_continuations
 
     def allowed(generated: list[int], remaining: int) -> set[int]:
         return set(torch.nonzero(utf8_continuations(generated, remaining)).flatten().tolist())

@@ -20,13 +20,13 @@ peft = pytest.importorskip("peft")
 from safetensors.torch import load_file  # noqa: E402
 from torch.optim.optimizer import register_optimizer_step_pre_hook  # noqa: E402
 
-from reef.components.artifacts import ModelFolderError, load_model_folder  # noqa: E402
-from reef.components.causal_lm import SamplingRequest  # noqa: E402
-from reef.components.local import LocalComponent  # noqa: E402
-from reef.components.local_engine import LocalEngine  # noqa: E402
-from reef.components.objectives import token_logprobs  # noqa: E402
+from reef.components.local.artifacts import ModelFolderError, load_model_folder  # noqa: E402
+from reef.components.local.causal_lm import SamplingRequest  # noqa: E402
+from reef.components.local.component import LocalComponent  # noqa: E402
+from reef.components.local.objectives import token_logprobs  # noqa: E402
 from reef.core.job_data import JobData, TrajectorySample  # noqa: E402
 from reef.core.plugins import PluginConfigError  # noqa: E402
+from reef.engines.local import LocalEngine  # noqa: E402
 from reef.testing.samples import colour_samples, exchange  # noqa: E402
 
 ARGS = {"enable_thinking": False}
@@ -256,7 +256,7 @@ def test_artifact_id_is_the_same_in_another_process_and_after_a_restart(
         assert restarted.poll(handle) == local.poll(handle)
     script = (
         "import sys; from pathlib import Path;"
-        "from reef.components.artifacts import load_model_folder;"
+        "from reef.components.local.artifacts import load_model_folder;"
         "base = Path(sys.argv[1]);"
         "print(*(load_model_folder(Path(p), base_model=base).digest() for p in sys.argv[2:]))"
     )

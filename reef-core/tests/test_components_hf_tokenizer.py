@@ -12,7 +12,7 @@ pytest.importorskip("jinja2")
 tokenizers = pytest.importorskip("tokenizers")
 transformers = pytest.importorskip("transformers")
 
-from reef.components.hf_tokenizer import BYTE_TOKENIZER, HFTokenizer, load_tokenizer  # noqa: E402
+from reef.components.tokenizers import BYTE_TOKENIZER, HFTokenizer, load_tokenizer  # noqa: E402
 from reef.core.chat_rendering import ChatRenderer  # noqa: E402
 
 CHATML = (

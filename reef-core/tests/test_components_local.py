@@ -16,8 +16,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from reef.components.advantages import group_advantages  # noqa: E402
-from reef.components.artifacts import load_model_folder  # noqa: E402
-from reef.components.local import LocalComponent  # noqa: E402
+from reef.components.local.artifacts import load_model_folder  # noqa: E402
+from reef.components.local.component import LocalComponent  # noqa: E402
 from reef.core.job_data import JobData, TaskSample  # noqa: E402
 from reef.testing.components import tiny_local_component  # noqa: E402
 from reef.testing.samples import colour_samples  # noqa: E402
@@ -87,7 +87,7 @@ def test_artifact_id_is_the_same_in_another_process_and_after_a_restart(tmp_path
     script = (
         "import sys, warnings; warnings.simplefilter('ignore');"
         "from pathlib import Path;"
-        "from reef.components.artifacts import load_model_folder;"
+        "from reef.components.local.artifacts import load_model_folder;"
         "print(load_model_folder(Path(sys.argv[1])).digest())"
     )
     other = subprocess.run(
@@ -136,7 +136,7 @@ def test_a_save_that_fails_fails_the_job_and_keeps_the_last_weights(
     def full_disk(*_: Any, **__: Any) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("reef.components.local.replace_folder", full_disk)
+    monkeypatch.setattr("reef.components.local.component.replace_folder", full_disk)
     outcome = run(local, "toy:data:1", colour_samples())
     assert outcome.event == "failed"
     assert "No space left" in (outcome.error or "")

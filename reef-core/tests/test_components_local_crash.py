@@ -18,8 +18,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from reef.components.artifacts import load_model_folder  # noqa: E402
 from reef.components.interface import JobHandle  # noqa: E402
+from reef.components.local.artifacts import load_model_folder  # noqa: E402
 from reef.core.job_data import JobData, TrajectorySample  # noqa: E402
 from reef.testing.components import tiny_local_component  # noqa: E402
 

@@ -1,5 +1,5 @@
 """The ``slime`` component and Reef as slime's data source, driven exactly as slime drives them
-(:mod:`reef.testing.slime_run` cites the slime code each call and its order come from): a
+(:mod:`doubles.slime_run` cites the slime code each call and its order come from): a
 restart of both sides loses no sample and trains none twice. The component's share of the
 trainer's contract runs in ``test_components_contract.py``.
 """
@@ -14,6 +14,8 @@ import pytest
 
 pytest.importorskip("jinja2")
 
+from doubles.slime_run import Crash, Sample, SlimeRun
+
 from reef.components.interface import JobHandle
 from reef.components.slime.component import SlimeComponent, folder_digest
 from reef.components.slime.data_source import (
@@ -24,7 +26,6 @@ from reef.components.slime.data_source import (
 from reef.core.job_data import JobData, TrajectorySample
 from reef.core.plugins import PluginConfigError
 from reef.testing.samples import exchange
-from reef.testing.slime_run import Crash, Sample, SlimeRun
 
 
 def job(number: int, size: int = 4, *, group: int = 2) -> JobData:

@@ -15,14 +15,14 @@ from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
 
-from reef.components.local import LocalComponent  # noqa: E402
-from reef.components.objectives import token_logprobs  # noqa: E402
+from reef.components.local.component import LocalComponent  # noqa: E402
+from reef.components.local.objectives import token_logprobs  # noqa: E402
+from reef.components.local.task_training import RolloutBatch, model_sampler  # noqa: E402
 from reef.components.task_rollouts import (  # noqa: E402
     Rollout,
     TaskRollouts,
     task_group_advantages,
 )
-from reef.components.task_training import RolloutBatch, model_sampler  # noqa: E402
 from reef.containers.agent import AnswerAgent  # noqa: E402
 from reef.core.job_data import JobData, TaskSample  # noqa: E402
 from reef.core.plugins import PluginConfigError  # noqa: E402

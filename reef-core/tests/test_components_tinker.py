@@ -1,5 +1,5 @@
 """The ``tinker`` component: its ``Datum`` values checked with the SDK's own types, and its whole
-loop against the stand-in service (:mod:`reef.testing.tinker_service`), with failures mid-job,
+loop against the stand-in service (:mod:`doubles.tinker_service`), with failures mid-job,
 timeouts and restarts. The component's share of the trainer's contract runs in
 ``test_components_contract.py``."""
 
@@ -16,22 +16,22 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("tinker")
 
 import numpy as np  # noqa: E402
+from doubles.tinker_service import ProcessKilled, TinkerStandIn  # noqa: E402
 from tinker import types  # noqa: E402
 
 from reef.components.interface import JobHandle  # noqa: E402
 from reef.components.scheduling import PlannedStep  # noqa: E402
 from reef.components.tinker.component import (  # noqa: E402
     TinkerComponent,
-    TinkerComponentSettings,
     checkpoint_artifact_id,
 )
 from reef.components.tinker.datums import cross_entropy_datum, policy_datum  # noqa: E402
+from reef.components.tinker.settings import TinkerComponentSettings  # noqa: E402
 from reef.core.chat_rendering import RenderedSequence  # noqa: E402
 from reef.core.job_data import JobData, TrajectorySample  # noqa: E402
 from reef.core.plugins import PluginConfigError  # noqa: E402
 from reef.testing.samples import exchange  # noqa: E402
 from reef.testing.task_engines import coin_task, task_rollout  # noqa: E402
-from reef.testing.tinker_service import ProcessKilled, TinkerStandIn  # noqa: E402
 
 KEY = "tml-secret-key-123"
 
@@ -516,7 +516,7 @@ def task_job(
 @pytest.fixture
 def recorded(service: TinkerStandIn, monkeypatch: pytest.MonkeyPatch) -> dict[str, list[Any]]:
     """What the stand-in's samplers answered and what each ``forward_backward`` trained."""
-    from reef.testing.tinker_service import StandInSamplingClient, StandInTrainingClient
+    from doubles.tinker_service import StandInSamplingClient, StandInTrainingClient
 
     seen: dict[str, list[Any]] = {"sampled": [], "trained": []}
     sample, forward_backward = StandInSamplingClient.sample, StandInTrainingClient.forward_backward

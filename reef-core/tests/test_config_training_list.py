@@ -40,6 +40,8 @@ class RateSettings(PluginSettings):
 
 @attrs.frozen
 class FolderSettings(PluginSettings):
+    state_options: ClassVar[tuple[str, ...]] = ("folder",)
+
     folder: str = config_option(help="where the component keeps its state")
     rate: float = config_option(1.0, help="the learning rate")
 
@@ -50,7 +52,6 @@ class RateComponent:
 
 class FolderComponent:
     Settings: ClassVar[type[PluginSettings]] = FolderSettings
-    state_options: ClassVar[tuple[str, ...]] = ("folder",)
 
 
 class OtherComponent:
@@ -279,7 +280,7 @@ def test_two_trainers_that_would_share_a_state_folder_are_refused(plugins: Plugi
 def test_two_local_components_in_one_state_dir_are_refused(plugins: Plugins) -> None:
     """The built-in components name their state folder too (local, as tinker: state_dir)."""
     pytest.importorskip("torch")
-    local = "reef.components.local:LocalComponent"
+    local = "reef.components.local.component:LocalComponent"
     text = deployment(
         f"[{{component: '{local}', name: a, options: {{state_dir: /srv/s}}}},"
         f" {{component: '{local}', name: b, options: {{state_dir: /srv/s, learning_rate: 0.1}}}}]"

@@ -12,8 +12,8 @@ from reef.errors import ReefError
 
 # The built-in bases (beside ReefError) that callers already catch: these stay.
 BUILTIN_BASES = {
-    "reef.components.causal_lm.ModelFolderError": ValueError,
-    "reef.components.local_engine.EngineRequestError": ValueError,
+    "reef.components.local.causal_lm.ModelFolderError": ValueError,
+    "reef.engines.local.EngineRequestError": ValueError,
     "reef.core.atif.AtifFormatError": ValueError,
     "reef.core.atif_build.AtifBuildError": ValueError,
     "reef.core.chat_rendering.RenderError": ValueError,
@@ -36,9 +36,7 @@ BUILTIN_BASES = {
 }
 #: Failures that test stand-ins raise to play an outside system dying (a killed process, a
 #: crashed slime job): not Reef's errors, and a killed process must pass `except Exception`.
-STAND_IN_FAILURES = frozenset(
-    {"reef.testing.tinker_service.ProcessKilled", "reef.testing.slime_run.Crash"}
-)
+STAND_IN_FAILURES = frozenset({"doubles.tinker_service.ProcessKilled", "doubles.slime_run.Crash"})
 
 
 def _reef_exceptions() -> tuple[dict[str, type[BaseException]], set[str]]:

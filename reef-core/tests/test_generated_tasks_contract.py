@@ -8,6 +8,7 @@ from typing import Any
 
 import hypothesis.strategies as st
 import pytest
+from doubles.generators import ArithmeticTasks
 from hypothesis import given
 
 import reef
@@ -29,10 +30,9 @@ from reef.recipe.generated_tasks import (
     result_from_json,
     result_to_json,
 )
+from reef.recipe.generated_tasks.processor import GeneratedTaskJobData
 from reef.record2sample.generator import TaskGenerationRequest
-from reef.sample2job.generated_tasks import GeneratedTaskJobData
 from reef.testing import pipeline_context
-from reef.testing.generators import ArithmeticTasks
 from reef.testing.records import call, report
 
 

@@ -34,16 +34,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from doubles.generators import ArithmeticTasks
+
 from reef.components.interface import Artifact, JobHandle
 from reef.core.harbor import HarborTask
 from reef.core.job_data import JobData, JobOutcome, TaskSample
 from reef.pipeline_context import PipelineContext
 from reef.recipe.generated_tasks import RolledOutTask, TaskValidationResult, result_from_json
-from reef.record2sample.generated_tasks import GeneratedTaskSamples
+from reef.recipe.generated_tasks.processor import GeneratedTaskJobData, GeneratedTaskSamples
 from reef.record2sample.generator import TaskGenerationRequest
-from reef.sample2job.generated_tasks import GeneratedTaskJobData
 from reef.storage import Database, TaskStorage, TrainerSamples, open_database
-from reef.testing.generators import ArithmeticTasks
 from reef.train.pipeline import TrainingPipeline
 from reef.train.trainer import Trainer, TrainerParts, TrainerSettings
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import attrs
 import pytest
+from doubles.generators import ArithmeticTasks, WordTasks
 
 from reef.core.harbor import HarborTask
 from reef.core.job_data import JobData, JobOutcome, TaskSample
@@ -26,12 +27,10 @@ from reef.recipe.generated_tasks import (
     RolledOutTask,
     TaskValidationResult,
 )
-from reef.record2sample.generated_tasks import GeneratedTaskSamples
+from reef.recipe.generated_tasks.processor import GeneratedTaskJobData, GeneratedTaskSamples
 from reef.record2sample.generator import TaskGenerationRequest
-from reef.sample2job.generated_tasks import GeneratedTaskJobData
 from reef.storage import Database, TaskStorage, TaskStore
 from reef.testing import pipeline_context, training_pipeline
-from reef.testing.generators import ArithmeticTasks, WordTasks
 from reef.testing.records import call, report
 
 TAG = ("source", "yes")

@@ -11,6 +11,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from doubles.generators import (
+    ArithmeticTasks,
+    ScriptedTasks,
+    WordTasks,
+    swap_deployment,
+    train_deployed_generation,
+)
 
 from reef.core.deployment import DeploymentError
 from reef.plugins import Plugins
@@ -18,13 +25,6 @@ from reef.plugins.scenarios import load_deployment
 from reef.recipe.generated_tasks import RolledOutTask
 from reef.storage import Database, open_database
 from reef.testing import inline_plugin
-from reef.testing.generators import (
-    ArithmeticTasks,
-    ScriptedTasks,
-    WordTasks,
-    swap_deployment,
-    train_deployed_generation,
-)
 from reef.train.stages import build_pipeline, check_stages
 
 
@@ -74,7 +74,7 @@ def test_two_generators_swap_by_the_yaml_alone(
     # And by module:Class, as a deployment names a class no plugin registered.
     third = open_database(f"sqlite:///{tmp_path}/third.db")
     try:
-        names = _run("reef.testing.generators:WordTasks", plugins, third)
+        names = _run("doubles.generators:WordTasks", plugins, third)
         assert names == ["reverse-g1-0", "reverse-g1-1"]
     finally:
         third.dispose()
@@ -86,7 +86,7 @@ def test_a_generator_that_is_no_task_generator_is_refused_at_its_key(
 ) -> None:
     for name, reason in (
         ("nothing", "unknown task_generator 'nothing'"),
-        ("reef.testing.generators:ScriptedTasksSettings", "is not a TaskGenerator"),
+        ("doubles.generators:ScriptedTasksSettings", "is not a TaskGenerator"),
     ):
         deployment = load_deployment(_deployment(name), plugins=plugins)
         with pytest.raises(DeploymentError) as caught:

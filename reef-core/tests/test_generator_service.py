@@ -14,14 +14,13 @@ import pytest
 pytest.importorskip("starlette")
 pytest.importorskip("httpx")
 
+from doubles.generators import ArithmeticTasks, WordTasks
 from starlette.testclient import TestClient
 
-from reef.record2sample.generated_tasks import GeneratedTaskSamples
-from reef.sample2job.generated_tasks import GeneratedTaskJobData
+from reef.recipe.generated_tasks.processor import GeneratedTaskJobData, GeneratedTaskSamples
 from reef.server import ServiceConfigError
 from reef.storage import Database, RecordStore, TaskStorage
 from reef.testing import pipeline_context, training_pipeline
-from reef.testing.generators import ArithmeticTasks, WordTasks
 from reef.testing.service import ServiceToken, auth_section, serve_on_loopback, service_app
 from reef.testing.task_engines import arithmetic_task, hint_policy
 

@@ -36,8 +36,8 @@ import pytest
 from reef.core.job_data import JobOutcome, TrajectorySample
 from reef.core.records import InferenceRecord, Record
 from reef.pipeline_context import PipelineContext
-from reef.record2sample import ReportGroups, ReportSamples
-from reef.sample2job import GroupedJobData
+from reef.recipe.grouped.processor import GroupedJobData, ReportGroups
+from reef.record2sample import ReportSamples
 from reef.storage import DropCounters, RecordStore, TrainerSamples, open_database
 from reef.storage.positions import Position
 from reef.testing.records import call, report

@@ -23,9 +23,9 @@ from reef.core.trajectory_index import TrajectoryIndex
 from reef.pipeline_context import PipelineContext
 from reef.plugins import PluginKind, Plugins, UnknownPluginError
 from reef.recipe import PipelineSpec, Recipe
+from reef.recipe.grouped.processor import GroupedJobData
 from reef.record2sample import ReportSamples, TrajectorySamples
 from reef.record2sample.stage import Record2Sample
-from reef.sample2job import GroupedJobData
 from reef.sample2job.stage import Sample2Job
 from reef.storage import Database, RecordStore, TrainerSamples
 from reef.testing import inline_plugins

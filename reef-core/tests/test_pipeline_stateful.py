@@ -26,8 +26,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from reef.core.job_data import JobData, TrainingInstruction, TrajectorySample
 from reef.core.records import Record
 from reef.pipeline_context import PipelineContext
-from reef.record2sample import ReportGroups, ReportSamples
-from reef.sample2job import GroupedJobData
+from reef.recipe.grouped.processor import GroupedJobData, ReportGroups
+from reef.record2sample import ReportSamples
 from reef.storage import TrainerSamples, open_database
 from reef.testing.records import call, report
 from reef.train.pipeline import TrainingPipeline

@@ -17,8 +17,8 @@ from reef.core.job_data import (
     TrajectorySample,
 )
 from reef.pipeline_context import PipelineContext
-from reef.record2sample import ReportGroups, ReportSamples
-from reef.sample2job import GroupedJobData
+from reef.recipe.grouped.processor import GroupedJobData, ReportGroups
+from reef.record2sample import ReportSamples
 from reef.storage import Database, NewSample, StaleSamples, TrainerSamples
 from reef.storage.tables import sample_trains
 from reef.storage.tables import samples as samples_table

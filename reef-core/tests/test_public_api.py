@@ -1,10 +1,12 @@
-"""``import reef`` is the public API: curated, documented, every name resolving, and cheap."""
+"""``import reef`` is the public API: curated, documented, every name resolving, typed, and cheap."""
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -28,7 +30,7 @@ def _modules_after(code: str) -> set[str]:
 def test_import_reef_loads_no_dependency_and_no_stage() -> None:
     loaded = _modules_after("import reef")
     assert sorted(m for m in loaded if m.split(".")[0] in HEAVY) == []
-    assert sorted(m for m in loaded if m.startswith("reef.")) == ["reef.version"]
+    assert sorted(m for m in loaded if m.startswith("reef.")) == []
 
 
 def test_the_whole_api_stays_clear_of_storage_the_service_and_torch() -> None:
@@ -40,17 +42,49 @@ def test_the_whole_api_stays_clear_of_storage_the_service_and_torch() -> None:
     assert not any(m.startswith(("reef.storage", "reef.server", "reef.train")) for m in loaded)
 
 
+#: The one list of the public names: what type checkers read, and what loads them.
+STUB = Path(reef.__file__).with_suffix(".pyi")
+
+
+def _stub_names() -> list[str]:
+    """Each name the stub imports, as it is written (``from .x import Name as Name``)."""
+    names = []
+    for node in ast.parse(STUB.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                # Re-exported only when aliased to itself (what a type checker exports).
+                assert alias.asname == alias.name, f"write `{alias.name} as {alias.name}`"
+                names.append(alias.name)
+    return names
+
+
 def test_every_exported_name_resolves_and_is_listed() -> None:
-    assert len(reef.__all__) == len(set(reef.__all__))
-    assert set(reef.__all__) == {"__version__", *reef._HOMES}
-    for name in reef.__all__:
+    names = _stub_names()
+    assert len(names) == len(set(names))
+    assert sorted(reef.__all__) == sorted(names)
+    for name in names:
         value = getattr(reef, name)
         assert value is not None, name
-        if name in reef._HOMES and isinstance(value, type):
+        if isinstance(value, type):
             assert value.__module__.startswith("reef."), name
     assert set(reef.__all__) <= set(dir(reef))
 
 
-def test_an_unknown_name_is_an_attribute_error() -> None:
-    with pytest.raises(AttributeError, match="NoSuchThing"):
-        reef.NoSuchThing  # type: ignore[attr-defined]  # noqa: B018
+def test_a_name_the_api_does_not_have_is_a_type_error(tmp_path: Path) -> None:
+    """mypy --strict refuses a wrong name (``reef`` has no catch-all ``__getattr__`` for type
+    checkers: they read the stub) and takes every real one. The modules behind the names are
+    not analysed (``follow_imports = skip``): what is checked is the list itself."""
+    api = pytest.importorskip("mypy.api")
+    config = tmp_path / "mypy.ini"
+    config.write_text("[mypy]\nstrict = True\n\n[mypy-reef.*]\nfollow_imports = skip\n")
+    wrong = tmp_path / "wrong.py"
+    wrong.write_text("from reef import NoSuchThing\n", encoding="utf-8")
+    every = tmp_path / "every.py"
+    every.write_text(f"from reef import {', '.join(sorted(_stub_names()))}\n", encoding="utf-8")
+    out, err, status = api.run(
+        ["--config-file", str(config), "--no-incremental", str(wrong), str(every)]
+    )
+    errors = [line for line in out.splitlines() if ": error:" in line]
+    assert status == 1, out + err
+    assert len(errors) == 1 and 'Module "reef" has no attribute "NoSuchThing"' in errors[0], out
+    assert errors[0].startswith(str(wrong)), out

@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("jinja2")
 
-from reef.components.byte_tokenizer import CHAT_TEMPLATE, ByteTokenizer
+from reef.components.local.byte_tokenizer import CHAT_TEMPLATE, ByteTokenizer
 from reef.core.chat_rendering import (
     ChatRenderer,
     RenderError,

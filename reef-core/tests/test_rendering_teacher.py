@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 pytest.importorskip("jinja2")
 
-from reef.components.byte_tokenizer import ByteTokenizer
+from reef.components.local.byte_tokenizer import ByteTokenizer
 from reef.core.chat_rendering import ChatRenderer, RenderedSample, RenderError
 from reef.core.teacher_rendering import (
     render_teacher,

@@ -57,9 +57,9 @@ from reef.core.job_data import (
 )
 from reef.core.records import InferenceRecord, RecordFormatError, from_json, to_json
 from reef.pipeline_context import PipelineContext
+from reef.recipe.grouped.processor import GroupedJobData
 from reef.record2sample import Record2Sample, ReportSamples
 from reef.record2sample.no_samples import NoSamples
-from reef.sample2job import GroupedJobData
 from reef.storage import Database, NewSample, TrainerSamples
 from reef.testing.components import RecordingComponent, train_until_submitted
 from reef.testing.records import call, report

@@ -41,6 +41,7 @@ from reef.storage import (
     ScenarioSettings,
     TrainerSamples,
 )
+from reef.storage.scenario_settings import snapshot_key
 from reef.testing.engines import scripted_engine
 from reef.testing.service import (
     ServiceToken,
@@ -49,7 +50,6 @@ from reef.testing.service import (
     service_app,
     service_test_plugins,
 )
-from reef.train.trainer import snapshot_key
 
 TOKENS = (
     ServiceToken("admin", ("infer", "feedback", "admin")),

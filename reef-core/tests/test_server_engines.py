@@ -25,9 +25,9 @@ import pytest
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 
-from reef.server import http_engine
-from reef.server.engines import EngineError
-from reef.server.http_engine import HttpEngine
+from reef.engines import http as http_engine
+from reef.engines.http import HttpEngine
+from reef.engines.interface import EngineError
 from reef.testing.service import free_port
 
 ANSWER = {"object": "chat.completion", "choices": [{"index": 0, "message": {"role": "assistant"}}]}

@@ -1,7 +1,7 @@
 """Publication into vLLM and SGLang: the service routes a scenario's calls to the artifact its
 engine serves, and each record names the artifact that really answered.
 
-Against the stand-ins of :mod:`reef.testing.engine_standins` (the engines' own endpoints and
+Against the stand-ins of :mod:`doubles.engine_standins` (the engines' own endpoints and
 answer shapes) on loopback, with the service in-process; ``tests/test_e2e_serve.py`` runs the
 same through ``reef serve`` with a trainer. A property test drives a publisher against an
 engine that fails at random and checks no answer is ever labelled with an artifact that did not
@@ -24,31 +24,30 @@ pytest.importorskip("starlette")
 pytest.importorskip("httpx")
 
 import httpx
+from doubles.engine_standins import StandInState, sglang_standin, vllm_standin
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
 from reef.components.interface import Artifact
 from reef.core.deployment import DeploymentError
-from reef.plugins.scenarios import load_deployment
-from reef.runtime import ReefRuntime
-from reef.server import ServerOptions, create_app
-from reef.server.publication import (
+from reef.engines.admin import PublicationError
+from reef.engines.publisher import (
     FIRST_BACKOFF,
     PUBLISHER_STATUS_PREFIX,
     STATUS_INTERVAL,
     EngineRoute,
-    PublicationError,
     Publisher,
-    SglangAdapters,
-    SglangFullWeights,
-    VllmAdapters,
     adapter_name,
 )
+from reef.engines.sglang import SglangAdapters, SglangFullWeights
+from reef.engines.vllm import VllmAdapters
+from reef.plugins.scenarios import load_deployment
+from reef.runtime import ReefRuntime
+from reef.server import ServerOptions, create_app
 from reef.server.service_runtime import ServiceRuntime
 from reef.server.status import status_table
 from reef.storage import Database, RecordStore, ScenarioSettings
-from reef.testing.engine_standins import StandInState, sglang_standin, vllm_standin
 from reef.testing.service import serve_on_loopback, service_test_plugins
 
 BASE = "tiny-llama"
@@ -518,7 +517,7 @@ def test_a_publishing_engine_is_checked_when_the_deployment_loads(
     ("training", "problem"),
     [
         (
-            '{component: "reef.components.local:LocalComponent",'
+            '{component: "reef.components.local.component:LocalComponent",'
             " options: {state_dir: %(state)s, model_path: %(state)s}}",
             "vLLM takes trained weights at run time as LoRA adapters only: no route of its"
             " server loads full weights from a folder .*; set training.options.lora to train a"
@@ -527,7 +526,7 @@ def test_a_publishing_engine_is_checked_when_the_deployment_loads(
         ),
         ("{component: noop}", "set training.component to local"),
         (
-            '[{component: "reef.components.local:LocalComponent", name: weights,'
+            '[{component: "reef.components.local.component:LocalComponent", name: weights,'
             " options: {state_dir: %(state)s, model_path: %(state)s, lora: {r: 4}}},"
             " {component: noop, serves: true}]",
             r"set training.component to local \(with several components, on the entry that"

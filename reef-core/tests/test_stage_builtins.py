@@ -13,10 +13,10 @@ from reef.core.job_data import JobData, Sample, TrajectorySample
 from reef.core.plugins import NoSettings, PluginConfigError, RecipeConfigError
 from reef.core.records import InferenceRecord, JudgedRecord, Judgment, Report
 from reef.pipeline_context import PipelineContext
+from reef.recipe.grouped.processor import GroupedJobData, GroupedReportSamples
 from reef.record2sample import (
     BackgroundJobWorker,
     GroupDecision,
-    GroupedReportSamples,
     JudgedSamples,
     NoSamples,
     RecordJudging,
@@ -31,7 +31,7 @@ from reef.record2sample import (
     SkippedReport,
     TrajectorySamples,
 )
-from reef.sample2job import GroupedJobData, Sample2Job
+from reef.sample2job import Sample2Job
 from reef.testing.records import call, report
 
 CTX = PipelineContext("s", "c", has_runtime_loader=True)

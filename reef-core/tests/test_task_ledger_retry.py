@@ -1,4 +1,4 @@
-"""A generation retried after a failed store write (``reef.record2sample.task_ledger``).
+"""A generation retried after a failed store write (``reef.recipe.generated_tasks.ledger``).
 
 rule: P-TASK-10 P-TASK-11 P-TASK-23 A failure to run retries the generation from its saved
 candidates: a candidate that was published before the failure stays published (its own files are
@@ -12,10 +12,15 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from doubles.generators import ArithmeticTasks
 
+from reef.recipe.generated_tasks.ledger import (
+    Generation,
+    GenerationPlan,
+    TaskLedger,
+    run_generation,
+)
 from reef.record2sample.generator import TaskGenerationRequest
-from reef.record2sample.task_ledger import Generation, GenerationPlan, TaskLedger, run_generation
-from reef.testing.generators import ArithmeticTasks
 
 
 class FailingOnce:

@@ -21,8 +21,8 @@ from reef.storage import (
     TrainerSamples,
     TrainerState,
 )
+from reef.storage.scenario_settings import snapshot_key
 from reef.testing.components import RecordingComponent, store_groups, train_until_submitted
-from reef.train.trainer import snapshot_key
 
 
 class GiveBackOnce:

@@ -21,9 +21,10 @@ from reef.pipeline_context import PipelineContext
 from reef.record2sample.no_samples import NoSamples
 from reef.sample2job import JobDataError, Sample2Job, validate_job_data
 from reef.storage import Database, NewSample, ScenarioSettings, TrainerSamples
+from reef.storage.scenario_settings import snapshot_key
 from reef.testing.components import RecordingComponent
 from reef.train.pipeline import TrainingPipeline
-from reef.train.trainer import Trainer, TrainerParts, TrainerSettings, snapshot_key
+from reef.train.trainer import Trainer, TrainerParts, TrainerSettings
 
 CONTEXT = PipelineContext("s", "c")
 

@@ -15,12 +15,13 @@ import pytest
 from reef.components.interface import Artifact, JobHandle
 from reef.core.job_data import JobOutcome, TrajectorySample, sample_body
 from reef.pipeline_context import PipelineContext
+from reef.recipe.grouped.processor import GroupedJobData
 from reef.record2sample.no_samples import NoSamples
-from reef.sample2job import GroupedJobData
 from reef.storage import Database, NewSample, ScenarioSettings, TrainerSamples
+from reef.storage.scenario_settings import snapshot_key
 from reef.testing.components import RecordingComponent, train_until_submitted
 from reef.train.pipeline import TrainingPipeline
-from reef.train.trainer import TrainerParts, snapshot_key
+from reef.train.trainer import TrainerParts
 
 
 class PublishingComponent(RecordingComponent):

@@ -15,16 +15,19 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("tinker")
 
-from reef.components.tinker.component import TinkerComponent, TinkerComponentSettings
+from doubles.tinker_service import TinkerStandIn
+
+from reef.components.tinker.component import TinkerComponent
+from reef.components.tinker.settings import TinkerComponentSettings
 from reef.core.job_data import sample_body
 from reef.pipeline_context import PipelineContext
+from reef.recipe.grouped.processor import GroupedJobData
 from reef.record2sample.no_samples import NoSamples
-from reef.sample2job import GroupedJobData
 from reef.storage import Database, NewSample, ScenarioSettings, TrainerSamples
+from reef.storage.scenario_settings import snapshot_key
 from reef.testing.samples import colour_samples
-from reef.testing.tinker_service import TinkerStandIn
 from reef.train.pipeline import TrainingPipeline
-from reef.train.trainer import Trainer, TrainerParts, TrainerSettings, snapshot_key
+from reef.train.trainer import Trainer, TrainerParts, TrainerSettings
 
 
 def store_groups(database: Database, trainer: str, scenario: str = "s") -> None:

@@ -330,8 +330,8 @@ def test_unused_groups_come_back_in_the_next_job_and_status_shows_the_seal(
     under a batch id of its own, and trains its rewards under the epoch in force. The scenario
     status shows that epoch and the last seal."""
     from reef.pipeline_context import PipelineContext
+    from reef.recipe.grouped.processor import GroupedJobData
     from reef.record2sample.no_samples import NoSamples
-    from reef.sample2job import GroupedJobData
     from reef.storage import NewSample, TrainerSamples, open_database
     from reef.train.pipeline import TrainingPipeline
 

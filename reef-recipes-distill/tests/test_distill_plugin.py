@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from reef import PluginKind, Plugins
+from reef import PluginKind
+from reef.embed import Plugins
 from reef_distill.openclaw.recipe import OpenClawRLRecipe
 from reef_distill.recipe import DistillRecipe
 

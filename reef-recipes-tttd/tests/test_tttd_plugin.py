@@ -8,7 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from reef import PluginKind, Plugins, load_deployment
+from reef import PluginKind
+from reef.embed import Plugins, load_deployment
 from reef.testing import ENTRY_POINT_GROUP
 from reef_tttd.processor import SDPOJobData, SDPOSamples, TTTDJobData, TTTDSamples
 from reef_tttd.recipe import SDPORecipe, TTTDRecipe

@@ -8,13 +8,13 @@ group ``reef.plugins``, under a short, user-facing name (``sft``, ``distill``, `
     sft = "reef_sft.plugin"
 
 An entry point may also name a class (``ecc = "agent_ecc.reef_plugin:EccPlugin"``): Reef makes
-one instance per :class:`reef.Plugins`, whose methods are the hooks and which keeps the plugin's
+one instance per :class:`reef.embed.Plugins`, whose methods are the hooks and which keeps the plugin's
 state, so two ``Plugins`` of one process never share it. ``docs/plugins.md`` lists each hook's
 exact signature, and a test keeps that list true.
 
 Two families of hooks:
 
-- **Discovery hooks** run once per plugin, when :meth:`reef.Plugins.load`
+- **Discovery hooks** run once per plugin, when :meth:`reef.embed.Plugins.load`
   registers it. Each receives a :class:`reef.PluginRegistrar` bound to one kind of
   contribution; the plugin calls ``registry.register("short-name", TheClass)`` for each class
   it contributes. A deployment then names the class by that short name.

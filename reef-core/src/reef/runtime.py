@@ -5,13 +5,13 @@ components, and the built-in local engine.
 scenario and entry of its ``training`` section (a scenario without one records and admits, but
 trains nothing). Each trainer builds its pipeline and component when it takes its lease, so
 a process that waits as a standby holds no stale weights. A scenario whose ``serving.engine``
-is ``local`` is answered by a :class:`~reef.components.local_engine.LocalEngine` over the
+is ``local`` is answered by a :class:`~reef.engines.local.LocalEngine` over the
 artifacts of its served ``local`` component (``Deployment.served_training``; shared through the
 component's ``state_dir``, so every process serves what the trainer published last, wherever
 the trainer runs). The other trainers of a scenario of several publish into their own folders
 only.
 
-A scenario served by ``vllm`` or ``sglang`` gets a :class:`~reef.server.publication.Publisher`
+A scenario served by ``vllm`` or ``sglang`` gets a :class:`~reef.engines.publisher.Publisher`
 that follows the same artifacts and puts each new one into the engine, in every process (an
 adapter already loaded by another process is loaded once). A trainer's publication waits for
 the engine to serve its new artifact (``serving.publish_timeout``), and the trainer then
@@ -41,29 +41,20 @@ from reef.core.deployment import (
     TrainingSection,
 )
 from reef.core.job_data import JobData, JobOutcome
+from reef.engines.admin import EngineAdmin
+from reef.engines.interface import CompletionFunction
+from reef.engines.publisher import Publisher
+from reef.engines.sglang import SglangAdapters, SglangFullWeights
+from reef.engines.vllm import VllmAdapters
 from reef.pipeline_context import TrainingMode
 from reef.plugins import Plugins
 from reef.plugins.scenarios import recipe_job_parameters, scenario_classes
 from reef.record2sample.generator.client import GENERATOR_URL
-from reef.server.engines import CompletionFunction
-from reef.server.publication import (
-    EngineAdmin,
-    Publisher,
-    SglangAdapters,
-    SglangFullWeights,
-    VllmAdapters,
-)
 from reef.server.service import engine_address
 from reef.server.service_runtime import ServiceRuntime
 from reef.storage import Database, ScenarioSettings
 from reef.train.stages import build_pipeline
-from reef.train.trainer import (
-    PartsFactory,
-    Trainer,
-    TrainerParts,
-    TrainerSettings,
-    process_holder,
-)
+from reef.train.trainer import PartsFactory, Trainer, TrainerParts, TrainerSettings, process_holder
 
 __all__ = ["PublishedComponent", "ReefRuntime"]
 
@@ -145,9 +136,10 @@ class ReefRuntime(ServiceRuntime):
     ) -> CompletionFunction:
         """The local engine over the artifacts of the scenario's served ``local`` component."""
         # Imported here: torch is an extra, needed only by a deployment that serves locally.
-        from reef.components.artifacts import ArtifactStore
-        from reef.components.local import LocalComponent, LocalComponentSettings
-        from reef.components.local_engine import LocalEngine
+        from reef.components.local.artifacts import ArtifactStore
+        from reef.components.local.component import LocalComponent
+        from reef.components.local.settings import LocalComponentSettings
+        from reef.engines.local import LocalEngine
 
         component = None if served is None else components[served.trainer]
         if served is None or component is None or not issubclass(component, LocalComponent):
@@ -174,8 +166,9 @@ class ReefRuntime(ServiceRuntime):
     ) -> Publisher:
         """The publisher of the artifacts of the scenario's served ``local`` component into its
         vLLM or SGLang server."""
-        from reef.components.artifacts import ArtifactStore
-        from reef.components.local import LocalComponent, LocalComponentSettings
+        from reef.components.local.artifacts import ArtifactStore
+        from reef.components.local.component import LocalComponent
+        from reef.components.local.settings import LocalComponentSettings
 
         assert serving.url is not None
         assert serving.model is not None  # ServingSection requires both for these engines

@@ -10,7 +10,7 @@ trains (as tinker-cookbook's on-policy distillation does):
 
 :func:`token_advantages` gives each sequence of a job its row of advantages. Every component
 that distils uses these: ``local`` (whose teachers run on its device,
-:mod:`reef.components.teacher`) and ``tinker`` (whose self teacher is a ``forward`` of the
+:mod:`reef.components.local.teacher`) and ``tinker`` (whose self teacher is a ``forward`` of the
 teacher sequences at the job's start weights). :class:`EngineTeacher` is the teacher behind an
 OpenAI-compatible engine that returns prompt log probabilities (vLLM's ``/v1/completions``
 with the prompt as token ids and ``prompt_logprobs``); the engine must serve a model with the

@@ -95,12 +95,13 @@ class PluginSettings:
         cls,
         config: Mapping[str, Any] | None,
         *,
-        plugin_class: type[Any],
+        plugin_class: type[Any] | str,
         path: str = "$",
     ) -> Self:
         """Structure ``config`` (a mapping from the deployment; ``None`` reads as ``{}``).
 
-        :param plugin_class: the plugin (stage, recipe) that owns these settings; errors name it.
+        :param plugin_class: the plugin (stage, recipe) that owns these settings, or its class
+            name (a class not imported yet); errors name it.
         :param path: where ``config`` sits in its document, the prefix of every error's key.
         :raises PluginConfigError: listing every unknown key (with the closest valid one), every
             missing required key, every value of the wrong type and every value a validator
@@ -109,7 +110,7 @@ class PluginSettings:
         problems: list[tuple[str, str]] = []
         settings = cls.structure_at(config, path, problems)
         if settings is None:
-            plugin = plugin_class.__name__
+            plugin = plugin_class if isinstance(plugin_class, str) else plugin_class.__name__
             raise PluginConfigError.of([PluginConfigError(plugin, k, r) for k, r in problems])
         return settings
 

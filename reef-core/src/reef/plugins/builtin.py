@@ -1,73 +1,85 @@
-"""reef-core's own plugin: the built-in recipe, stages and component, registered through the
+"""reef-core's own plugin: the built-in recipes, stages and components, registered through the
 same entry point group (``reef.plugins``, as ``core``) as any distribution's, so ``reef plugins``
-lists them alike."""
+lists them alike.
+
+Every class is registered as a ``module:Class`` reference and imported when a deployment first
+uses it: loading the plugins imports no stage, no PyTorch and no SDK. A built-in component is
+registered only when the packages of its extra are installed, which is found out without
+importing them (:func:`built_in_components`).
+"""
 
 from __future__ import annotations
 
-import importlib
+import importlib.util
 import logging
-from typing import Any
+from typing import Final
 
 import attrs
 
 from reef.hookspecs import hookimpl
 from reef.plugins.registrar import PluginRegistrar
 
-
-@hookimpl
-def reef_register_record2sample(registry: PluginRegistrar) -> None:
-    """The core's record-to-sample stages."""
-    # Imported when the hook runs, not when the entry point loads: the stages pull in the
-    # pipeline's modules, which listing plugins does not need until it registers them.
-    from reef.record2sample.distill import DistillSamples
-    from reef.record2sample.generated_tasks import GeneratedTaskSamples
-    from reef.record2sample.grouped import GroupedReportSamples
-    from reef.record2sample.no_samples import NoSamples
-    from reef.record2sample.reports import ReportSamples
-    from reef.record2sample.traces import TraceSamples
-    from reef.record2sample.trajectories import TrajectorySamples
-
-    registry.register("NoSamples", NoSamples)
-    registry.register("TrajectorySamples", TrajectorySamples)
-    registry.register("ReportSamples", ReportSamples)
-    registry.register("GroupedReportSamples", GroupedReportSamples)
-    registry.register("DistillSamples", DistillSamples)
-    registry.register("GeneratedTaskSamples", GeneratedTaskSamples)
-    registry.register("TraceSamples", TraceSamples)
-
-
-@hookimpl
-def reef_register_sample2job(registry: PluginRegistrar) -> None:
-    """The core's sample-to-job stages."""
-    from reef.sample2job.distill import DistillJobData
-    from reef.sample2job.generated_tasks import GeneratedTaskJobData
-    from reef.sample2job.grouped import GroupedJobData
-    from reef.sample2job.traces import TraceJobData, TrainTaskJobData
-
-    registry.register("GroupedJobData", GroupedJobData)
-    registry.register("DistillJobData", DistillJobData)
-    registry.register("GeneratedTaskJobData", GeneratedTaskJobData)
-    registry.register("TraceJobData", TraceJobData)
-    registry.register("TrainTaskJobData", TrainTaskJobData)
+#: The core's record-to-sample stages: name, reference.
+RECORD2SAMPLE: Final = (
+    ("NoSamples", "reef.record2sample.no_samples:NoSamples"),
+    ("TrajectorySamples", "reef.record2sample.trajectories:TrajectorySamples"),
+    ("ReportSamples", "reef.record2sample.reports:ReportSamples"),
+    ("GroupedReportSamples", "reef.recipe.grouped.processor:GroupedReportSamples"),
+    ("DistillSamples", "reef.record2sample.distill:DistillSamples"),
+    ("GeneratedTaskSamples", "reef.recipe.generated_tasks.processor:GeneratedTaskSamples"),
+    ("TraceSamples", "reef.record2sample.traces:TraceSamples"),
+)
+#: The core's sample-to-job stages.
+SAMPLE2JOB: Final = (
+    ("GroupedJobData", "reef.recipe.grouped.processor:GroupedJobData"),
+    ("DistillJobData", "reef.sample2job.distill:DistillJobData"),
+    ("GeneratedTaskJobData", "reef.recipe.generated_tasks.processor:GeneratedTaskJobData"),
+    ("TraceJobData", "reef.sample2job.traces:TraceJobData"),
+    ("TrainTaskJobData", "reef.sample2job.traces:TrainTaskJobData"),
+)
+#: The core's recipes: the default weight recipe, generated tasks, harness evolution.
+RECIPES: Final = (
+    ("grouped", "reef.recipe.grouped.recipe:GroupedRecipe"),
+    ("generated_tasks", "reef.recipe.generated_tasks.recipe:GeneratedTaskRecipe"),
+    ("harness", "reef.recipe.harness:HarnessRecipe"),
+)
 
 
-@hookimpl
-def reef_register_recipes(registry: PluginRegistrar) -> None:
-    """The core's default weight recipe, and the generated-task recipe."""
-    from reef.recipe.generated_tasks import GeneratedTaskRecipe
-    from reef.recipe.grouped import GroupedRecipe
-    from reef.recipe.harness import HarnessRecipe
+@attrs.frozen
+class BuiltInComponent:
+    """A built-in component: where it and its settings live, the extra that installs what it
+    needs, and the top-level modules of that extra that it imports."""
 
-    registry.register("grouped", GroupedRecipe)
-    registry.register("generated_tasks", GeneratedTaskRecipe)
-    registry.register("harness", HarnessRecipe)
+    name: str
+    reference: str
+    settings: str
+    extra: str
+    needs: tuple[str, ...]
 
 
-#: Each built-in component: its name, where it lives, and the extra that installs what it needs.
-BUILT_IN_COMPONENTS = (
-    ("local", "reef.components.local:LocalComponent", "torch"),
-    ("tinker", "reef.components.tinker:TinkerComponent", "tinker"),
-    ("slime", "reef.components.slime:SlimeComponent", "slime"),
+#: Each built-in component.
+BUILT_IN_COMPONENTS: Final = (
+    BuiltInComponent(
+        "local",
+        "reef.components.local.component:LocalComponent",
+        "reef.components.local.settings:LocalComponentSettings",
+        "torch",
+        ("torch", "jinja2"),
+    ),
+    BuiltInComponent(
+        "tinker",
+        "reef.components.tinker.component:TinkerComponent",
+        "reef.components.tinker.settings:TinkerComponentSettings",
+        "tinker",
+        ("tinker", "jinja2"),
+    ),
+    BuiltInComponent(
+        "slime",
+        "reef.components.slime.component:SlimeComponent",
+        "reef.components.slime.component:SlimeComponentSettings",
+        "slime",
+        ("jinja2", "transformers"),
+    ),
 )
 
 
@@ -80,31 +92,48 @@ class UnavailableComponent:
     install: str
 
 
-def built_in_components() -> tuple[dict[str, type[Any]], list[UnavailableComponent]]:
-    """The built-in components that import here, by name, and those that do not."""
-    available: dict[str, type[Any]] = {}
+def built_in_components() -> tuple[list[BuiltInComponent], list[UnavailableComponent]]:
+    """The built-in components whose extras are installed here, and those whose are not (each
+    with the first module it misses). Nothing is imported: a module's presence is enough."""
+    available: list[BuiltInComponent] = []
     unavailable: list[UnavailableComponent] = []
-    for name, reference, extra in BUILT_IN_COMPONENTS:
-        module, _, class_name = reference.partition(":")
-        try:
-            available[name] = getattr(importlib.import_module(module), class_name)
-        except ModuleNotFoundError as exc:
-            if exc.name is None or exc.name.split(".")[0] == "reef":
-                raise  # a module of Reef itself: a broken installation, not a missing extra
-            # Without its extra the core still runs everything else.
-            missing = exc.name
-            unavailable.append(
-                UnavailableComponent(name, missing, f"pip install 'reef-core[{extra}]'")
-            )
+    for component in BUILT_IN_COMPONENTS:
+        missing = [m for m in component.needs if importlib.util.find_spec(m) is None]
+        if missing:
+            install = f"pip install 'reef-core[{component.extra}]'"
+            unavailable.append(UnavailableComponent(component.name, missing[0], install))
+        else:
+            available.append(component)
     return available, unavailable
+
+
+@hookimpl
+def reef_register_record2sample(registry: PluginRegistrar) -> None:
+    """The core's record-to-sample stages."""
+    for name, reference in RECORD2SAMPLE:
+        registry.register(name, reference)
+
+
+@hookimpl
+def reef_register_sample2job(registry: PluginRegistrar) -> None:
+    """The core's sample-to-job stages."""
+    for name, reference in SAMPLE2JOB:
+        registry.register(name, reference)
+
+
+@hookimpl
+def reef_register_recipes(registry: PluginRegistrar) -> None:
+    """The core's recipes."""
+    for name, reference in RECIPES:
+        registry.register(name, reference)
 
 
 @hookimpl
 def reef_register_components(registry: PluginRegistrar) -> None:
     """The built-in training components whose extras are installed."""
     available, unavailable = built_in_components()
-    for name, component in available.items():
-        registry.register(name, component)
+    for component in available:
+        registry.register(component.name, component.reference, settings=component.settings)
     for missing in unavailable:
         logging.getLogger(__name__).info(
             "the %s component needs %s (%s): not registered",

@@ -10,7 +10,6 @@ line; any other failure to import names the entry point and fails.
 from __future__ import annotations
 
 import difflib
-import importlib
 import importlib.metadata
 import logging
 import os
@@ -22,7 +21,7 @@ import attrs
 import pluggy
 
 from reef import hookspecs
-from reef.core.plugins import PluginSettings
+from reef.core.plugins import NoSettings, PluginSettings
 from reef.plugins.builtin import built_in_components
 from reef.plugins.registrar import (
     DuplicatePluginNameError,
@@ -31,6 +30,7 @@ from reef.plugins.registrar import (
     PluginRegistrar,
     Registration,
     UnknownPluginError,
+    import_reference,
 )
 
 if TYPE_CHECKING:
@@ -239,8 +239,10 @@ class Plugins:
                 registrar = PluginRegistrar(kind)
                 # Called for this plugin alone, so each contribution is known to be its own.
                 impl.function(*(registrar for _ in impl.argnames))
-                for class_name, cls in registrar.contributed.items():
-                    new = Registration(kind, class_name, cls, name, distribution, version)
+                for class_name, (cls, settings) in registrar.contributed.items():
+                    new = Registration(
+                        kind, class_name, cls, name, distribution, version, settings=settings
+                    )
                     old = self._registrations.get((kind, class_name))
                     if old is not None:
                         raise DuplicatePluginNameError(
@@ -306,16 +308,44 @@ class Plugins:
 
     def resolve(self, kind: PluginKind, name: str) -> type[Any]:
         """The class a deployment means by ``name``: a registered name of ``kind``, or a
-        ``module:Class`` reference (``Class`` may be dotted).
+        ``module:Class`` reference (``Class`` may be dotted). A class registered by reference
+        is imported here, the first time.
 
         :raises UnknownPluginError: listing the installed names of ``kind``.
+        :raises PluginLoadError: when a class registered by reference does not import.
         """
-        installed = self.names(kind)
         if ":" in name:
-            return _import_reference(kind, name, installed)
+            return _import_reference(kind, name, self.names(kind))
+        return self.registered(kind, name).load()
+
+    def settings_of(self, kind: PluginKind, name: str) -> tuple[str, type[PluginSettings]]:
+        """The name errors give the class ``name`` means, and its settings class, importing
+        the class itself only when its registration names no settings reference (what
+        reading a deployment needs of a component, without its PyTorch).
+
+        :raises UnknownPluginError: as :meth:`resolve`.
+        :raises TypeError: when the class's ``Settings`` does not extend ``PluginSettings``.
+        """
+        if ":" not in name:
+            registration = self.registered(kind, name)
+            settings = registration.settings_class()
+            if settings is not None:
+                if not issubclass(settings, PluginSettings):
+                    raise TypeError(f"{registration.settings} must extend PluginSettings")
+                return registration.reference.rpartition(":")[2].rpartition(".")[2], settings
+        cls = self.resolve(kind, name)
+        return cls.__name__, settings_class_of(cls)
+
+    def registered(self, kind: PluginKind, name: str) -> Registration:
+        """The registration of ``name`` for ``kind``.
+
+        :raises UnknownPluginError: listing the installed names of ``kind``, with the nearest
+            name, or the kind it is registered under instead.
+        """
         registration = self._registrations.get((kind, name))
         if registration is not None:
-            return registration.cls
+            return registration
+        installed = self.names(kind)
         listed = ", ".join(installed) if installed else "none"
         elsewhere = [k for k in PluginKind if (k, name) in self._registrations]
         if elsewhere:
@@ -410,11 +440,8 @@ def _merged(scenario: str, what: str, results: Sequence[Mapping[str, Any]]) -> d
 
 
 def _import_reference(kind: PluginKind, reference: str, installed: Sequence[str]) -> type[Any]:
-    module_name, _, qualname = reference.partition(":")
     try:
-        target: Any = importlib.import_module(module_name)
-        for part in qualname.split("."):
-            target = getattr(target, part)
+        target = import_reference(reference)
     except (ImportError, AttributeError) as exc:
         raise UnknownPluginError(
             kind, reference, installed, f"cannot import {kind} {reference!r}: {exc}"
@@ -424,3 +451,12 @@ def _import_reference(kind: PluginKind, reference: str, installed: Sequence[str]
             kind, reference, installed, f"{kind} {reference!r} is not a class: {target!r}"
         )
     return target
+
+
+def settings_class_of(plugin_class: type[Any]) -> type[PluginSettings]:
+    """The settings class a plugin class declares as ``Settings``; a class that declares none
+    takes no config (:class:`NoSettings`)."""
+    settings = getattr(plugin_class, "Settings", NoSettings)
+    if not (isinstance(settings, type) and issubclass(settings, PluginSettings)):
+        raise TypeError(f"{plugin_class.__name__}.Settings must extend PluginSettings")
+    return settings

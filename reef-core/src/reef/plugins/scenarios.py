@@ -9,7 +9,7 @@ all problems of the file are reported at once, each with its path.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +23,9 @@ from reef.core.deployment import (
     TrainingSection,
     deployment_document,
 )
-from reef.core.plugins import NoSettings, PluginConfigError, PluginSettings
-from reef.plugins.manager import Plugins
-from reef.plugins.registrar import PluginKind, UnknownPluginError
+from reef.core.plugins import PluginConfigError, PluginSettings
+from reef.plugins.manager import Plugins, settings_class_of
+from reef.plugins.registrar import PluginKind, PluginLoadError, UnknownPluginError
 from reef.recipe import Recipe
 
 
@@ -42,13 +42,22 @@ class ScenarioClasses:
     extensions: Mapping[str, PluginSettings] = attrs.field(factory=dict)
 
 
-def settings_class_of(plugin_class: type[Any]) -> type[PluginSettings]:
-    """The settings class a plugin class declares as ``Settings``; a class that declares none
-    takes no config (:class:`NoSettings`)."""
-    settings = getattr(plugin_class, "Settings", NoSettings)
-    if not (isinstance(settings, type) and issubclass(settings, PluginSettings)):
-        raise TypeError(f"{plugin_class.__name__}.Settings must extend PluginSettings")
-    return settings
+class _Components(Mapping[str, type[Any]]):
+    """Each trainer's component class, by trainer, imported when first looked up: reading and
+    checking a deployment imports no component (its PyTorch, its SDK) until a trainer runs."""
+
+    def __init__(self, plugins: Plugins, names: Mapping[str, str]) -> None:
+        self._plugins = plugins
+        self._names = dict(names)
+
+    def __getitem__(self, trainer: str) -> type[Any]:
+        return self._plugins.resolve(PluginKind.COMPONENT, self._names[trainer])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
 
 
 def recipe_job_parameters(recipe: type[Any] | None, scenario: ScenarioSection) -> Mapping[str, Any]:
@@ -82,8 +91,12 @@ def recipe_gaps(plugins: Plugins, recipe: type[Any]) -> tuple[str, ...]:
         ("sample2job", PluginKind.SAMPLE2JOB),
     ):
         name = getattr(spec, stage)
+        # A registered name is enough (its class is imported when a scenario uses it).
         try:
-            plugins.resolve(kind, name)
+            if ":" in name:
+                plugins.resolve(kind, name)
+            else:
+                plugins.registered(kind, name)
         except UnknownPluginError:
             gaps.append(f"its {kind} stage {name!r} is not installed")
     return tuple(gaps)
@@ -94,22 +107,25 @@ def _resolve(
 ) -> type[Any] | None:
     try:
         return plugins.resolve(kind, name)
-    except UnknownPluginError as exc:
+    except (UnknownPluginError, PluginLoadError) as exc:
         problems.append(f"{exc} @ {path}")
         return None
 
 
 def _check_config(
-    plugin_class: type[Any],
+    owner: type[Any] | str,
+    settings: type[PluginSettings] | None,
     config: Mapping[str, Any] | None,
     path: str,
     problems: list[str],
-    *,
-    settings_class: type[PluginSettings] | None = None,
 ) -> PluginSettings | None:
+    """``config`` parsed by ``settings`` (by default ``owner``'s own ``Settings``), or ``None``
+    with its problems appended; errors name ``owner`` (a class, or its name)."""
     try:
-        settings = settings_class or settings_class_of(plugin_class)
-        return settings.parse(config, plugin_class=plugin_class, path=path)
+        if settings is None:
+            assert isinstance(owner, type)
+            settings = settings_class_of(owner)
+        return settings.parse(config, plugin_class=owner, path=path)
     except PluginConfigError as exc:
         problems.extend(f"{e.plugin}: {e.reason} @ {e.key}" for e in exc.errors)
     except TypeError as exc:
@@ -119,16 +135,16 @@ def _check_config(
 
 def _check_own_state(
     trainer: str,
-    component: type[Any],
+    settings: type[PluginSettings],
     options: Mapping[str, Any] | None,
     path: str,
     holders: dict[str, str],
     problems: list[str],
 ) -> None:
     """Refuse a trainer whose component keeps its state in a folder another trainer of the
-    scenario already keeps its state in (the options its class names in ``state_options``):
+    scenario already keeps its state in (the options its settings name in ``state_options``):
     the two would overwrite each other's weights and journals."""
-    for option in getattr(component, "state_options", ()):
+    for option in getattr(settings, "state_options", ()):
         value = (options or {}).get(option)
         if not isinstance(value, str):
             continue  # missing or mistyped: the settings report it
@@ -165,7 +181,7 @@ def scenario_classes(
     recipe_settings = None
     if recipe is not None:
         recipe_settings = _check_config(
-            recipe, scenario.recipe.config, f"{path}.recipe.config", found
+            recipe, None, scenario.recipe.config, f"{path}.recipe.config", found
         )
     for stage, kind in (
         ("record2sample", PluginKind.RECORD2SAMPLE),
@@ -183,7 +199,7 @@ def scenario_classes(
         stage_class = _resolve(plugins, kind, class_name, f"{stage_path}.class", found)
         classes[stage] = stage_class
         if stage_class is not None:
-            _check_config(stage_class, section.config, f"{stage_path}.config", found)
+            _check_config(stage_class, None, section.config, f"{stage_path}.config", found)
     # The recipe checks the pipeline its trainers will build (a weight recipe's job_samples);
     # a scenario without a training section builds none, so it only records until one is added.
     if recipe is not None and recipe_settings is not None and scenario.trainings:
@@ -191,20 +207,22 @@ def scenario_classes(
             recipe.check_pipeline(scenario.pipeline, recipe_settings, path=f"{path}.pipeline")
         except PluginConfigError as exc:
             found.extend(f"{e.plugin}: {e.reason} @ {e.key}" for e in exc.errors)
-    components: dict[str, type[Any]] = {}
+    components: dict[str, str] = {}
     holders: dict[str, str] = {}  # state folder -> the trainer that keeps its state there
     entries = scenario.trainings
     for index, entry in enumerate(entries):
         # A single mapping keeps its paths; a list's entries are numbered.
         listed = not isinstance(scenario.training, TrainingSection)
         training_path = f"{path}.training" + (f"[{index}]" if listed else "")
-        component = _resolve(
-            plugins, PluginKind.COMPONENT, entry.component, f"{training_path}.component", found
-        )
-        if component is not None:
-            components[entry.trainer] = component
-            _check_config(component, entry.options, f"{training_path}.options", found)
-            _check_own_state(entry.trainer, component, entry.options, training_path, holders, found)
+        try:
+            # The settings alone: the component itself is imported when its trainer runs.
+            owner, settings = plugins.settings_of(PluginKind.COMPONENT, entry.component)
+        except (UnknownPluginError, PluginLoadError, TypeError) as exc:
+            found.append(f"{exc} @ {training_path}.component")
+            continue
+        components[entry.trainer] = entry.component
+        _check_config(owner, settings, entry.options, f"{training_path}.options", found)
+        _check_own_state(entry.trainer, settings, entry.options, training_path, holders, found)
     extensions: dict[str, PluginSettings] = {}
     for extension, config in scenario.extensions.items():
         extension_path = f"{path}.extensions.{extension}"
@@ -212,9 +230,7 @@ def scenario_classes(
         if settings_class is None:
             continue
         # An extension registers its settings class itself: it is what the scenario configures.
-        parsed = _check_config(
-            settings_class, config, extension_path, found, settings_class=settings_class
-        )
+        parsed = _check_config(settings_class, settings_class, config, extension_path, found)
         if parsed is not None:
             extensions[extension] = parsed
     if len(found) > before:
@@ -226,7 +242,7 @@ def scenario_classes(
         recipe=recipe,
         record2sample=_known(classes["record2sample"]),
         sample2job=_known(classes["sample2job"]),
-        components=components,
+        components=_Components(plugins, components),
         extensions=extensions,
     )
 

@@ -1,8 +1,8 @@
 """Record-to-sample stages: :class:`Record2Sample`, record sets and units, and the built-ins.
 
 A recipe's record-to-sample stage extends one of :class:`NoSamples`, :class:`TrajectorySamples`,
-:class:`ReportSamples` (grouped: :class:`GroupedReportSamples`; distilling:
-:class:`DistillSamples`) or :class:`JudgedSamples` (or
+:class:`ReportSamples` (distilling: :class:`DistillSamples`; grouped:
+:class:`reef.recipe.grouped.processor.GroupedReportSamples`) or :class:`JudgedSamples` (or
 :class:`Record2Sample` itself). See ``docs/pipeline.md`` for a recipe author's walk through them.
 """
 
@@ -13,7 +13,6 @@ from reef.record2sample.distill import (
     compose_teacher_request,
     with_teacher,
 )
-from reef.record2sample.grouped import GroupedReportSamples, ReportGroups
 from reef.record2sample.judged import JudgedSamples, RecordJudging
 from reef.record2sample.no_samples import NoSamples
 from reef.record2sample.record_sets import (
@@ -38,7 +37,6 @@ __all__ = [
     "DistillSamplesSettings",
     "FinishedJob",
     "GroupDecision",
-    "GroupedReportSamples",
     "JudgedSamples",
     "MissingScore",
     "NoSamples",
@@ -51,7 +49,6 @@ __all__ = [
     "ReportContext",
     "ReportError",
     "ReportGrouping",
-    "ReportGroups",
     "ReportSamples",
     "SampleAssembly",
     "SampleResult",

@@ -30,9 +30,9 @@ from reef.containers.verify import Verdict
 from reef.core.harbor import HarborTask, HarborTaskError
 from reef.core.plugins import PluginConfigError
 from reef.core.records import JSON
+from reef.engines.interface import EngineError
 from reef.record2sample.generator.service import GeneratorService, TaskNotFound
 from reef.server.bodies import answer, structure
-from reef.server.engines import EngineError
 from reef.server.errors import ApiError
 from reef.server.openapi import ApiRoute
 from reef.server.request_json import read_json

@@ -24,11 +24,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from reef.core.records import JSON, TAG_HEADER_PREFIX, InferenceRecord
+from reef.engines.interface import ChunkAssembler, EngineError
+from reef.engines.publisher import EngineRoute, Publisher
 from reef.server.bodies import ChatCompletionRequest, structure, unstructure
-from reef.server.engines import ChunkAssembler, EngineError
 from reef.server.errors import ApiError, ErrorBody, ErrorDetail
 from reef.server.openapi import ApiRoute
-from reef.server.publication import EngineRoute, Publisher
 from reef.server.request_json import read_json
 from reef.server.service import ServedScenario, Service, service_of
 

@@ -29,7 +29,7 @@ from reef.server.openapi import ApiRoute
 from reef.server.request_json import read_json
 from reef.server.service import ServedScenario, check_trainer, service_of
 from reef.storage import ConflictError, UnknownSampleError
-from reef.train.trainer import TRAINING_MODE_SETTING
+from reef.storage.scenario_settings import TRAINING_MODE_SETTING
 
 __all__ = ["ROUTES"]
 

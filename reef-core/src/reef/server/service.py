@@ -20,14 +20,14 @@ from starlette.requests import Request
 
 from reef.containers.interface import ContainerError
 from reef.core.deployment import LOCAL_ENGINE, PUBLISHING_ENGINES, Deployment, ServingSection
+from reef.engines.http import HttpEngine
+from reef.engines.interface import ChatEngine, FunctionEngine
 from reef.plugins import Plugins
-from reef.record2sample.generated_tasks import saved_scenario_task
+from reef.recipe.generated_tasks.processor import saved_scenario_task
 from reef.record2sample.generator.service import GeneratorService
 from reef.server.admission import ScenarioAdmission
 from reef.server.auth import Authenticator, Caller, Scope
-from reef.server.engines import ChatEngine, FunctionEngine
 from reef.server.errors import ApiError, ServiceConfigError
-from reef.server.http_engine import HttpEngine
 from reef.server.ledger import ScenarioLedger
 from reef.server.service_runtime import ServiceRuntime
 from reef.server.store_health import StoreHealth

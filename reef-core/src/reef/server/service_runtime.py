@@ -10,9 +10,9 @@ service runs without one.
 
 from __future__ import annotations
 
+from reef.engines.interface import CompletionFunction
+from reef.engines.publisher import Publisher
 from reef.pipeline_context import TrainingMode
-from reef.server.engines import CompletionFunction
-from reef.server.publication import Publisher
 
 __all__ = ["ServiceRuntime"]
 
@@ -32,7 +32,7 @@ class ServiceRuntime:
 
     def publisher(self, scenario: str) -> Publisher | None:
         """What puts trained artifacts into the scenario's vLLM or SGLang server and routes its
-        calls to them (:class:`~reef.server.publication.Publisher`); ``None`` when this
+        calls to them (:class:`~reef.engines.publisher.Publisher`); ``None`` when this
         process has none for it."""
         del scenario
         return None

@@ -5,8 +5,8 @@ What the stores hold is read directly: the stored training mode, drop counts by 
 instructions, manual buffers, evicted bodies. What only a trainer knows (its buffer, the job it
 runs, the artifact it serves, its last errors) comes from the trainer's durable status
 snapshot: a JSON object the trainer writes to the scenario's settings under
-``trainer_status:<trainer>`` (:func:`reef.train.trainer.snapshot_key`; ``docs/service.md``
-gives its shape).
+``trainer_status:<trainer>`` (:func:`reef.storage.scenario_settings.snapshot_key`;
+``docs/service.md`` gives its shape).
 Before a trainer's first snapshot those values are ``None``.
 """
 
@@ -21,13 +21,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from reef.core.records import JSON
+from reef.engines.publisher import Publisher, publisher_statuses
 from reef.server.admission import TrainerAdmission
 from reef.server.bodies import ScenarioStatus, StatusDocument, TrainerStatus, answer
 from reef.server.openapi import ApiRoute
-from reef.server.publication import Publisher, publisher_statuses
 from reef.server.service import service_of
 from reef.storage import DropCounters, RecordStore, ScenarioSettings, TrainerSamples
-from reef.train.trainer import TRAINING_MODE_SETTING, snapshot_key, stored_training_mode
+from reef.storage.scenario_settings import TRAINING_MODE_SETTING, snapshot_key, stored_training_mode
 
 __all__ = ["ROUTES", "scenario_status", "status_table"]
 

@@ -1,4 +1,5 @@
-"""A scenario's durable settings: key → JSON value (the training mode, for one).
+"""A scenario's durable settings: key → JSON value (the training mode, for one), and the keys
+the service and the trainers share in them.
 
 A setting changed through the API (``POST /reef/scenarios/{scenario}/update``) is written here
 before it is acted on, so a reload or a restart applies it again (P-MODE-14).
@@ -6,16 +7,45 @@ before it is acted on, so a reload or a restart applies it again (P-MODE-14).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from sqlalchemy import delete, select
 
+from reef.pipeline_context import TrainingMode, check_training_mode
 from reef.storage import json_values
 from reef.storage.database import Database
 from reef.storage.tables import scenario_settings
 from reef.storage.upserts import insert_or_replace
 
-__all__ = ["ScenarioSettings"]
+__all__ = [
+    "STATUS_SNAPSHOT_PREFIX",
+    "TRAINING_MODE_SETTING",
+    "ScenarioSettings",
+    "snapshot_key",
+    "stored_training_mode",
+]
+
+#: The scenario setting that holds the selected training mode (written by the HTTP service,
+#: P-MODE-14; absent means ``auto``).
+TRAINING_MODE_SETTING: Final = "training_mode"
+
+#: The scenario setting prefix under which each trainer writes its status snapshot, which
+#: ``GET /reef/status`` reads in any process of the deployment.
+STATUS_SNAPSHOT_PREFIX: Final = "trainer_status:"
+
+
+def snapshot_key(trainer: str) -> str:
+    """The scenario setting under which ``trainer`` writes its status snapshot."""
+    return f"{STATUS_SNAPSHOT_PREFIX}{trainer}"
+
+
+def stored_training_mode(value: Any) -> TrainingMode:
+    """The training mode a stored :data:`TRAINING_MODE_SETTING` value selects (``None``, never
+    selected: ``auto``).
+
+    :raises ValueError: for a value that names no training mode.
+    """
+    return "auto" if value is None else check_training_mode(str(value))
 
 
 class ScenarioSettings:

@@ -18,10 +18,12 @@ What a recipe's own tests import, beside ``reef``:
   them, on a real sample store; :class:`Database`, :class:`TrainingPipeline` and
   :class:`TrainerSamples` are their types, for annotations.
 - :mod:`reef.testing.storage`: the ``storage_database`` fixture (SQLite, and PostgreSQL when
-  ``REEF_TEST_DATABASE_URL`` names one).
+  ``REEF_TEST_DATABASE_URL`` names one). ``reef.testing`` is a pytest plugin that brings these
+  fixtures to a suite that asks for them, and to no other: write
+  ``pytest_plugins = ["reef.testing"]`` in the suite's top ``conftest.py``, or run
+  ``pytest -p reef.testing``.
 - :mod:`reef.testing.records`: calls of a conversation and the reports that score them.
 - :mod:`reef.testing.components`: a training component that records what it was given.
-- :mod:`reef.testing.generators`: scripted task generators for the generated-task recipe.
 - :mod:`reef.testing.service` and :mod:`reef.testing.engines` (with the ``server`` extra): the
   service on a loopback port, and a scripted OpenAI-compatible engine.
 """
@@ -38,6 +40,10 @@ from reef.plugins import ENTRY_POINT_GROUP, PluginRegistrar, Plugins
 from reef.storage import Database, TrainerSamples
 from reef.testing.pipelines import add_upload, pipeline_context, sample_store, training_pipeline
 from reef.train.pipeline import TrainingPipeline
+
+#: As a pytest plugin (``-p reef.testing``, or a conftest's ``pytest_plugins``), this module
+#: brings the storage fixtures; pytest reads this name, so importing it costs nothing here.
+pytest_plugins = ["reef.testing.storage"]
 
 __all__ = [
     "ENTRY_POINT_GROUP",

@@ -16,15 +16,15 @@ from reef.components.interface import Artifact, JobHandle
 from reef.core.job_data import JobData, JobOutcome, TrajectorySample, sample_body
 from reef.pipeline_context import PipelineContext
 from reef.plugins import Plugins
+from reef.recipe.grouped.processor import GroupedJobData
 from reef.record2sample.no_samples import NoSamples
 from reef.record2sample.stage import Record2Sample
-from reef.sample2job import GroupedJobData
 from reef.storage import Database, NewSample, TrainerSamples
 from reef.train.pipeline import TrainingPipeline
 from reef.train.trainer import Trainer, TrainerParts, TrainerSettings
 
 if TYPE_CHECKING:
-    from reef.components.local import LocalComponent
+    from reef.components.local.component import LocalComponent
 
 
 class RecordingComponent:
@@ -135,7 +135,9 @@ def train_until_submitted(
 def tiny_local_component(state_dir: Path, **settings: Any) -> LocalComponent:
     """The ``local`` component at ``state_dir`` with a TinyGPT of width 32, one layer, a context
     of 96 tokens, batches of 4 and a learning rate of 3e-3; ``settings`` override any of them."""
-    from reef.components.local import LocalComponent  # torch: only a test that trains needs it
+    from reef.components.local.component import (
+        LocalComponent,  # torch: only a test that trains needs it
+    )
 
     config = {
         "state_dir": str(state_dir),

@@ -1,7 +1,7 @@
 """Pytest fixtures that give a test a fresh Reef database, on SQLite and on PostgreSQL.
 
-reef-core registers this module as a pytest plugin (entry point group ``pytest11``), so every
-test session where reef-core is installed has them, with no ``pytest_plugins`` line:
+A suite opts in with ``pytest_plugins = ["reef.testing"]`` in its top ``conftest.py`` (or
+``pytest -p reef.testing``); no other pytest run where reef-core is installed gets them:
 
 - ``storage_url``: the URL of an empty database. Parametrised: every test that uses it runs on
   SQLite (a file in the test's ``tmp_path``) and, when ``REEF_TEST_DATABASE_URL`` names a

@@ -28,8 +28,8 @@ from reef.plugins.scenarios import scenario_classes
 from reef.record2sample.stage import Record2Sample
 from reef.sample2job.stage import Sample2Job
 from reef.storage import Database, ScenarioSettings, TaskStorage, TrainerSamples
+from reef.storage.scenario_settings import TRAINING_MODE_SETTING, stored_training_mode
 from reef.train.pipeline import TrainingPipeline, close_stages
-from reef.train.trainer import TRAINING_MODE_SETTING, stored_training_mode
 
 __all__ = ["build_pipeline", "build_stages", "check_stages", "scenario_trainers"]
 

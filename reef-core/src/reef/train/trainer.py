@@ -57,7 +57,6 @@ import attrs
 from reef.components.interface import JobHandle, TrainingComponent
 from reef.core.job_data import JobData, JobOutcome, sample_reward
 from reef.core.records import JSON
-from reef.pipeline_context import TrainingMode, check_training_mode
 from reef.plugins import Plugins
 from reef.storage import (
     Database,
@@ -72,44 +71,18 @@ from reef.storage import (
     TrainerLeases,
     TrainerState,
 )
+from reef.storage.scenario_settings import TRAINING_MODE_SETTING, snapshot_key
 from reef.train.pipeline import TrainingPipeline
 
 __all__ = [
-    "STATUS_SNAPSHOT_PREFIX",
-    "TRAINING_MODE_SETTING",
     "PartsFactory",
     "Trainer",
     "TrainerParts",
     "TrainerSettings",
     "process_holder",
-    "snapshot_key",
-    "stored_training_mode",
 ]
 
 logger = logging.getLogger(__name__)
-
-#: The scenario setting that holds the selected training mode (written by the HTTP service,
-#: P-MODE-14; absent means ``auto``).
-TRAINING_MODE_SETTING: Final = "training_mode"
-
-#: The scenario setting prefix under which each trainer writes its status snapshot, which
-#: ``GET /reef/status`` reads in any process of the deployment.
-STATUS_SNAPSHOT_PREFIX: Final = "trainer_status:"
-
-
-def snapshot_key(trainer: str) -> str:
-    """The scenario setting under which ``trainer`` writes its status snapshot."""
-    return f"{STATUS_SNAPSHOT_PREFIX}{trainer}"
-
-
-def stored_training_mode(value: Any) -> TrainingMode:
-    """The training mode a stored :data:`TRAINING_MODE_SETTING` value selects (``None``, never
-    selected: ``auto``).
-
-    :raises ValueError: for a value that names no training mode.
-    """
-    return "auto" if value is None else check_training_mode(str(value))
-
 
 #: How many errors the status snapshot keeps.
 _LAST_ERRORS: Final = 10

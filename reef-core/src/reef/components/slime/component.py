@@ -38,13 +38,13 @@ from typing import Any, ClassVar
 
 import attrs
 
-from reef.components.hf_tokenizer import load_tokenizer
 from reef.components.interface import Artifact, JobHandle
 from reef.components.job_parameters import JobParameters
 from reef.components.job_samples import PreparedJob, job_metrics, prepare_job
 from reef.components.json_files import read_json, write_json
 from reef.components.scheduling import StepPlan
 from reef.components.slime.exchange import Exchange, TrainedGroups
+from reef.components.tokenizers import load_tokenizer
 from reef.core.chat_rendering import ChatRenderer, RenderedSequence, Tokenizer
 from reef.core.config import config_option
 from reef.core.job_data import JobData, JobOutcome
@@ -60,6 +60,10 @@ def _positive(_: object, attribute: attrs.Attribute[Any], value: int | None) -> 
 @attrs.frozen
 class SlimeComponentSettings(PluginSettings):
     """The settings of the ``slime`` component (the deployment's ``training.options``)."""
+
+    #: The option that names the folder this component keeps its own state in: two trainers
+    #: of a scenario may not share it (``reef check`` refuses).
+    state_options: ClassVar[tuple[str, ...]] = ("exchange_dir",)
 
     exchange_dir: str = config_option(
         help="the folder Reef and slime's data source share (reef_exchange_dir in slime's"
@@ -126,9 +130,6 @@ class SlimeComponent:
 
     #: The deployment's ``training.options`` are checked against these settings.
     Settings: ClassVar[type[PluginSettings]] = SlimeComponentSettings
-    #: The option that names the folder this component keeps its own state in: two trainers
-    #: of a scenario may not share it (``reef check`` refuses).
-    state_options: ClassVar[tuple[str, ...]] = ("exchange_dir",)
 
     def __init__(self, settings: SlimeComponentSettings, *, name: str = "slime") -> None:
         self._name = name

@@ -6,6 +6,7 @@ sequences into the SDK's ``Datum`` values. Needs the ``tinker`` SDK: install
 ``reef-core[tinker]``.
 """
 
-from reef.components.tinker.component import TinkerComponent, TinkerComponentSettings
+from reef.components.tinker.component import TinkerComponent
+from reef.components.tinker.settings import TinkerComponentSettings
 
 __all__ = ["TinkerComponent", "TinkerComponentSettings"]

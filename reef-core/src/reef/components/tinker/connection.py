@@ -2,7 +2,7 @@
 
 :class:`TinkerService` and the client protocols list exactly the SDK calls Reef makes (the SDK's
 ``ServiceClient``, ``RestClient``, ``TrainingClient`` and ``SamplingClient`` satisfy them), so
-that :mod:`reef.testing.tinker_service` can stand in for the service. :class:`TinkerConnection`
+that :mod:`doubles.tinker_service` can stand in for the service. :class:`TinkerConnection`
 holds the API key, read from the environment and never logged (it is removed from every error
 text), opens the service on first use, and waits for every future with a timeout.
 """
@@ -115,7 +115,7 @@ class _SdkService:
 class TinkerConnection:
     """The service, opened on first use with the API key from the environment.
 
-    :param owner: the plugin class, for the configuration error.
+    :param owner: the plugin class's name, for the configuration error.
     :param api_key_env: the environment variable that holds the key.
     :param request_timeout: seconds :meth:`wait` waits for any future.
     :param connect: opens the service; the real SDK by default.
@@ -125,7 +125,7 @@ class TinkerConnection:
 
     def __init__(
         self,
-        owner: type[Any],
+        owner: str,
         *,
         api_key_env: str,
         base_url: str | None,
@@ -136,7 +136,7 @@ class TinkerConnection:
         api_key = environ.get(api_key_env, "")
         if not api_key:
             raise PluginConfigError(
-                owner.__name__,
+                owner,
                 "$.api_key_env",
                 f"the environment variable {api_key_env} holding the Tinker API key is not set;"
                 " export it in the environment of the process that talks to Tinker",

@@ -32,6 +32,7 @@ from tinker import types
 from reef.components.task_rollouts import Sampled as TaskReply
 from reef.components.task_rollouts import Sampler, reply_text
 from reef.components.tinker.connection import Connect, SamplingClientLike, TinkerConnection
+from reef.components.tinker.settings import COMPONENT_CLASS, TinkerComponentSettings
 from reef.core.chat_rendering import ChatRenderer
 from reef.core.records import JSON
 from reef.errors import ReefError
@@ -82,12 +83,10 @@ class TinkerSampler:
         environ: Mapping[str, str] | None = None,
     ) -> TinkerSampler:
         """The sampler of a ``tinker`` component configured with ``settings`` (its
-        :class:`~reef.components.tinker.component.TinkerComponentSettings`)."""
-        from reef.components.tinker.component import TinkerComponent, TinkerComponentSettings
-
+        :class:`~reef.components.tinker.settings.TinkerComponentSettings`)."""
         assert isinstance(settings, TinkerComponentSettings)
         connection = TinkerConnection(
-            TinkerComponent,
+            COMPONENT_CLASS,
             api_key_env=settings.api_key_env,
             base_url=settings.base_url,
             request_timeout=settings.request_timeout,

@@ -1,7 +1,7 @@
 """What the generated-task recipe asks a task generator for: :class:`TaskGenerationRequest`.
 
 The record-to-sample stage of the generated-task recipe
-(:class:`reef.record2sample.generated_tasks.GeneratedTaskSamples`) calls its
+(:class:`reef.recipe.generated_tasks.processor.GeneratedTaskSamples`) calls its
 :class:`reef.recipe.generated_tasks.TaskGenerator` with one request per generation (P-TASK-3).
 This package also holds the generator service, which runs a task's container operations for a
 generator that plays tasks (P-TASK-26).

@@ -1,0 +1,318 @@
+"""The ``reef`` command.
+
+Each subcommand is one entry of :data:`SUBCOMMANDS`: a help line, a function that adds its
+arguments and a function that runs it and returns the exit status. A subcommand that needs
+heavy modules imports them in its ``run``, so ``reef --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import attrs
+
+from reef.core.deployment import DeploymentError
+from reef.plugins import BLOCK_ENV_VAR, PluginError, PluginKind, Plugins
+from reef.plugins.builtin import built_in_components
+from reef.plugins.scenarios import load_deployment, recipe_gaps
+from reef.version import __version__
+
+
+@attrs.frozen
+class Subcommand:
+    """One ``reef <name>`` subcommand."""
+
+    help: str
+    configure: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+
+
+def _loaded_plugins() -> Plugins:
+    plugins = Plugins()
+    plugins.load()
+    return plugins
+
+
+def _blocks_nothing(command: str, plugins: Plugins) -> bool:
+    """Refuse, saying so, when REEF_BLOCK_PLUGINS names a plugin that is not there: whoever set
+    it believes that plugin is off (docs/decisions.md#blocking-plugins)."""
+    problem = plugins.unmatched_blocks()
+    if problem is not None:
+        print(
+            f"reef {command}: {problem}; name only those, or unset {BLOCK_ENV_VAR}", file=sys.stderr
+        )
+    return problem is not None
+
+
+def _configure_plugins(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def _run_plugins(args: argparse.Namespace) -> int:
+    plugins = _loaded_plugins()
+    unmatched = plugins.unmatched_blocks()
+    if unmatched is not None:  # a warning: this listing is where the right names are found
+        print(f"warning: {unmatched}", file=sys.stderr)
+    # A recipe whose stages are not installed is listed, but not as usable.
+    recipe_problems = {
+        r.name: list(recipe_gaps(plugins, r.cls))
+        for r in plugins.registrations
+        if r.kind == PluginKind.RECIPE
+    }
+    rows = [
+        {
+            "name": r.name,
+            "kind": str(r.kind),
+            "class": f"{r.cls.__module__}:{r.cls.__qualname__}",
+            "plugin": r.plugin,
+            "distribution": r.distribution,
+            "version": r.version,
+            **({"not_usable": recipe_problems[r.name]} if r.kind == PluginKind.RECIPE else {}),
+        }
+        for r in plugins.registrations
+    ]
+    contributing = {r.plugin for r in plugins.registrations}
+    empty = [p for p in plugins.loaded if p.name not in contributing]
+    failed = [attrs.asdict(f) for f in plugins.failures]
+    # A built-in component whose extra is missing is not registered: say what installs it.
+    unavailable = [] if "core" in plugins.blocked else built_in_components()[1]
+    if args.json:
+        body = {
+            "registered": rows,
+            "plugins": [attrs.asdict(p) for p in plugins.loaded],
+            "failed": failed,
+            "blocked": sorted(plugins.blocked),
+            "unavailable": [attrs.asdict(u) for u in unavailable],
+        }
+        print(json.dumps(body, indent=2))
+        return 0
+    table = [("NAME", "KIND", "DISTRIBUTION", "VERSION", "CLASS")] + [
+        (r["name"], r["kind"], r["distribution"] or "-", r["version"] or "-", r["class"])
+        for r in rows
+    ]
+    widths = [max(len(str(row[i])) for row in table) for i in range(4)]
+    for row in table:
+        print(
+            "  ".join(str(cell).ljust(w) for cell, w in zip(row, widths, strict=False))
+            + "  "
+            + str(row[4])
+        )
+    for recipe, gaps in recipe_problems.items():
+        if gaps:
+            print(f"not usable: recipe {recipe}: {'; '.join(gaps)}")
+    for p in empty:
+        print(f"registers nothing yet: plugin {p.name} ({p.distribution or '-'} {p.version or ''})")
+    for f in plugins.failures:
+        print(f"failed: {f.name} ({f.entry_point}, {f.distribution} {f.version}): {f.error}")
+    for u in unavailable:
+        print(f"not installed: component {u.name} needs the {u.missing} package: {u.install}")
+    if plugins.blocked:
+        print(f"blocked: {', '.join(sorted(plugins.blocked))}")
+    return 0
+
+
+def _configure_check(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("deployment", type=Path, help="the deployment file (YAML)")
+
+
+def _run_check(args: argparse.Namespace) -> int:
+    from reef.train.stages import check_stages
+
+    plugins = _loaded_plugins()
+    if _blocks_nothing("check", plugins):
+        return 1
+    try:
+        deployment = load_deployment(args.deployment, plugins=plugins)
+        # What reef serve builds before it listens: every trainer's stages.
+        check_stages(deployment, plugins=plugins, origin=str(args.deployment))
+    except DeploymentError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    print(f"{args.deployment}: ok ({', '.join(deployment.scenarios)})")
+    return 0
+
+
+def _configure_serve(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("deployment", type=Path, help="the deployment file (YAML)")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    parser.add_argument("--port", type=int, default=8000, help="port to listen on")
+    parser.add_argument(
+        "--allow-unauthenticated",
+        action="store_true",
+        help="run without auth tokens (loopback clients only)",
+    )
+    parser.add_argument(
+        "--no-trainers", action="store_true", help="serve only; trainers run in other processes"
+    )
+    parser.add_argument(
+        "--lease-ttl",
+        type=float,
+        default=10.0,
+        help="seconds a trainer's lease lasts unrenewed: another process takes over the trainers"
+        " of one that died within 4/3 of this (standbys look every third)",
+    )
+    parser.add_argument("--log-level", default="info", help="uvicorn's and Reef's log level")
+
+
+def _needs_server_extra(command: str, error: ModuleNotFoundError) -> int:
+    """Say which extra installs the module ``reef <command>`` misses; the exit status."""
+    if error.name is None or error.name.split(".")[0] == "reef":
+        raise error  # a module of Reef itself: a broken installation, not a missing extra
+    print(
+        f"reef {command}: needs the {error.name} package, which is not installed: install the"
+        " service's extra with pip install 'reef-core[server]'",
+        file=sys.stderr,
+    )
+    return 1
+
+
+def _run_serve(args: argparse.Namespace) -> int:
+    import logging
+
+    try:
+        from reef.runtime import serve
+        from reef.server import ServiceConfigError, UnauthenticatedServiceError
+    except ModuleNotFoundError as exc:
+        return _needs_server_extra("serve", exc)
+    from reef.train.trainer import TrainerSettings
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
+    plugins = _loaded_plugins()
+    if _blocks_nothing("serve", plugins):
+        return 1
+    try:
+        deployment = load_deployment(args.deployment, plugins=plugins)
+    except DeploymentError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    try:
+        serve(
+            deployment,
+            plugins=plugins,
+            host=args.host,
+            port=args.port,
+            allow_unauthenticated=args.allow_unauthenticated,
+            run_trainers=not args.no_trainers,
+            trainer_settings=TrainerSettings(lease_ttl=args.lease_ttl),
+            log_level=args.log_level,
+        )
+    except (UnauthenticatedServiceError, ServiceConfigError, DeploymentError) as exc:
+        print(f"reef serve: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _configure_status(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--url", default="http://127.0.0.1:8000", help="the service's base URL (%(default)s)"
+    )
+    parser.add_argument(
+        "--token", default=None, help="an admin bearer token (default: $REEF_TOKEN)"
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def _run_status(args: argparse.Namespace) -> int:
+    import os
+
+    try:
+        import httpx
+
+        from reef.server.status import status_table
+    except ModuleNotFoundError as exc:
+        return _needs_server_extra("status", exc)
+
+    token = args.token or os.environ.get("REEF_TOKEN")
+    headers = {"authorization": f"Bearer {token}"} if token else {}
+    try:
+        response = httpx.get(f"{args.url.rstrip('/')}/reef/status", headers=headers, timeout=30)
+    except httpx.HTTPError as exc:
+        print(
+            f"reef status: cannot reach {args.url}: {exc}; is reef serve running there? give"
+            " its address with --url",
+            file=sys.stderr,
+        )
+        return 1
+    if response.status_code in (401, 403):
+        print(
+            f"reef status: {response.status_code} {response.text}: give a token with the admin"
+            " scope with --token or in REEF_TOKEN",
+            file=sys.stderr,
+        )
+        return 1
+    if response.status_code != 200:
+        print(f"reef status: {response.status_code} {response.text}", file=sys.stderr)
+        return 1
+    print(json.dumps(response.json(), indent=2) if args.json else status_table(response.json()))
+    return 0
+
+
+def _configure_new(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("what", choices=["recipe"], help="what to write: a recipe package")
+    parser.add_argument("name", help="the recipe's name (lower case: what a deployment writes)")
+    parser.add_argument(
+        "--directory",
+        type=Path,
+        default=Path(),
+        help="where the package's folder goes (%(default)s: the current folder)",
+    )
+
+
+def _run_new(args: argparse.Namespace) -> int:
+    from reef.cli.scaffold import ScaffoldError, write_recipe_package
+
+    try:
+        root = write_recipe_package(args.name, args.directory)
+    except ScaffoldError as exc:
+        print(f"reef new: {exc}", file=sys.stderr)
+        return 1
+    print(f"wrote {root}: cd {root} && pip install -e '.[test]' && pytest")
+    return 0
+
+
+#: Every subcommand, by name. A layer that adds one (``serve``, ``status``, ``example``) adds
+#: its entry here.
+SUBCOMMANDS: dict[str, Subcommand] = {
+    "plugins": Subcommand(
+        "list every registered name with its kind, distribution and version",
+        _configure_plugins,
+        _run_plugins,
+    ),
+    "check": Subcommand(
+        "check a deployment file and print every problem", _configure_check, _run_check
+    ),
+    "serve": Subcommand(
+        "serve a deployment: the HTTP service and the scenarios' trainers",
+        _configure_serve,
+        _run_serve,
+    ),
+    "new": Subcommand(
+        "write a new recipe package that works as written: reef new recipe NAME",
+        _configure_new,
+        _run_new,
+    ),
+    "status": Subcommand(
+        "print each scenario and trainer of a running service as a table",
+        _configure_status,
+        _run_status,
+    ),
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``reef`` with ``argv`` (default: the process's arguments); the exit status."""
+    parser = argparse.ArgumentParser(prog="reef", description="Reef: train agents on their traffic")
+    parser.add_argument("--version", action="version", version=f"reef {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, subcommand in SUBCOMMANDS.items():
+        subcommand.configure(commands.add_parser(name, help=subcommand.help))
+    args = parser.parse_args(argv)
+    try:
+        return SUBCOMMANDS[args.command].run(args)
+    except PluginError as exc:
+        print(f"reef {args.command}: {exc}", file=sys.stderr)
+        return 2

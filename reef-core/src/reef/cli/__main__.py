@@ -1,0 +1,7 @@
+"""``python -m reef.cli``: the ``reef`` command, for an environment without its script."""
+
+import sys
+
+from reef.cli import main
+
+sys.exit(main())

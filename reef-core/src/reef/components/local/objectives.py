@@ -1,0 +1,129 @@
+"""The losses the local component trains with, and the batches they read.
+
+- ``cross_entropy`` (SFT): the negative log likelihood of each trained token.
+- ``importance_sampling`` (reported feedback): ``-(p / q) * A`` for each trained token, where
+  ``p`` is the token's probability under the weights being trained, ``q`` under the job's
+  start weights, and ``A`` the sample's advantage within its group: by default its reward minus
+  the group's mean (GRPO-style), or the estimator the job data names
+  (:func:`reef.components.advantages.group_advantages`). The
+  ratio is exactly 1 at the job's first step and corrects the later steps of a multi-step job
+  for the weights having moved.
+- ``ppo``: the clipped form, ``-min(r * A, clip(r, 1 - clip_low, 1 + clip_high) * A)`` with
+  ``r = p / q``, as OpenClaw-RL trains (``clip_low`` 0.2, ``clip_high`` 0.28).
+
+Either policy objective takes one advantage per sample or one per token: a distilling
+objective's advantage is per token (the teacher's reverse KL, :mod:`reef.components.local.teacher`).
+
+Each loss is a sum over trained tokens; the caller divides it by the step's token count.
+Sequences of different lengths train together as one right-padded batch
+(:func:`token_batch`): padding is masked out of attention and out of the loss.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import attrs
+import torch
+import torch.nn.functional as F
+
+from reef.components.local.causal_lm import CausalLM
+
+
+@attrs.frozen
+class TokenBatch:
+    """Sequences as one right-padded batch.
+
+    :ivar ids: ``(batch, longest)`` token ids, 0 after each sequence's end.
+    :ivar attention_mask: 1 on real tokens, 0 on padding; ``None`` when no row is padded.
+    :ivar loss_mask: ``(batch, longest - 1)``: for each next-token position, 1 where that
+        token trains, 0 for context and padding.
+    """
+
+    ids: torch.Tensor
+    attention_mask: torch.Tensor | None
+    loss_mask: torch.Tensor
+
+
+def token_batch(
+    sequences: Sequence[Sequence[int]],
+    loss_masks: Sequence[Sequence[int]] | None,
+    device: torch.device,
+) -> TokenBatch:
+    """Pad ``sequences`` (and their loss masks, one value per token; all 0 when ``None``) on
+    the right into a :class:`TokenBatch` on ``device``."""
+    longest = max(len(s) for s in sequences)
+    ids = [[*s, *([0] * (longest - len(s)))] for s in sequences]
+    masks = [
+        [*m[1:], *([0] * (longest - len(m)))]
+        for m in (loss_masks if loss_masks is not None else [[0] * len(s) for s in sequences])
+    ]
+    padded = any(len(s) != longest for s in sequences)
+    attention = (
+        torch.tensor([[1] * len(s) + [0] * (longest - len(s)) for s in sequences], device=device)
+        if padded
+        else None
+    )
+    return TokenBatch(
+        torch.tensor(ids, dtype=torch.long, device=device),
+        attention,
+        torch.tensor(masks, dtype=torch.float32, device=device),
+    )
+
+
+def batch_logprobs(model: CausalLM, batch: TokenBatch) -> torch.Tensor:
+    """``(batch, longest - 1)``: the log probability of each next token given the tokens
+    before it (values at padded positions are meaningless; the loss mask drops them)."""
+    logits = model.logits(batch.ids, batch.attention_mask)
+    rows, length, vocabulary = logits.shape
+    # The targets shifted onto the logits' positions, so the logits need no sliced copy.
+    targets = torch.zeros_like(batch.ids)
+    targets[:, :-1] = batch.ids[:, 1:]
+    nll = F.cross_entropy(
+        logits.float().reshape(rows * length, vocabulary), targets.reshape(-1), reduction="none"
+    )
+    return -nll.view(rows, length)[:, :-1]
+
+
+def token_logprobs(
+    model: CausalLM, sequences: Sequence[Sequence[int]], device: torch.device
+) -> list[torch.Tensor]:
+    """For each sequence, the log probability of each token after the first given the tokens
+    before it (length ``len(sequence) - 1``), in one padded forward pass."""
+    values = batch_logprobs(model, token_batch(sequences, None, device))
+    return [values[row, : len(s) - 1] for row, s in enumerate(sequences)]
+
+
+def batch_loss(
+    objective: str,
+    logprobs: torch.Tensor,
+    loss_mask: torch.Tensor,
+    *,
+    start_logprobs: torch.Tensor | None = None,
+    advantages: torch.Tensor | None = None,
+    clip: tuple[float, float] = (0.2, 0.28),
+) -> torch.Tensor:
+    """The summed loss of a batch's trained tokens (``loss_mask`` 1) under ``objective``.
+
+    :param start_logprobs: ``importance_sampling`` and ``ppo``: the tokens' log probabilities
+        under the job's start weights, the shape of ``logprobs``.
+    :param advantages: ``importance_sampling`` and ``ppo``: each row's advantage,
+        ``(batch,)``, or each token's, the shape of ``logprobs``.
+    :param clip: ``ppo``: ``(clip_low, clip_high)``.
+    """
+    if objective == "cross_entropy":
+        return -(logprobs * loss_mask).sum()
+    if objective not in ("importance_sampling", "ppo"):
+        raise ValueError(f"unknown objective {objective!r}")
+    if start_logprobs is None or advantages is None:
+        raise ValueError(f"{objective} needs the start weights' log probabilities and "
+                         "each sample's advantage")  # fmt: skip
+    per_token = advantages if advantages.dim() == 2 else advantages[:, None]
+    # Masked positions get a ratio of exactly 1 (then weight 0): a context token whose
+    # probability moved far cannot overflow into inf * 0.
+    ratio = torch.exp((logprobs - start_logprobs) * loss_mask)
+    gain = ratio * per_token
+    if objective == "ppo":
+        low, high = clip
+        gain = torch.minimum(gain, torch.clamp(ratio, 1 - low, 1 + high) * per_token)
+    return -(gain * loss_mask).sum()

@@ -1,0 +1,122 @@
+"""The teachers a component runs on its own device, for a distilling objective.
+
+A distilling job (job parameter ``distillation``) trains each sample's reply toward a teacher.
+:func:`reef.components.job_samples.prepare_job` renders each sample's teacher sequence
+(:mod:`reef.core.teacher_rendering`); a teacher then scores the student's trained tokens in it
+and :mod:`reef.components.teacher_scores` makes the per-token advantage of them. Three teachers
+(:class:`reef.components.job_parameters.TeacherSettings`):
+
+- :class:`ModelTeacher` over a local model folder (``model_path``): a Hugging Face causal LM,
+  or a folder the ``local`` component saved; run by the component, with no gradient.
+- :class:`ModelTeacher` over the student itself at the job's start weights (no ``model_path``,
+  no ``base_url``): the teacher request's extra context makes it a teacher (SDPO).
+- :class:`~reef.components.teacher_scores.EngineTeacher` over an OpenAI-compatible engine
+  (``base_url``) that returns prompt log probabilities.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import torch
+
+from reef.components.job_parameters import TeacherSettings
+from reef.components.job_samples import PreparedJob
+from reef.components.local.artifacts import load_model_folder
+from reef.components.local.causal_lm import CausalLM
+from reef.components.local.objectives import token_logprobs
+from reef.components.scheduling import SequenceRef
+from reef.components.teacher_scores import (
+    EngineTeacher,
+    TeacherError,
+    TeacherScorer,
+    marked_values,
+    token_advantages,
+)
+from reef.core.chat_rendering import RenderedSample
+
+
+class ModelTeacher:
+    """A teacher the component runs: a local model, or the student itself at the job's start
+    weights.
+
+    :param model: the teacher model (with the student's tokenizer).
+    :param device: where its forward passes run.
+    """
+
+    def __init__(self, model: CausalLM, device: torch.device) -> None:
+        self.model = model
+        self.device = device
+
+    def logprobs(self, samples: Sequence[RenderedSample]) -> list[list[float]]:
+        """See :class:`TeacherScorer`; one forward pass per sequence, without gradient."""
+        was_training = self.model.module.training
+        self.model.module.eval()
+        try:
+            scored = []
+            with torch.no_grad():
+                for sample in samples:
+                    values: list[float] = []
+                    for sequence in sample.sequences:
+                        row = token_logprobs(self.model, [sequence.token_ids], self.device)[0]
+                        values += marked_values(sequence, row.float().tolist())
+                    scored.append(values)
+            return scored
+        finally:
+            if was_training:
+                self.model.module.train()
+
+
+class Teachers:
+    """The teachers of a component's distilling jobs; a local teacher model is loaded once.
+
+    :param device: where the component's (and its teachers') forward passes run.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self._models: dict[str, ModelTeacher] = {}
+
+    def scorer(self, settings: TeacherSettings, student: CausalLM) -> TeacherScorer:
+        """The teacher ``settings`` name, for a job of ``student`` (the component's model, at
+        the job's start weights: the teacher when the settings name no other).
+
+        :raises TeacherError: for a teacher folder whose tokenizer is not the student's.
+        """
+        if settings.base_url is not None:
+            return EngineTeacher(settings)
+        if settings.model_path is None:
+            return ModelTeacher(student, self.device)
+        teacher = self._models.get(settings.model_path)
+        if teacher is None:
+            model = load_model_folder(Path(settings.model_path), trainable=False)
+            if model.tokenizer.vocab_size != student.tokenizer.vocab_size:
+                raise TeacherError(
+                    f"the teacher {settings.model_path} has a vocabulary of "
+                    f"{model.tokenizer.vocab_size} tokens, the student "
+                    f"{student.tokenizer.vocab_size}: a teacher scores the student's tokens, "
+                    "so it needs the student's tokenizer"
+                )
+            model.module.to(self.device)
+            teacher = self._models[settings.model_path] = ModelTeacher(model, self.device)
+        return teacher
+
+
+def distillation_rows(
+    job: PreparedJob,
+    start: Mapping[SequenceRef, torch.Tensor],
+    scorer: TeacherScorer,
+    *,
+    kl_coef: float,
+) -> tuple[dict[SequenceRef, torch.Tensor], float | None]:
+    """:func:`~reef.components.teacher_scores.token_advantages` of the start weights' log
+    probabilities ``start``, as rows on their device (see there)."""
+    rows, kl = token_advantages(
+        job, {ref: row.float().tolist() for ref, row in start.items()}, scorer, kl_coef=kl_coef
+    )
+    tensors = {
+        ref: torch.tensor(values, dtype=torch.float32, device=start[ref].device)
+        for ref, values in rows.items()
+    }
+    return tensors, kl
