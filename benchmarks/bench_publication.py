@@ -26,6 +26,8 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+# Reef's stand-ins of vLLM and SGLang live with reef-core's tests (reef-core/tests/doubles).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "reef-core" / "tests"))
 from bench_local_component import HF_CONFIG, settings, trajectory
 
 SAMPLES = 16

@@ -28,9 +28,12 @@ from sqlalchemy import create_engine, text
 
 from reef.components.faults import FAULT_POINT_ENV
 from reef.storage import JobHistory, open_database
-from reef.testing.serve import TINY_GPT_OPTIONS, tiny_local_deployment
-from reef.testing.serve import ScriptedAgent as Agent
-from reef.testing.serve import ServeProcess as Serve
+from reef.testing.serve import (
+    TINY_GPT_OPTIONS,
+    ScriptedAgent as Agent,
+    ServeProcess as Serve,
+    tiny_local_deployment,
+)
 from reef.testing.service import serve_on_loopback
 
 SCENARIO = "word"

@@ -25,8 +25,7 @@ from sqlalchemy import create_engine, text
 from reef.core.atif import trajectory_to_json
 from reef.core.atif_build import trajectory_from_records
 from reef.core.records import InferenceRecord
-from reef.testing.serve import REEF, TINY_GPT_OPTIONS, ScriptedAgent
-from reef.testing.serve import ServeProcess as Serve
+from reef.testing.serve import REEF, TINY_GPT_OPTIONS, ScriptedAgent, ServeProcess as Serve
 
 pytest.importorskip("torch")
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import os
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -33,3 +35,20 @@ def one_torch_thread() -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def without_modules(tmp_path: Path) -> Callable[..., dict[str, str]]:
+    """An environment in which the given modules are not installed, as far as Python can tell:
+    a ``sitecustomize`` on PYTHONPATH marks them absent before anything runs, so importing one
+    fails as a missing package does and ``importlib.util.find_spec`` finds none."""
+
+    def environ(*modules: str) -> dict[str, str]:
+        folder = tmp_path / "without-modules"
+        folder.mkdir(exist_ok=True)
+        (folder / "sitecustomize.py").write_text(
+            f"import sys\nsys.modules.update(dict.fromkeys({sorted(modules)!r}))\n"
+        )
+        return {**os.environ, "PYTHONPATH": os.pathsep.join([str(folder), *sys.path])}
+
+    return environ

@@ -11,8 +11,7 @@ from typing import Any
 
 import atif
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from reef.core.atif import trajectory_from_json, trajectory_to_json
 from reef.core.atif_build import AtifBuildError, trajectory_from_records

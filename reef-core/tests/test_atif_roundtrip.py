@@ -16,8 +16,7 @@ from typing import Any
 import atif
 import pydantic
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from reef.core.atif import (
     AtifFormatError,

@@ -4,9 +4,9 @@ unless a missing package has to be simulated, which takes a process of its own."
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -45,18 +45,6 @@ def grouped(tmp_path: Path, *, sample2job: str, component: str = "local") -> Pat
 def check(path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
     status = main(["check", str(path)])
     return status, capsys.readouterr().err
-
-
-def hidden(tmp_path: Path, *modules: str) -> dict[str, str]:
-    """An environment whose PYTHONPATH shadows ``modules`` with modules that fail to import
-    as a package that is not installed does."""
-    folder = tmp_path / "hide"
-    folder.mkdir()
-    for module in modules:
-        (folder / f"{module}.py").write_text(
-            f"raise ModuleNotFoundError(\"No module named '{module}'\", name='{module}')\n"
-        )
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(folder), *sys.path])}
 
 
 def reef(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -223,9 +211,11 @@ def test_listening_beyond_loopback_without_tokens_names_the_option() -> None:
     assert "reef serve --host 127.0.0.1" in str(info.value)
 
 
-def test_a_built_in_component_without_its_extra_names_the_extra(tmp_path: Path) -> None:
+def test_a_built_in_component_without_its_extra_names_the_extra(
+    tmp_path: Path, without_modules: Callable[..., dict[str, str]]
+) -> None:
     path = grouped(tmp_path, sample2job="{job_samples: 4}", component="local")
-    done = reef("check", str(path), env=hidden(tmp_path, "torch"))
+    done = reef("check", str(path), env=without_modules("torch"))
     assert done.returncode == 1
     assert (
         "the built-in component 'local' needs the torch package, which is not installed:"
@@ -234,10 +224,12 @@ def test_a_built_in_component_without_its_extra_names_the_extra(tmp_path: Path) 
 
 
 @pytest.mark.parametrize("command", ["serve", "status"])
-def test_serve_and_status_without_the_server_extra_name_it(tmp_path: Path, command: str) -> None:
+def test_serve_and_status_without_the_server_extra_name_it(
+    tmp_path: Path, command: str, without_modules: Callable[..., dict[str, str]]
+) -> None:
     path = grouped(tmp_path, sample2job="{job_samples: 4}")
     args = [command, str(path)] if command == "serve" else [command]
-    done = reef(*args, env=hidden(tmp_path, "starlette", "httpx", "uvicorn"))
+    done = reef(*args, env=without_modules("starlette", "httpx", "uvicorn"))
     assert done.returncode == 1, done.stderr
     assert f"reef {command}: needs the " in done.stderr
     assert "install the service's extra with pip install 'reef-core[server]'" in done.stderr

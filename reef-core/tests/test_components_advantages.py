@@ -8,8 +8,7 @@ import math
 from pathlib import Path
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from reef.components.advantages import (
     BETA_MAX,

@@ -10,8 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 torch = pytest.importorskip("torch")
 
@@ -26,8 +25,10 @@ from reef.components.task_rollouts import (  # noqa: E402
 from reef.containers.agent import AnswerAgent  # noqa: E402
 from reef.core.job_data import JobData, TaskSample  # noqa: E402
 from reef.core.plugins import PluginConfigError  # noqa: E402
-from reef.testing.task_engines import coin_task as task  # noqa: E402
-from reef.testing.task_engines import task_rollout as rollout  # noqa: E402
+from reef.testing.task_engines import (  # noqa: E402
+    coin_task as task,
+    task_rollout as rollout,
+)
 
 needs_bwrap = pytest.mark.skipif(
     shutil.which("bwrap") is None, reason="bubblewrap is not installed (scripts/setup does)"

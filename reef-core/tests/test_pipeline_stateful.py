@@ -19,8 +19,7 @@ from __future__ import annotations
 import tempfile
 from typing import Any
 
-from hypothesis import HealthCheck, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from reef.core.job_data import JobData, TrainingInstruction, TrajectorySample

@@ -20,8 +20,7 @@ from reef.pipeline_context import PipelineContext
 from reef.recipe.grouped.processor import GroupedJobData, ReportGroups
 from reef.record2sample import ReportSamples
 from reef.storage import Database, NewSample, StaleSamples, TrainerSamples
-from reef.storage.tables import sample_trains
-from reef.storage.tables import samples as samples_table
+from reef.storage.tables import sample_trains, samples as samples_table
 from reef.testing.records import call, report
 from reef.train.pipeline import GivenBackError, TrainingPipeline
 

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -36,11 +37,10 @@ def test_plugins_lists_core_names_with_distribution_and_version() -> None:
 
 
 def test_plugins_lists_the_components_whose_extras_are_installed_and_says_how_to_add_the_rest(
-    tmp_path: Path,
+    without_modules: Callable[..., dict[str, str]],
 ) -> None:
     """``reef plugins`` lists ``tinker`` and ``slime`` when their extras are installed; without
-    Tinker's SDK (here hidden by a module that cannot be imported, as when it is not installed)
-    it lists ``tinker`` as not installed and names the extra to install."""
+    Tinker's SDK it lists ``tinker`` as not installed and names the extra to install."""
     import importlib.util
 
     done = reef("plugins", "--json")
@@ -53,13 +53,8 @@ def test_plugins_lists_the_components_whose_extras_are_installed_and_says_how_to
         assert components["tinker"] == "reef.components.tinker.component:TinkerComponent"
     if importlib.util.find_spec("jinja2") is not None:
         assert components["slime"] == "reef.components.slime.component:SlimeComponent"
-    hidden = tmp_path / "hide"
-    hidden.mkdir()
-    (hidden / "tinker.py").write_text(
-        "raise ModuleNotFoundError(\"No module named 'tinker'\", name='tinker')\n"
-    )
-    path = os.pathsep.join([str(hidden), os.environ.get("PYTHONPATH", "")])
-    without = reef("plugins", "--json", env_extra={"PYTHONPATH": path})
+    env = without_modules("tinker")
+    without = reef("plugins", "--json", env_extra=env)
     listing = json.loads(without.stdout)
     assert "tinker" not in {r["name"] for r in listing["registered"]}
     assert {
@@ -67,7 +62,7 @@ def test_plugins_lists_the_components_whose_extras_are_installed_and_says_how_to
         "missing": "tinker",
         "install": "pip install 'reef-core[tinker]'",
     } in listing["unavailable"]
-    table = reef("plugins", env_extra={"PYTHONPATH": path}).stdout
+    table = reef("plugins", env_extra=env).stdout
     assert (
         "not installed: component tinker needs the tinker package: pip install 'reef-core[tinker]'"
         in table

@@ -1,4 +1,4 @@
-"""``import reef`` is the public API: curated, documented, every name resolving, typed, and cheap."""
+"""``import reef`` is the public API: curated, documented, typed, every name resolving, cheap."""
 
 from __future__ import annotations
 
@@ -86,5 +86,6 @@ def test_a_name_the_api_does_not_have_is_a_type_error(tmp_path: Path) -> None:
     )
     errors = [line for line in out.splitlines() if ": error:" in line]
     assert status == 1, out + err
-    assert len(errors) == 1 and 'Module "reef" has no attribute "NoSuchThing"' in errors[0], out
+    assert len(errors) == 1, out
+    assert 'Module "reef" has no attribute "NoSuchThing"' in errors[0], out
     assert errors[0].startswith(str(wrong)), out

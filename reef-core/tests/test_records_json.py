@@ -12,8 +12,7 @@ from typing import Any
 
 import attrs
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from reef.core.records import (
     CHAT_COMPLETIONS,

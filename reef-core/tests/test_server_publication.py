@@ -25,8 +25,7 @@ pytest.importorskip("httpx")
 
 import httpx
 from doubles.engine_standins import StandInState, sglang_standin, vllm_standin
-from hypothesis import example, given, settings
-from hypothesis import strategies as st
+from hypothesis import example, given, settings, strategies as st
 from starlette.testclient import TestClient
 
 from reef.components.interface import Artifact

@@ -10,12 +10,12 @@ from reef import (
     DistillJobData,
     DistillSamples,
     PluginConfigError,
-    Plugins,
     ReportError,
     TrajectorySample,
     compose_teacher_request,
     with_teacher,
 )
+from reef.embed import Plugins
 from reef.plugins import PluginKind
 from reef.testing import pipeline_context
 from reef.testing.records import call, report

@@ -1,34 +1,47 @@
-"""The storage fixtures reach every test through reef-core's ``pytest11`` entry point: no test
-module or conftest of the workspace declares ``pytest_plugins`` for them."""
+"""The storage fixtures reach a test suite only when it asks for them: reef-core registers no
+``pytest11`` plugin, so installing it adds nothing to other projects' pytest runs, and a suite
+opts in with ``pytest_plugins = ["reef.testing"]`` (or ``-p reef.testing``)."""
 
 from __future__ import annotations
 
-import ast
+import subprocess
+import sys
 from importlib.metadata import entry_points
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+import pytest
 
 
-def test_reef_core_registers_the_storage_fixtures_as_a_pytest_plugin() -> None:
-    registered = {ep.name: ep.value for ep in entry_points(group="pytest11")}
-    # named as the module, so that a leftover pytest_plugins line of it is a no-op
-    assert registered.get("reef.testing.storage") == "reef.testing.storage"
+def test_reef_core_registers_no_pytest_plugin_for_every_run() -> None:
+    registered = {ep.value for ep in entry_points(group="pytest11")}
+    assert not any(value.split(".")[0] == "reef" for value in registered), registered
 
 
-def test_a_test_gets_the_fixtures_without_declaring_them(storage_url: str) -> None:
+def test_a_suite_that_opts_in_gets_the_fixtures(storage_url: str) -> None:
+    # this suite's conftest.py says pytest_plugins = ["reef.testing"]
     assert storage_url.startswith(("sqlite:", "postgresql"))
 
 
-def test_no_test_source_declares_pytest_plugins() -> None:
-    declaring = []
-    tops = [top for top in ROOT.iterdir() if top.is_dir() and not top.name.startswith(".")]
-    for path in sorted(p for top in tops for p in top.glob("**/*.py")):
-        if "tests" not in path.parts and path.name != "conftest.py":
-            continue
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        for node in tree.body:
-            targets = node.targets if isinstance(node, ast.Assign) else []
-            if any(isinstance(t, ast.Name) and t.id == "pytest_plugins" for t in targets):
-                declaring.append(str(path.relative_to(ROOT)))
-    assert declaring == []
+def _run_suite(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    (folder / "test_uses_storage.py").write_text(
+        "def test_database(storage_database):\n    assert storage_database is not None\n"
+    )
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args, str(folder)]
+    return subprocess.run(
+        command, cwd=folder, capture_output=True, text=True, check=False, timeout=120
+    )
+
+
+@pytest.mark.parametrize("opt_in", ["none", "command line", "conftest"])
+def test_another_suite_gets_the_fixtures_only_when_it_asks(tmp_path: Path, opt_in: str) -> None:
+    """A suite of someone else's project, in an environment where reef-core is installed: its
+    tests see no Reef fixture unless it opts in."""
+    args: list[str] = ["-p", "reef.testing"] if opt_in == "command line" else []
+    if opt_in == "conftest":
+        (tmp_path / "conftest.py").write_text('pytest_plugins = ["reef.testing"]\n')
+    done = _run_suite(tmp_path, *args)
+    if opt_in == "none":
+        assert done.returncode == 1
+        assert "fixture 'storage_database' not found" in done.stdout
+    else:
+        assert done.returncode == 0, done.stdout + done.stderr

@@ -14,8 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from reef.core.records import CHAT_COMPLETIONS, InferenceRecord
 from reef.core.trajectory_index import LinkEntry, TrajectoryIndex, comparable_message

@@ -15,8 +15,7 @@ from typing import Any
 
 import attrs
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from agent_ecc import Candidate, DirectoryRegistry, Member, Scorer, SealSession
 from agent_ecc.execution import ExecRequest, InfraFailure, RawOutput

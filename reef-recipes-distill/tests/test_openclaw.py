@@ -10,8 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 pytest.importorskip("starlette")
 
@@ -21,10 +20,10 @@ from reef import (
     PipelineSection,
     PluginConfigError,
     PluginKind,
-    Plugins,
     RecipeConfigError,
     TrajectorySample,
 )
+from reef.embed import Plugins
 from reef.testing import pipeline_context
 from reef.testing.engines import judge_engine
 from reef.testing.service import serve_on_loopback

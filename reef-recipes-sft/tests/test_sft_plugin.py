@@ -4,14 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from reef import (
-    DeploymentError,
-    PipelineContext,
-    PluginConfigError,
-    PluginKind,
-    Plugins,
-    load_deployment,
-)
+from reef import PipelineContext, PluginConfigError, PluginKind
+from reef.embed import DeploymentError, Plugins, load_deployment
 from reef_sft.processor import SFTJobData, SFTSamples
 from reef_sft.recipe import SFTRecipe
 

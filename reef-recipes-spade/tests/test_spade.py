@@ -23,10 +23,10 @@ from reef import (
     HarborTask,
     HeldOutTask,
     PluginKind,
-    Plugins,
     RolledOutTask,
     TaskGenerationRequest,
 )
+from reef.embed import Plugins
 from reef.testing.service import serve_on_loopback
 from reef.testing.task_engines import (
     designed_sum_task,

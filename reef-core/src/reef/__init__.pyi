@@ -1,7 +1,6 @@
 """The names of the public API (``reef/__init__.py`` says how they load): one list, read by type
 checkers and by the lazy loader alike. Add a name here, and to ``docs/plugins.md``."""
 
-from .version import __version__ as __version__
 from .components.advantages import AdvantageSettings as AdvantageSettings
 from .components.job_parameters import (
     DistillationParameters as DistillationParameters,
@@ -28,8 +27,8 @@ from .core.plugins import (
     Record2SampleSettings as Record2SampleSettings,
 )
 from .core.records import (
-    InferenceRecord as InferenceRecord,
     JSON as JSON,
+    InferenceRecord as InferenceRecord,
     JudgedRecord as JudgedRecord,
     Judgment as Judgment,
     Record as Record,
@@ -70,9 +69,9 @@ from .recipe.grouped.processor import (
 )
 from .record2sample.assembly import SampleAssembly as SampleAssembly
 from .record2sample.distill import (
-    compose_teacher_request as compose_teacher_request,
     DistillSamples as DistillSamples,
     DistillSamplesSettings as DistillSamplesSettings,
+    compose_teacher_request as compose_teacher_request,
     with_teacher as with_teacher,
 )
 from .record2sample.generator import TaskGenerationRequest as TaskGenerationRequest
@@ -113,3 +112,4 @@ from .sample2job.validation import (
     JobDataError as JobDataError,
     validate_job_data as validate_job_data,
 )
+from .version import __version__ as __version__

@@ -8,9 +8,9 @@ group ``reef.plugins``, under a short, user-facing name (``sft``, ``distill``, `
     sft = "reef_sft.plugin"
 
 An entry point may also name a class (``ecc = "agent_ecc.reef_plugin:EccPlugin"``): Reef makes
-one instance per :class:`reef.embed.Plugins`, whose methods are the hooks and which keeps the plugin's
-state, so two ``Plugins`` of one process never share it. ``docs/plugins.md`` lists each hook's
-exact signature, and a test keeps that list true.
+one instance per :class:`reef.embed.Plugins`, whose methods are the hooks and which keeps the
+plugin's state, so two ``Plugins`` of one process never share it. ``docs/plugins.md`` lists
+each hook's exact signature, and a test keeps that list true.
 
 Two families of hooks:
 

@@ -395,8 +395,8 @@ def _epoch_json(epoch: Epoch | None) -> dict[str, Any] | None:
 
 class EccPlugin:
     """The ``ecc`` plugin: its entry point names this class, so Reef makes one per
-    :class:`reef.embed.Plugins` and each holds the seals of its own scenarios (two ``Plugins`` of one
-    process, a test's and a service's, never share one).
+    :class:`reef.embed.Plugins` and each holds the seals of its own scenarios (two ``Plugins``
+    of one process, a test's and a service's, never share one).
 
     An embedding without a deployment registers one itself and calls :meth:`configure`.
     """

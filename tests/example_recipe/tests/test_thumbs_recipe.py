@@ -14,12 +14,12 @@ from reef import (
     InferenceRecord,
     PluginConfigError,
     PluginKind,
-    Plugins,
     RecipeConfigError,
     Report,
     TrajectorySample,
     validate_job_data,
 )
+from reef.embed import Plugins
 from reef.testing import Database, pipeline_context, sample_store, training_pipeline
 
 CONTEXT = pipeline_context("support", "local")

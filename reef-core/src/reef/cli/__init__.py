@@ -67,7 +67,7 @@ def _run_plugins(args: argparse.Namespace) -> int:
         {
             "name": r.name,
             "kind": str(r.kind),
-            "class": f"{r.cls.__module__}:{r.cls.__qualname__}",
+            "class": r.reference,  # not imported: listing loads no stage, no component
             "plugin": r.plugin,
             "distribution": r.distribution,
             "version": r.version,

@@ -29,8 +29,7 @@ from pathlib import Path
 import attrs
 from tinker import types
 
-from reef.components.task_rollouts import Sampled as TaskReply
-from reef.components.task_rollouts import Sampler, reply_text
+from reef.components.task_rollouts import Sampled as TaskReply, Sampler, reply_text
 from reef.components.tinker.connection import Connect, SamplingClientLike, TinkerConnection
 from reef.components.tinker.settings import COMPONENT_CLASS, TinkerComponentSettings
 from reef.core.chat_rendering import ChatRenderer
