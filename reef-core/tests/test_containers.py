@@ -27,7 +27,7 @@ from reef.containers import (
 )
 from reef.containers.docker import DockerBackend, environment_tag
 from reef.core.deployment import ContainerSettings
-from reef.core.harbor import HarborTask
+from reef.core.harbor import HarborTask, HarborTaskError
 
 pytestmark = pytest.mark.skipif(
     shutil.which("bwrap") is None, reason="bubblewrap is not installed (scripts/setup does)"
@@ -122,10 +122,53 @@ def test_a_folder_that_is_not_a_staged_task_is_never_written_into(tmp_path: Path
     (tmp_path / "tasks").mkdir()
     (tmp_path / "elsewhere").mkdir()
     (tmp_path / "tasks" / "add-2-3").symlink_to(tmp_path / "elsewhere")
-    with pytest.raises(StagingError, match="is not a staged task"):
+    with pytest.raises(StagingError, match=r"is a link to .*elsewhere"):
         TaskStaging(tmp_path / "tasks").stage(task())
     assert list((tmp_path / "elsewhere").iterdir()) == []
     assert [p.name for p in (tmp_path / "tasks").iterdir()] == ["add-2-3"]
+
+
+@pytest.mark.parametrize("name", ["../beta/add-2-3", "..", "/abs", "a/b", ".runs", "", "a\x00b"])
+def test_a_name_that_is_not_one_folder_under_the_root_is_refused_before_anything_is_read(
+    tmp_path: Path, name: str
+) -> None:
+    # The other scenario's staged task, and an absolute folder, each hold a digest mark.
+    beta = TaskStaging(tmp_path / "tasks" / "beta").stage(task())
+    alpha = TaskStaging(tmp_path / "tasks" / "alpha")
+    if name == "/abs":
+        name = str(beta.folder)
+    with pytest.raises(StagingError, match="is not a folder name to stage under"):
+        alpha.staged(name)
+
+
+def test_a_link_in_a_tasks_place_is_refused_even_into_the_root(tmp_path: Path) -> None:
+    staging = TaskStaging(tmp_path / "tasks")
+    real = staging.stage(task())
+    (tmp_path / "tasks" / "other").symlink_to(real.folder)
+    with pytest.raises(StagingError, match="is a link to"):
+        staging.staged("other")
+    (tmp_path / "tasks" / "far").symlink_to(TaskStaging(tmp_path / "beta").stage(task()).folder)
+    with pytest.raises(StagingError, match="is a link to"):
+        staging.staged("far")
+
+
+def test_a_scenarios_folder_is_proven_to_stay_under_the_tasks_root(tmp_path: Path) -> None:
+    from reef.core.deployment import GeneratorSection
+    from reef.record2sample.generator.service import GeneratorService
+
+    section = GeneratorSection(tasks_root=str(tmp_path / "tasks"))
+    service = GeneratorService(section, task_source=lambda scenario, name: None)
+    assert service.staging("alpha").root == tmp_path / "tasks" / "alpha"
+    for scenario in ("../elsewhere", str(tmp_path), ".runs"):
+        with pytest.raises(StagingError, match="is not a folder name"):
+            service.staging(scenario)
+
+
+def test_a_task_whose_task_toml_cannot_be_read_is_not_staged(tmp_path: Path) -> None:
+    deep = task("deep", toml="a = " + "[" * 50_000)
+    with pytest.raises(HarborTaskError, match=r"task 'deep': task\.toml .*nested too deeply"):
+        TaskStaging(tmp_path / "tasks").stage(deep)
+    assert not (tmp_path / "tasks" / "deep").exists()
 
 
 # ------------------------------------------------------------------------ runs

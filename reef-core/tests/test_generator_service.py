@@ -229,3 +229,33 @@ def test_the_service_stages_again_a_task_that_any_trainer_of_the_scenario_saved(
         )
         assert missing.status_code == 404
         assert "no saved task 'add-g9-0'" in missing.text
+
+
+def test_a_task_toml_that_cannot_be_read_is_a_400_naming_the_file_on_every_route(
+    client: TestClient, storage_database: Database, tmp_path: Path
+) -> None:
+    deep = {**TASK, "name": "deep", "files": {**TASK["files"], "task.toml": "a = " + "[" * 50_000}}
+    for route, body in (
+        ("tasks", {"task": deep}),
+        ("verify", {"task": deep, "oracle": True}),
+        ("play", {"task": deep, "rollouts": 1}),
+    ):
+        answer = client.post(f"{BASE}/{route}", json=body, headers=ADMIN)
+        assert answer.status_code == 400, (route, answer.text)
+        assert "task 'deep': task.toml" in answer.text, (route, answer.text)
+        assert "nested too deeply" in answer.text, (route, answer.text)
+    assert not (tmp_path / "tasks" / "support" / "deep").exists(), "nothing is staged"
+    # A saved task, restaged by name, and a copy staged before task.toml was checked.
+    store = TaskStorage(storage_database, "support").open("generated-tasks")
+    store.put("task:deep", {"generation": 0, "split": "train", "task": deep})
+    by_name = client.post(f"{BASE}/verify", json={"task_name": "deep", "oracle": True},
+                          headers=ADMIN)  # fmt: skip
+    assert by_name.status_code == 400, by_name.text
+    assert "task 'deep': task.toml" in by_name.text
+    staged = client.post(f"{BASE}/tasks", json={"task": TASK}, headers=ADMIN)
+    assert staged.status_code == 200, staged.text
+    (tmp_path / "tasks" / "support" / "add-17-25" / "task.toml").write_text("x = [[[")
+    old = client.post(f"{BASE}/verify", json={"task_name": "add-17-25", "oracle": True},
+                      headers=ADMIN)  # fmt: skip
+    assert old.status_code == 400, old.text
+    assert "task 'add-17-25': task.toml is not valid TOML" in old.text

@@ -77,3 +77,23 @@ def test_from_json_names_what_is_wrong() -> None:
         HarborTask.from_json([])
     with pytest.raises(HarborTaskError, match="no key extra"):
         HarborTask.from_json({**HarborTask("a", FILES).to_json(), "extra": 1})
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("a = " + "[" * 50_000, "nested too deeply"),
+        ("a = " + "{b = " * 50_000, "nested too deeply"),
+        ("[verifier\ntimeout_sec = 1\n", "not valid TOML"),
+    ],
+)
+def test_a_task_toml_that_cannot_be_read_is_an_error_naming_the_file(
+    text: str, reason: str
+) -> None:
+    task = HarborTask("deep", {**FILES, "task.toml": text})
+    with pytest.raises(HarborTaskError, match=rf"task 'deep': task\.toml .*{reason}"):
+        task.toml()
+
+
+def test_a_task_toml_is_read_as_a_table() -> None:
+    assert HarborTask("a", FILES).toml() == {"version": "1.0", "verifier": {"timeout_sec": 30.0}}

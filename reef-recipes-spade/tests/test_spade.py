@@ -35,7 +35,7 @@ from reef.testing.task_engines import (
     scripted_designer,
 )
 from reef_spade import SpadeGenerator
-from reef_spade.designer import DesignerError
+from reef_spade.designer import DesignerError, hint_of
 
 pytestmark = pytest.mark.skipif(
     shutil.which("bwrap") is None, reason="bubblewrap is not installed (reef's scripts/setup does)"
@@ -170,3 +170,11 @@ def test_the_designer_is_told_of_the_last_feedback_tasks_and_no_more_are_kept(
         asyncio.run(spade.record_results((result,), generation=generation))
     assert len(spade.feedback) == keep
     assert spade.feedback[-1].endswith(f": {float((keep + 5) % 2):.2f}")
+
+
+@pytest.mark.parametrize(
+    "toml", ["a = " + "[" * 50_000, "metadata = 1\n", "[metadata\n", "[metadata.spade]\nhint = 3\n"]
+)
+def test_a_task_toml_without_a_readable_hint_has_none(toml: str) -> None:
+    files = {"task.toml": toml, "instruction.md": "?", "tests/test.sh": "exit 0\n"}
+    assert hint_of(HarborTask("t", files)) is None

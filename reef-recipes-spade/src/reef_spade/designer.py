@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import tomllib
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 import httpx
 
-from reef import HarborTask, ReefError
+from reef import HarborTask, HarborTaskError, ReefError
 
 __all__ = ["Designer", "DesignerError", "design_prompt", "hint_of", "tasks_from_reply"]
 
@@ -138,10 +137,11 @@ def tasks_from_reply(
 def hint_of(task: HarborTask) -> str | None:
     """The hint SPADE kept in the task's ``task.toml``, if any."""
     try:
-        document = tomllib.loads(task.files["task.toml"])
-    except tomllib.TOMLDecodeError:
+        document = task.toml()
+    except HarborTaskError:
         return None
-    spade = document.get("metadata", {}).get("spade", {})
+    metadata = document.get("metadata")
+    spade = metadata.get("spade") if isinstance(metadata, dict) else None
     hint = spade.get("hint") if isinstance(spade, dict) else None
     return hint if isinstance(hint, str) and hint else None
 

@@ -18,17 +18,16 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
 import attrs
 
-from reef.core.harbor import HarborTask
+from reef.core.harbor import HarborTask, read_task_toml
 from reef.errors import ReefError
 
-__all__ = ["StagedTask", "StagingError", "TaskConfig", "TaskStaging"]
+__all__ = ["StagedTask", "StagingError", "TaskConfig", "TaskStaging", "folder_under"]
 
 # A task's files are plain names that never start with '.', so the mark cannot be one of them.
 _MARK: Final = ".reef-digest"
@@ -58,11 +57,12 @@ class TaskConfig:
 
     @classmethod
     def parse(cls, task_name: str, text: str) -> TaskConfig:
-        """Read ``task.toml``. :raises StagingError: when it is not TOML."""
-        try:
-            document = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as exc:
-            raise StagingError(f"task {task_name!r}: task.toml is not valid TOML: {exc}") from exc
+        """Read ``task.toml``.
+
+        :raises reef.core.harbor.HarborTaskError: when it is not a TOML document Reef can read
+            (:func:`~reef.core.harbor.read_task_toml`).
+        """
+        document = read_task_toml(task_name, text)
 
         def table(name: str) -> Mapping[str, Any]:
             found = document.get(name)
@@ -78,6 +78,44 @@ class TaskConfig:
             memory_mb=memory if isinstance(memory, int) and not isinstance(memory, bool)
             and memory > 0 else None,
         )  # fmt: skip
+
+
+def folder_under(root: Path, name: str) -> Path:
+    """``root/name``, proven to be a folder of ``root`` itself: the one check of every path
+    that joins a name (a task's, a scenario's) onto a folder Reef stages under.
+
+    ``name`` must be one plain path segment: not empty, at most 255 bytes, no ``/``, ``\\`` or
+    NUL (so never absolute, never two segments), not ``.`` or ``..``, and not starting with
+    ``.`` (such names are Reef's own: ``.runs``, ``.stage-*``). ``root/name``, links resolved,
+    must be ``root/name`` itself: a link there, even to a folder of ``root``, is refused.
+
+    :raises StagingError: naming the name or the link, and what to do.
+    """
+    if (
+        not name
+        or len(name.encode("utf-8", errors="surrogatepass")) > 255
+        or name.startswith(".")
+        or any(character in name for character in "/\\\0")
+    ):
+        raise StagingError(
+            f"{name!r} is not a folder name to stage under {root}: one plain name, without "
+            "'/', '\\' or NUL, not starting with '.' (so never absolute, never '..')"
+        )
+    base = root.resolve()
+    resolved = (base / name).resolve()
+    if resolved != base / name:
+        raise StagingError(
+            f"{root / name} is a link to {resolved}: a folder Reef stages in is never a link; "
+            "remove it"
+        )
+    return root / name
+
+
+def _read(path: Path) -> str:
+    # O_NOFOLLOW: a staged file is never a link (stage() creates each one new).
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd, encoding="utf-8") as file:
+        return file.read()
 
 
 @attrs.frozen
@@ -107,27 +145,42 @@ class StagedTask:
         return found
 
     def config(self) -> TaskConfig:
-        """The task's ``task.toml``, read."""
-        return TaskConfig.parse(self.name, (self.folder / "task.toml").read_text(encoding="utf-8"))
+        """The task's ``task.toml``, read.
+
+        :raises reef.core.harbor.HarborTaskError: when it is not a TOML document Reef can read.
+        """
+        return TaskConfig.parse(self.name, _read(self.folder / "task.toml"))
 
     def instruction(self) -> str:
         """The task's ``instruction.md``."""
-        return (self.folder / "instruction.md").read_text(encoding="utf-8")
+        return _read(self.folder / "instruction.md")
 
 
 class TaskStaging:
-    """Stages tasks under ``root`` (created when first needed)."""
+    """Stages tasks under ``root`` (created when first needed).
+
+    Every task folder is :func:`folder_under` ``root``: a name that is not one plain folder
+    name, or a link in a task's place, is refused before anything is read or written, so a
+    caller that passes a name straight from a request (``../other-scenario/task``, an absolute
+    folder holding a digest mark) reaches nothing outside ``root``.
+    """
 
     def __init__(self, root: Path) -> None:
         self.root = root
 
     def staged(self, name: str) -> StagedTask | None:
-        """The staged copy of the task called ``name``, if there is one."""
-        folder = self.root / name
+        """The staged copy of the task called ``name``, if there is one.
+
+        :raises StagingError: when ``name`` is not a folder name under the root, or a link
+            holds its place.
+        """
+        folder = folder_under(self.root, name)
         try:
-            digest = (folder / _MARK).read_text(encoding="utf-8").strip()
+            digest = _read(folder / _MARK).strip()
         except (FileNotFoundError, NotADirectoryError):
             return None
+        except OSError as exc:  # ELOOP: the mark is a link, so this is no staged copy
+            raise StagingError(f"{folder} is not a staged task ({exc}): remove it") from None
         return StagedTask(name, folder, digest)
 
     def stage(self, task: HarborTask) -> StagedTask:
@@ -135,8 +188,11 @@ class TaskStaging:
 
         :raises StagingError: when the name holds another task, or a folder that is not a
             staged task.
+        :raises reef.core.harbor.HarborTaskError: when its ``task.toml`` cannot be read
+            (nothing is staged).
         """
         digest = task.digest()
+        task.toml()  # every run reads it: a task whose task.toml cannot be read is not staged
         found = self._check(task, digest)
         if found is not None:
             return found
@@ -153,7 +209,7 @@ class TaskStaging:
             (private / _MARK).write_text(digest, encoding="utf-8")
             private.chmod(0o755)
             try:
-                private.rename(self.root / task.name)
+                private.rename(folder_under(self.root, task.name))
             except OSError:
                 # Another stager finished first (or something else holds the name).
                 found = self._check(task, digest)
@@ -163,15 +219,15 @@ class TaskStaging:
         finally:
             if private.exists():
                 shutil.rmtree(private)
-        return StagedTask(task.name, self.root / task.name, digest)
+        return StagedTask(task.name, folder_under(self.root, task.name), digest)
 
     def _check(self, task: HarborTask, digest: str) -> StagedTask | None:
         found = self.staged(task.name)
         if found is None:
-            if (self.root / task.name).exists():
+            folder = folder_under(self.root, task.name)
+            if folder.exists():
                 raise StagingError(
-                    f"{self.root / task.name} is not a staged task: remove it to stage "
-                    f"task {task.name!r} there"
+                    f"{folder} is not a staged task: remove it to stage task {task.name!r} there"
                 )
             return None
         if found.digest != digest:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import tomllib
 import types
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
@@ -38,6 +39,7 @@ __all__ = [
     "REQUIRED_FILES",
     "HarborTask",
     "HarborTaskError",
+    "read_task_toml",
 ]
 
 #: The files every task has.
@@ -57,6 +59,25 @@ _SEGMENT: Final = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,254}")
 
 class HarborTaskError(ReefError, ValueError):
     """A task that Reef cannot accept: the message names the task, the file and the reason."""
+
+
+def read_task_toml(task: str, text: str) -> dict[str, Any]:
+    """The document of a task's ``task.toml`` (``text``), read.
+
+    A model writes these files, so any text is expected: invalid TOML, and TOML nested so
+    deeply that the reader would exhaust the stack (tomllib reads nesting recursively), are
+    both refused here, with the task and the file named.
+
+    :raises HarborTaskError: when ``text`` is not a TOML document Reef can read.
+    """
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise HarborTaskError(f"task {task!r}: task.toml is not valid TOML: {exc}") from None
+    except RecursionError:
+        raise HarborTaskError(
+            f"task {task!r}: task.toml has arrays or tables nested too deeply to read"
+        ) from None
 
 
 def _ids(values: Iterable[str]) -> tuple[str, ...]:
@@ -150,6 +171,13 @@ class HarborTask:
     def instruction(self) -> str:
         """The text of ``instruction.md``."""
         return self.files["instruction.md"]
+
+    def toml(self) -> dict[str, Any]:
+        """The task's ``task.toml``, read (:func:`read_task_toml`).
+
+        :raises HarborTaskError: when it is not a TOML document Reef can read.
+        """
+        return read_task_toml(self.name, self.files["task.toml"])
 
     def digest(self) -> str:
         """A hash of the task's files (not its name nor its sources): two tasks with equal

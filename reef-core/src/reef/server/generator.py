@@ -149,14 +149,18 @@ async def _task(
 ) -> StagedTask:
     def stage() -> StagedTask:
         if task is not None:
-            return generator.stage(scenario, HarborTask.from_json(task))
-        assert name is not None
-        return generator.staged(scenario, name)
+            staged = generator.stage(scenario, HarborTask.from_json(task))
+        else:
+            assert name is not None
+            staged = generator.staged(scenario, name)
+        staged.config()  # every run reads it: one that cannot be read is the request's fault
+        return staged
 
     try:
         return await anyio.to_thread.run_sync(stage)
     except HarborTaskError as exc:
-        raise ApiError.one(400, "invalid_request", "$.task", str(exc)) from None
+        field = "$.task" if task is not None else "$.task_name"
+        raise ApiError.one(400, "invalid_request", field, str(exc)) from None
     except TaskNotFound as exc:
         raise ApiError.one(404, "not_found", "$.task_name", str(exc)) from None
     except StagingError as exc:

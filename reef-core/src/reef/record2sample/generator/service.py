@@ -37,7 +37,7 @@ import attrs
 from reef.containers.agent import AnswerAgent
 from reef.containers.backends import open_backend
 from reef.containers.interface import ContainerBackend
-from reef.containers.staging import StagedTask, TaskStaging
+from reef.containers.staging import StagedTask, TaskStaging, folder_under
 from reef.containers.verify import Verdict, run_oracle, run_verifier
 from reef.core.deployment import GeneratorSection
 from reef.core.harbor import HarborTask
@@ -97,8 +97,12 @@ class GeneratorService:
         self._slots = anyio.Semaphore(section.max_parallel_runs)
 
     def staging(self, scenario: str) -> TaskStaging:
-        """The staged tasks of ``scenario``."""
-        return TaskStaging(self.root / scenario)
+        """The staged tasks of ``scenario``, under ``<tasks root>/<scenario>``.
+
+        :raises reef.containers.staging.StagingError: when ``scenario`` is not a folder name
+            under the tasks root (:func:`~reef.containers.staging.folder_under`).
+        """
+        return TaskStaging(folder_under(self.root, scenario))
 
     def stage(self, scenario: str, task: HarborTask) -> StagedTask:
         """Stage ``task`` (idempotent; see :meth:`TaskStaging.stage`)."""
