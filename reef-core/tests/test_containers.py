@@ -14,11 +14,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
+import attrs
 import pytest
 
 from reef.containers import (
     ContainerBackend,
     ContainerError,
+    RunSpec,
     StagingError,
     TaskStaging,
     open_backend,
@@ -254,6 +256,73 @@ def test_a_reward_file_linked_out_of_the_run_is_not_read(
     assert run_verifier(backend, staged, {}, LIMITS).reward is None
 
 
+# What a hostile verifier tries, in files under the per-file limit: 200 MiB where its attempt
+# is, 360 MiB in /tmp with 256 MiB of memory, and a file in / and in /dev.
+HOG = """\
+for i in 1 2 3 4 5 6 7 8 9 10; do
+  head -c 20M /dev/zero > /app/hog$i && echo $i > /app/written
+done
+for i in 1 2 3 4 5 6; do
+  head -c 60M /dev/zero > /tmp/hog$i && echo $i > /logs/tmp-written
+done
+touch /hog 2>/dev/null && echo yes > /app/root-written
+touch /dev/hog 2>/dev/null && echo yes > /app/dev-written
+echo 1 > /logs/verifier/reward.txt
+"""
+
+
+def test_a_run_cannot_write_past_its_disk_quota_or_its_memory_and_says_so(
+    tmp_path: Path, backend: ContainerBackend
+) -> None:
+    limits = attrs.evolve(LIMITS, disk_mb=64)
+    staged = TaskStaging(tmp_path / "tasks").stage(task("hog", test=HOG))
+    verdict = run_verifier(backend, staged, {}, limits)
+    assert verdict.reward is None, verdict.output
+    assert verdict.limit == (
+        "the run reached its disk quota of 64 MiB and its memory limit of 256 MiB (/tmp counts "
+        "against it): writing more failed, so it gives no reward"
+    )
+    assert verdict.output.endswith(f"reef: {verdict.limit}\n")
+    # The same run, read back: at most the quota was written, nothing landed in / or /dev,
+    # and nothing the run wrote is left on this machine.
+    spec = RunSpec(
+        files=staged.files("tests"),
+        command=("bash", "/tests/test.sh"),
+        timeout_seconds=30,
+        memory_bytes=256 << 20,
+        disk_bytes=64 << 20,
+        collect=("/app/written", "/logs/tmp-written", "/app/root-written", "/app/dev-written"),
+    )
+    result = backend.run(spec)
+    assert result.limits == ("disk", "memory")
+    assert int(result.files["/app/written"]) * 20 <= 64
+    assert int(result.files["/logs/tmp-written"]) * 60 <= 256
+    assert "/app/root-written" not in result.files
+    assert "/app/dev-written" not in result.files
+    runs = tmp_path / "runs"
+    assert not runs.exists() or list(runs.iterdir()) == []
+
+
+def test_files_that_do_not_fit_the_quota_are_a_limit_not_a_crash(
+    tmp_path: Path, backend: ContainerBackend
+) -> None:
+    limits = attrs.evolve(LIMITS, disk_mb=1)
+    staged = TaskStaging(tmp_path / "tasks").stage(task())
+    verdict = run_verifier(backend, staged, {"answer.txt": "5" * (3 << 20)}, limits)
+    assert verdict.reward is None
+    assert verdict.limit is not None
+    assert "disk quota of 1 MiB" in verdict.limit
+
+
+def test_a_tasks_own_storage_mb_lowers_the_quota(tmp_path: Path, backend: ContainerBackend) -> None:
+    fill = "head -c 3M /dev/zero > /app/x && echo 1 > /logs/verifier/reward.txt\n"
+    small = task("small", toml="[environment]\nstorage_mb = 2\n", test=fill)
+    verdict = run_verifier(backend, TaskStaging(tmp_path / "tasks").stage(small), {}, LIMITS)
+    assert verdict.reward is None
+    assert verdict.limit is not None
+    assert "disk quota of 2 MiB" in verdict.limit
+
+
 def test_an_attempt_path_must_stay_in_the_working_folder(tmp_path: Path) -> None:
     staged = TaskStaging(tmp_path / "tasks").stage(task())
     with pytest.raises(ValueError, match=r"no '\.\.'"):
@@ -274,10 +343,17 @@ def test_the_docker_backend_asks_for_an_isolated_limited_container(tmp_path: Pat
         assert host["Memory"] == host["MemorySwap"] == 256 << 20
         assert host["CapDrop"] == ["ALL"]
         assert create["User"] == "65534:65534"
+        assert host["StorageOpt"] == {"size": str(LIMITS.disk_mb << 20)}
+        assert host["Tmpfs"] == {"/tmp": f"rw,exec,nosuid,nodev,size={256 << 20},mode=1777"}
+        assert host["ShmSize"] == 64 << 20
+        assert host["LogConfig"] == {
+            "Type": "json-file", "Config": {"max-size": "1m", "max-file": "2"}
+        }  # fmt: skip
         assert [name for name, _, _ in standin.calls] == [
-            "create", "put_archive", "start", "wait", "logs", "get_archive", "get_archive",
-            "remove",
+            "inspect_image", "create", "put_archive", "start", "wait", "logs", "inspect",
+            "get_archive", "get_archive", "remove",
         ]  # fmt: skip
+        assert standin.calls[-1][2] == {"force": "1", "v": "1"}
         # An image the daemon does not have fails the run as an infrastructure failure.
         other = TaskStaging(tmp_path / "tasks").stage(
             task("own-image", toml='[environment]\ndocker_image = "mine:1"\n')
@@ -301,13 +377,15 @@ def test_the_docker_backend_builds_a_tasks_environment_dockerfile_once(tmp_path:
         assert tag.startswith("reef-task-env:")
         assert standin.builds == {tag: {"Dockerfile": dockerfile, "data/a_txt": "a\n"}}
         names = [name for name, _, _ in standin.calls]
-        assert names[:3] == ["inspect_image", "build", "create"]
+        assert names[:4] == ["inspect_image", "build", "inspect_image", "create"]
         create = next(body for name, _, body in standin.calls if name == "create")
         assert create["Image"] == tag
         # The daemon has the image now: the next run of the same environment builds nothing.
         standin.calls.clear()
         assert run_verifier(docker, built, {"answer.txt": "5"}, LIMITS).reward == 1.0
-        assert [name for name, _, _ in standin.calls][:2] == ["inspect_image", "create"]
+        assert [name for name, _, _ in standin.calls][:3] == [
+            "inspect_image", "inspect_image", "create"
+        ]  # fmt: skip
         # A task that names its image runs it, and one without an environment the default.
         named = staging.stage(
             task(
@@ -320,8 +398,8 @@ def test_the_docker_backend_builds_a_tasks_environment_dockerfile_once(tmp_path:
         for staged in (named, plain):
             standin.calls.clear()
             assert run_oracle(docker, staged, LIMITS).reward == 1.0
-            assert standin.calls[0][0] == "create"
-            assert standin.calls[0][2]["Image"] == "python:3.12-slim"
+            assert standin.calls[1][0] == "create"
+            assert standin.calls[1][2]["Image"] == "python:3.12-slim"
         docker.close()
         assert standin.unexpected == []
 
@@ -336,4 +414,40 @@ def test_a_failed_build_fails_the_run_with_the_builds_error(tmp_path: Path) -> N
         with pytest.raises(ContainerError, match="pull access denied for nowhere:1"):
             run_oracle(docker, staged, LIMITS)
         assert "create" not in [name for name, _, _ in standin.calls]
+        docker.close()
+
+
+def test_the_docker_backend_keeps_an_images_volumes_off_the_hosts_disk(tmp_path: Path) -> None:
+    standin = _load_standin().DockerEngineStandIn(tmp_path, images=("python:3.12-slim",))
+    dockerfile = 'FROM python:3.12-slim\nVOLUME ["/data"]\nVOLUME /cache\n'
+    with standin:
+        docker = DockerBackend(standin.url, default_image="python:3.12-slim")
+        staged = TaskStaging(tmp_path / "tasks").stage(
+            task("volumes", environment__Dockerfile=dockerfile)
+        )
+        assert run_oracle(docker, staged, LIMITS).reward == 1.0
+        create = next(body for name, _, body in standin.calls if name == "create")
+        disk = f"rw,exec,nosuid,nodev,size={LIMITS.disk_mb << 20},mode=1777"
+        assert create["HostConfig"]["Tmpfs"] == {
+            "/tmp": f"rw,exec,nosuid,nodev,size={256 << 20},mode=1777",
+            "/cache": disk,
+            "/data": disk,
+        }
+        docker.close()
+
+
+def test_a_docker_daemon_that_cannot_cap_the_disk_fails_every_run_saying_why(
+    tmp_path: Path,
+) -> None:
+    module = _load_standin()
+    standin = module.DockerEngineStandIn(
+        tmp_path, images=("python:3.12-slim",), storage_quota=False
+    )
+    with standin:
+        docker = DockerBackend(standin.url, default_image="python:3.12-slim")
+        staged = TaskStaging(tmp_path / "tasks").stage(task())
+        with pytest.raises(ContainerError, match=r"answered POST /containers/create with 500.*"
+                           r"overlay over xfs.*cannot cap a container's disk"):  # fmt: skip
+            run_oracle(docker, staged, LIMITS)
+        assert "start" not in [name for name, _, _ in standin.calls]
         docker.close()

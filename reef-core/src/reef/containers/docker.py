@@ -8,24 +8,38 @@ without a daemon):
 1. The run's image: the task's ``[environment].docker_image`` when it names one (never pulled:
    it must be on the daemon, ``docker pull`` or ``docker build`` it first; an unknown image
    fails the run); else, when the task has an ``environment/Dockerfile``, the image built from
-   its ``environment/`` folder, tagged ``reef-task-env:<digest of the folder>``:
-   ``GET /images/{tag}/json`` tells whether the daemon has it (200) or not (404), and only
-   then ``POST /build?t=<tag>&rm=1&forcerm=1`` builds it from a tar of the folder (the answer
+   its ``environment/`` folder, tagged ``reef-task-env:<digest of the folder>``: only when
+   ``GET /images/{tag}/json`` says the daemon does not have it (404),
+   ``POST /build?t=<tag>&rm=1&forcerm=1`` builds it from a tar of the folder (the answer
    is the Engine's stream of JSON lines; a line with ``error`` fails the run, with the build's
    message); else the backend's ``default_image``. A build has the daemon's network (its
    ``FROM`` and ``RUN`` steps may fetch); the runs of the image never do.
+   ``GET /images/{image}/json`` (200; 404 fails the run) gives the image's ``VOLUME`` folders.
 2. ``POST /containers/create``: that image, ``Cmd``, ``WorkingDir``, ``Env``, running as
    ``nobody``, with ``HostConfig``: ``NetworkMode: none``, ``Memory`` (and ``MemorySwap`` equal
-   to it: no swap), ``PidsLimit``, ``Ulimits`` (file size, no core files), ``CapDrop: [ALL]``
-   and ``SecurityOpt: [no-new-privileges]``.
+   to it: no swap), ``PidsLimit``, ``Ulimits`` (file size, no core files), ``CapDrop: [ALL]``,
+   ``SecurityOpt: [no-new-privileges]``, and the run's storage limits:
+
+   - ``StorageOpt: {size: <disk_bytes>}``: the container's writable layer, everything the run
+     writes outside its tmpfs folders, is capped at its disk quota. The daemon's storage driver
+     must support it (overlay2 on xfs mounted with ``pquota``, btrfs, zfs); one that does not
+     answers 500 and every run fails, saying so: Reef never runs a task without a disk quota;
+   - ``Tmpfs``: ``/tmp`` of ``memory_bytes`` (RAM, charged to the container's memory cgroup
+     with its processes: ``/tmp`` counts against ``Memory``), and each ``VOLUME`` of the image
+     (Docker would otherwise make it an anonymous volume on the host's disk, outside the quota)
+     of ``disk_bytes``, also RAM charged to the cgroup; ``ShmSize``: 64 MiB, likewise;
+   - ``LogConfig``: ``json-file`` with ``max-size: 1m`` and ``max-file: 2``: what the run prints
+     takes at most 2 MiB of the daemon's disk (only the last 64 KiB are read).
 3. ``PUT /containers/{id}/archive?path=/``: the run's files, with its four folders, as a tar.
 4. ``POST /containers/{id}/start``.
 5. ``POST /containers/{id}/wait``, under the run's wall-clock limit; past it,
    ``POST /containers/{id}/kill`` and the run is timed out.
 6. ``GET /containers/{id}/logs?stdout=1&stderr=1``: the output (the Engine's framed stream of a
    container without a TTY).
-7. ``GET /containers/{id}/archive?path=<file>`` for each collected file (404: not there).
-8. ``DELETE /containers/{id}?force=1``, always.
+7. ``GET /containers/{id}/json?size=1``: ``State.OOMKilled`` (the run reached its memory limit)
+   and ``SizeRw`` (its layer's size: within 1 MiB of the quota, it reached its disk quota).
+8. ``GET /containers/{id}/archive?path=<file>`` for each collected file (404: not there).
+9. ``DELETE /containers/{id}?force=1&v=1``, always: the layer and every volume go with it.
 """
 
 from __future__ import annotations
@@ -42,16 +56,28 @@ from reef.containers.interface import (
     FOLDERS,
     MAX_COLLECTED_BYTES,
     MAX_OUTPUT_BYTES,
+    SHM_BYTES,
     ContainerError,
     RunResult,
     RunSpec,
     container_path,
 )
 
-__all__ = ["BUILT_IMAGES", "DockerBackend", "context_tar", "environment_tag", "files_tar"]
+__all__ = [
+    "BUILT_IMAGES",
+    "LOG_CONFIG",
+    "DockerBackend",
+    "context_tar",
+    "environment_tag",
+    "files_tar",
+]
 
 _API: Final = "/v1.43"
 _PIDS: Final = 256
+#: How much of a run's output the daemon keeps on its disk.
+LOG_CONFIG: Final = {"Type": "json-file", "Config": {"max-size": "1m", "max-file": "2"}}
+#: How near its quota a run's layer must be to have reached it (file systems count in blocks).
+_QUOTA_SLACK: Final = 1 << 20
 #: The repository of the images the backend builds from tasks' ``environment/`` folders.
 BUILT_IMAGES: Final = "reef-task-env"
 
@@ -223,10 +249,32 @@ class DockerBackend:
             raise ContainerError(f"building the task's environment/Dockerfile failed: {error}")
         return tag
 
+    def _volumes(self, image: str) -> list[str]:
+        """The ``VOLUME`` folders of ``image``. :raises ContainerError: for an image the daemon
+        does not have."""
+        found = self._call("GET", f"/images/{image}/json", ok=(200, 404))
+        if found.status_code == 404:
+            raise ContainerError(f"No such image: {image} (the daemon does not have it)")
+        volumes = (found.json().get("Config") or {}).get("Volumes") or {}
+        return sorted(str(path) for path in volumes)
+
     def run(self, spec: RunSpec) -> RunResult:
-        """Run ``spec`` (see :class:`reef.containers.interface.ContainerBackend`)."""
+        """Run ``spec`` (see :class:`reef.containers.interface.ContainerBackend`).
+
+        :raises ContainerError: when the run could not happen: the image is missing, its build
+            failed, the daemon cannot cap the container's disk, or the daemon failed.
+        """
+        image = self.image(spec)
+        tmpfs = {
+            "/tmp": f"rw,exec,nosuid,nodev,size={spec.memory_bytes},mode=1777",
+            **{
+                folder: f"rw,exec,nosuid,nodev,size={spec.disk_bytes},mode=1777"
+                for folder in self._volumes(image)
+                if folder != "/tmp"
+            },
+        }
         body = {
-            "Image": self.image(spec),
+            "Image": image,
             "Cmd": list(spec.command),
             "WorkingDir": spec.workdir,
             "Env": [f"{key}={value}" for key, value in spec.env.items()],
@@ -243,9 +291,22 @@ class DockerBackend:
                 ],
                 "CapDrop": ["ALL"],
                 "SecurityOpt": ["no-new-privileges"],
+                "StorageOpt": {"size": str(spec.disk_bytes)},
+                "Tmpfs": tmpfs,
+                "ShmSize": SHM_BYTES,
+                "LogConfig": LOG_CONFIG,
             },
         }
-        created = self._call("POST", "/containers/create", json=body).json()
+        try:
+            created = self._call("POST", "/containers/create", json=body).json()
+        except ContainerError as exc:
+            if "storage-opt" not in str(exc):
+                raise
+            raise ContainerError(
+                f"{exc}: the Docker daemon cannot cap a container's disk (StorageOpt size), and "
+                "every run gets a disk quota (generated tasks are untrusted): give the daemon a "
+                "storage driver with quotas (overlay2 on xfs mounted with pquota, btrfs, zfs)"
+            ) from None
         container = created["Id"]
         try:
             self._call(
@@ -271,6 +332,11 @@ class DockerBackend:
                 "GET", f"/containers/{container}/logs", params={"stdout": 1, "stderr": 1}
             ).content
             output = _frames(logs)[-MAX_OUTPUT_BYTES:].decode("utf-8", errors="replace")
+            state = self._call("GET", f"/containers/{container}/json", params={"size": 1}).json()
+            reached = (
+                ("disk", int(state.get("SizeRw") or 0) >= spec.disk_bytes - _QUOTA_SLACK),
+                ("memory", bool((state.get("State") or {}).get("OOMKilled"))),
+            )
             files: dict[str, str] = {}
             for path in spec.collect:
                 found = self._call(
@@ -278,6 +344,9 @@ class DockerBackend:
                 )
                 if found.status_code == 200 and (text := _member(found.content)) is not None:
                     files[path] = text
-            return RunResult(exit_code, timed_out, output, files)
+            limits = tuple(name for name, hit in reached if hit)
+            return RunResult(exit_code, timed_out, output, files, limits)
         finally:
-            self._call("DELETE", f"/containers/{container}", params={"force": 1}, ok=(204, 404))
+            self._call(
+                "DELETE", f"/containers/{container}", params={"force": 1, "v": 1}, ok=(204, 404)
+            )

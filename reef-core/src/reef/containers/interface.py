@@ -10,6 +10,13 @@ agent's attempt goes there), ``/tests`` holds the verifier, ``/solution`` the or
 and ``/logs`` what the run writes for Reef to read (``/logs/verifier/reward.txt``). A run's
 files may only go under those four folders, and only files under ``/logs`` and ``/app`` are
 read back, each at most :data:`MAX_COLLECTED_BYTES`.
+
+A run is hostile until proven otherwise (a model writes generated tasks): it writes nowhere but
+its own size-limited folders, so it can fill neither the host's disk nor its memory past its
+limits (each backend's module says how: :mod:`reef.containers.sandbox`,
+:mod:`reef.containers.docker`). A
+run that fills one of them is reported so (:attr:`RunResult.limits`), and everything it wrote
+is gone with its container.
 """
 
 from __future__ import annotations
@@ -24,9 +31,12 @@ import attrs
 from reef.errors import ReefError
 
 __all__ = [
+    "DEFAULT_DISK_BYTES",
     "FOLDERS",
+    "LIMITS",
     "MAX_COLLECTED_BYTES",
     "MAX_OUTPUT_BYTES",
+    "SHM_BYTES",
     "ContainerBackend",
     "ContainerError",
     "RunResult",
@@ -39,6 +49,12 @@ FOLDERS: Final[Mapping[str, bool]] = {"app": True, "logs": True, "tests": False,
 MAX_OUTPUT_BYTES: Final = 64 << 10
 #: The most bytes of one file a run reads back.
 MAX_COLLECTED_BYTES: Final = 64 << 10
+#: The size of a run's ``/dev/shm``, a tmpfs counted against its memory (Docker's default).
+SHM_BYTES: Final = 64 << 20
+#: The limits a run can reach besides its time (:attr:`RunResult.limits`).
+LIMITS: Final = ("disk", "memory")
+#: A run's disk quota when its spec names none: what ``/app`` and ``/logs`` may each hold.
+DEFAULT_DISK_BYTES: Final = 256 << 20
 
 _SEGMENT: Final = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,254}")
 
@@ -101,7 +117,11 @@ class RunSpec:
         container path (``/app/answer.txt``, ``/tests/test.sh``).
     :ivar command: the command, as arguments (``("bash", "/tests/test.sh")``).
     :ivar timeout_seconds: wall-clock limit; the run is killed when it passes.
-    :ivar memory_bytes: the memory the run's processes may take.
+    :ivar memory_bytes: the memory the run may take: each of its processes, and ``/tmp``
+        (a tmpfs, RAM) together with them where the backend can pool them (Docker's memory
+        cgroup), else on its own (the sandbox's tmpfs of this size).
+    :ivar disk_bytes: the run's disk quota: what it may write outside ``/tmp`` (the sandbox:
+        ``/app`` and ``/logs``, a tmpfs each of this size; Docker: the container's layer).
     :ivar collect: container paths under ``/app`` or ``/logs`` to read back after the run.
     :ivar image: the container image (the Docker backend's; the sandbox runs this machine's
         read-only system instead). ``None``: the image ``environment`` builds, else the
@@ -117,6 +137,7 @@ class RunSpec:
     command: tuple[str, ...] = attrs.field(converter=_strings)
     timeout_seconds: float = attrs.field(validator=_positive)
     memory_bytes: int = attrs.field(validator=_positive)
+    disk_bytes: int = attrs.field(default=DEFAULT_DISK_BYTES, validator=_positive)
     collect: tuple[str, ...] = attrs.field(default=(), converter=_strings, validator=_check_collect)
     image: str | None = None
     environment: Mapping[str, str] = attrs.field(factory=dict, validator=_check_environment)
@@ -131,13 +152,18 @@ class RunResult:
     :ivar exit_code: the command's exit code; ``None`` when it was killed (time limit).
     :ivar timed_out: the run passed its ``timeout_seconds`` and was killed.
     :ivar output: the end of its stdout and stderr, at most :data:`MAX_OUTPUT_BYTES`.
-    :ivar files: each collected path that existed as a regular file, with its text.
+    :ivar files: each collected path that existed as a regular file, with its text (none
+        when the run was killed).
+    :ivar limits: the limits the run reached, of :data:`LIMITS`, in that order: ``disk``
+        (its disk quota was full: writing more failed) and ``memory`` (its memory was: ``/tmp``
+        full, or the kernel's out-of-memory killer ended a process).
     """
 
     exit_code: int | None
     timed_out: bool
     output: str
     files: Mapping[str, str] = attrs.field(factory=dict)
+    limits: tuple[str, ...] = ()
 
 
 class ContainerBackend(Protocol):

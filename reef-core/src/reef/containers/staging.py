@@ -44,16 +44,25 @@ def _seconds(table: Mapping[str, Any], key: str, default: float) -> float:
     return float(value)
 
 
+def _megabytes(table: Mapping[str, Any], key: str) -> int | None:
+    value = table.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        return None
+    return value
+
+
 @attrs.frozen
 class TaskConfig:
     """What a run needs of a task's ``task.toml`` (Harbor's keys; missing or bad values take
     the defaults): ``[verifier].timeout_sec``, ``[agent].timeout_sec``,
-    ``[environment].docker_image`` and ``[environment].memory_mb``."""
+    ``[environment].docker_image``, ``[environment].memory_mb`` and
+    ``[environment].storage_mb``."""
 
     verifier_timeout_seconds: float = 120.0
     agent_timeout_seconds: float = 300.0
     docker_image: str | None = None
     memory_mb: int | None = None
+    storage_mb: int | None = None
 
     @classmethod
     def parse(cls, task_name: str, text: str) -> TaskConfig:
@@ -70,14 +79,13 @@ class TaskConfig:
 
         environment = table("environment")
         image = environment.get("docker_image")
-        memory = environment.get("memory_mb")
         return cls(
             verifier_timeout_seconds=_seconds(table("verifier"), "timeout_sec", 120.0),
             agent_timeout_seconds=_seconds(table("agent"), "timeout_sec", 300.0),
             docker_image=image if isinstance(image, str) and image else None,
-            memory_mb=memory if isinstance(memory, int) and not isinstance(memory, bool)
-            and memory > 0 else None,
-        )  # fmt: skip
+            memory_mb=_megabytes(environment, "memory_mb"),
+            storage_mb=_megabytes(environment, "storage_mb"),
+        )
 
 
 def folder_under(root: Path, name: str) -> Path:

@@ -9,7 +9,10 @@ same container, then the verifier.
 
 Each is one run of a :class:`~reef.containers.interface.ContainerBackend`, limited by the
 caller's :class:`~reef.core.deployment.ContainerSettings` as well as by the task's own settings
-(the smaller wins).
+(the smaller wins): time, memory (``/tmp`` counts against it) and disk. A run that reaches its
+memory or disk limit gives no reward, like one past its time: writes failed under it, so what
+its verifier wrote does not say how the attempt did. Its verdict names the limit
+(:attr:`Verdict.limit`, and the output's last line).
 """
 
 from __future__ import annotations
@@ -42,12 +45,15 @@ class Verdict:
     :ivar timed_out: the run passed its time limit and was killed.
     :ivar exit_code: ``test.sh``'s exit code (``None`` when killed).
     :ivar output: the end of the run's output, for people and designers to read.
+    :ivar limit: the limit the run reached, said for people (``None``: none), when it reached
+        its memory or disk limit (its reward is then ``None``).
     """
 
     reward: float | None
     timed_out: bool
     exit_code: int | None
     output: str
+    limit: str | None = None
 
 
 def _reward(files: Mapping[str, str]) -> float | None:
@@ -81,6 +87,7 @@ def _run(
 ) -> Verdict:
     config = staged.config()
     memory_mb = min(limits.memory_mb, config.memory_mb or limits.memory_mb)
+    disk_mb = min(limits.disk_mb, config.storage_mb or limits.disk_mb)
     # Each step under its own `timeout`; the run's wall clock is their sum and a margin.
     script = " ; ".join([_PREPARE, *(_timed(seconds, path) for seconds, path in steps)])
     result = backend.run(
@@ -89,6 +96,7 @@ def _run(
             command=("bash", "-c", script),
             timeout_seconds=sum(seconds for seconds, _ in steps) + 5,
             memory_bytes=memory_mb << 20,
+            disk_bytes=disk_mb << 20,
             collect=(REWARD_TXT, REWARD_JSON),
             image=config.docker_image,
             environment={
@@ -99,8 +107,21 @@ def _run(
     )
     # `timeout -s KILL` exits 137 when it kills its step.
     timed_out = result.timed_out or result.exit_code == 137
-    reward = None if timed_out else _reward(result.files)
-    return Verdict(reward, timed_out, result.exit_code, result.output)
+    limit = _limit(result.limits, memory_mb, disk_mb)
+    reward = None if timed_out or limit is not None else _reward(result.files)
+    output = result.output if limit is None else f"{result.output}\nreef: {limit}\n"
+    return Verdict(reward, timed_out, result.exit_code, output, limit)
+
+
+def _limit(reached: tuple[str, ...], memory_mb: int, disk_mb: int) -> str | None:
+    said = {
+        "disk": f"disk quota of {disk_mb} MiB",
+        "memory": f"memory limit of {memory_mb} MiB (/tmp counts against it)",
+    }
+    if not reached:
+        return None
+    names = " and its ".join(said[name] for name in reached)
+    return f"the run reached its {names}: writing more failed, so it gives no reward"
 
 
 def run_verifier(

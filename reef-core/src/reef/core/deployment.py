@@ -141,7 +141,15 @@ class ContainerSettings(PluginSettings):
         validator=_positive,
     )
     memory_mb: int = config_option(
-        1024, help="the memory a run may take (a task's own lower limit wins)", validator=_positive
+        1024,
+        help="the memory a run may take, /tmp (RAM) included (a task's own lower limit wins)",
+        validator=_positive,
+    )
+    disk_mb: int = config_option(
+        256,
+        help="the disk a run may write: /app and /logs each, sandbox; the container's layer, "
+        "docker (a task's own lower [environment].storage_mb wins)",
+        validator=_positive,
     )
 
 
