@@ -40,7 +40,15 @@ def test_without_the_extra_pytest_grades_and_other_parsers_are_refused_when_buil
     assert adapter.grade(check, run, store) == "pass"
     with pytest.raises(ParserError, match=r"'django'.*built in: pytest.*reef-ecc\[swebench\]"):
         adapter.check("c", image="i", eval_script="e", suite=SUITE, parser="django")
-    row = {"instance_id": "x", "image": "i", "eval_script": "e", "log_parser": "parse_log_sympy"}
+    row = {
+        "instance_id": "x",
+        "repo": "sympy/sympy",
+        "version": "1.1",
+        "image": "i",
+        "eval_script": "e",
+        "log_parser": "parse_log_sympy",
+        "eval_type": "pass_and_fail",
+    }
     with pytest.raises(ParserError, match="parse_log_sympy"):
         conjunction_version(
             [{**row, **SUITE}], [], version_id="g", world="w", store=store, adapter=adapter
@@ -96,3 +104,26 @@ def test_unknown_rule_and_runtime_are_refused_when_the_check_is_built() -> None:
         adapter.check("c", image="i", eval_script="e", suite=SUITE, rule="oficial")
     with pytest.raises(ValueError, match="unknown runtime 'podman'; known: git, docker"):
         adapter.check("c", image="i", eval_script="e", suite=SUITE, runtime="podman")
+
+
+@pytest.mark.usefixtures("without_swebench")
+def test_without_the_extra_a_row_naming_no_parser_is_refused_not_graded_by_pytest(
+    store: ContentStore,
+) -> None:
+    row = {
+        "instance_id": "django__django-1",
+        "repo": "django/django",
+        "version": "3.0",
+        "image": "i",
+        "eval_script": "e",
+        **SUITE,
+    }
+    with pytest.raises(ParserError, match=r"names no log_parser.*reef-ecc\[swebench\]"):
+        conjunction_version(
+            [row], [], version_id="g", world="w", store=store, adapter=SWEBenchAdapter()
+        )
+    named = {**row, "log_parser": "parse_log_pytest", "eval_type": "pass_and_fail"}
+    built = conjunction_version(
+        [named], [], version_id="g", world="w", store=store, adapter=SWEBenchAdapter()
+    )
+    assert built.entries[0].spec.grading["parser"] == "pytest"  # type: ignore[union-attr]

@@ -21,6 +21,7 @@ import pytest
 from agent_ecc.adapters import parsers
 from agent_ecc.adapters.parsers import ParserError
 from agent_ecc.adapters.swebench import SWEBenchAdapter, conjunction_version
+from agent_ecc.execution import PATCH_RESET, PATCH_STRATEGIES, REVERSE_CHECK
 from agent_ecc.grading import grade_recorded
 from agent_ecc.recompute.executor import Executor
 from agent_ecc.records import Run
@@ -42,6 +43,7 @@ def _peer(
     parser: str,
     tmp_path: Path,
     version: str = "0",
+    eval_type: str = "pass_and_fail",
 ) -> list[str]:
     """swebench's own verdict on each log: resolved (FULL) or not, by its end-to-end report."""
     out = []
@@ -55,7 +57,7 @@ def _peer(
             FAIL_TO_PASS=list(suite["FAIL_TO_PASS"]),
             PASS_TO_PASS=list(suite["PASS_TO_PASS"]),
             log_parser=parser,
-            eval_type="pass_and_fail",
+            eval_type=eval_type,
         )
         path = tmp_path / f"peer-{index}.log"
         path.write_text(log)
@@ -328,6 +330,7 @@ def test_a_parser_that_reads_the_instance_gets_the_rows_repo_and_version(
             "image": "i",
             "eval_script": put_text(store, "#!/bin/bash\nyarn mocha\n"),
             "log_parser": "parse_log_lighthouse",
+            "eval_type": "pass_and_fail",
             **suite,
         }
         built = conjunction_version(
@@ -340,3 +343,143 @@ def test_a_parser_that_reads_the_instance_gets_the_rows_repo_and_version(
         assert ours == theirs, version
         verdicts[version] = ours
     assert verdicts == {"10.0": "pass", "2.0": "fail"}
+
+
+def test_a_row_without_a_log_parser_takes_its_repositorys_parser_as_swebench_does(
+    store: ContentStore, tmp_path: Path
+) -> None:
+    """rule: E-REPLAY-5: a row of SWE-bench's older shape (repo and version, no log_parser) is
+    graded by its repository's parser from the package's own tables, never by pytest's: a
+    Django gold run passes, as swebench grades it."""
+    adapter = SWEBenchAdapter()
+    row = {
+        "instance_id": "django__django-11099",
+        "repo": "django/django",
+        "version": "3.0",
+        "image": "swebench/sweb.eval.x86_64.django_1776_django-11099:latest",
+        "eval_script": put_text(store, "#!/bin/bash\n./tests/runtests.py auth_tests\n"),
+        "FAIL_TO_PASS": list(DJANGO_F2P),
+        "PASS_TO_PASS": list(DJANGO_P2P),
+    }
+    version = conjunction_version(
+        [row], [], version_id="g0", world="w", store=store, adapter=adapter, runtime="docker"
+    )
+    (check,) = iter_checks(version.lookup(row["instance_id"], "w").spec)
+    assert check.grading["parser"] == "django"
+    assert check.grading["parser_context"] == {
+        "instance_id": row["instance_id"], "repo": "django/django", "version": "3.0"
+    }  # fmt: skip
+    assert "eval_type" not in check.grading  # pass_and_fail: the body is as it always was
+    logs = _django_logs()
+    suite = {"FAIL_TO_PASS": DJANGO_F2P, "PASS_TO_PASS": DJANGO_P2P}
+    theirs = _peer(list(logs.values()), suite, "parse_log_django", tmp_path)
+    assert _ours(adapter, check, store, list(logs.values())) == theirs
+    assert _ours(adapter, check, store, [logs["gold"]]) == ["pass"]
+    # Their repository's parser is pytest's for some: the same check a log_parser row makes.
+    older = {**row, "instance_id": "pallets__flask-1", "repo": "pallets/flask", "version": "2.0"}
+    named = {**older, "log_parser": "parse_log_pytest", "eval_type": "pass_and_fail"}
+    built = [
+        next(iter_checks(
+            conjunction_version([r], [], version_id="g", world="w", store=store, adapter=adapter)
+            .lookup("pallets__flask-1", "w").spec
+        ))
+        for r in (older, named)
+    ]  # fmt: skip
+    assert built[0].grading == built[1].grading
+    assert built[0].grading_identity == built[1].grading_identity
+
+
+@pytest.mark.parametrize(
+    ("change", "refused"),
+    [
+        ({"repo": "someone/unknown"}, r"has no parser for repo 'someone/unknown'"),
+        ({"repo": "cypress-io/cypress"}, r"not in its PARSER_REGISTRY"),
+        ({"version": None}, r"has no version: swebench's make_test_spec needs"),
+        ({"log_parser": "parse_log_django"}, r"names log_parser 'parse_log_django' but no eval"),
+        ({"log_parser": "parse_log_djang", "eval_type": "pass_and_fail"}, r"'parse_log_djang'"),
+        ({"eval_type": "pass_or_fail"}, r"eval_type 'pass_or_fail' is not SWE-bench's"),
+    ],
+)
+def test_a_row_swebench_refuses_is_refused_naming_why(
+    store: ContentStore, change: Mapping[str, Any], refused: str
+) -> None:
+    row = {
+        "instance_id": "x__x-1",
+        "repo": "django/django",
+        "version": "3.0",
+        "image": "i",
+        "eval_script": "e",
+        "FAIL_TO_PASS": ["a"],
+        "PASS_TO_PASS": [],
+        **change,
+    }
+    with pytest.raises(ValueError, match=refused):  # ParserError is a ValueError too
+        conjunction_version(
+            [row], [], version_id="g", world="w", store=store, adapter=SWEBenchAdapter()
+        )
+
+
+def _marked_logs() -> dict[str, str]:
+    def log(body: str, exit_code: int) -> str:
+        return (
+            f">>>>> Start Test Output\n{body}\n>>>>> End Test Output\n"
+            f">>>>> Test Exit Code: {exit_code}\n"
+        )
+
+    return {
+        "clean": log("Started\n..........\n\n10 specs, 0 failures", 0),
+        "f2p_fails": log("1) Marked Code should render fences\n10 specs, 1 failure", 1),
+        "p2p_fails": log("1) Marked Lexer should lex tables\n10 specs, 1 failure", 1),
+        "other_fails": log("1) Marked Misc should not matter\n10 specs, 1 failure", 1),
+        "never_ran": log("Executed 0 of 0", 1),
+        "errored": log("Error: Cannot find module 'marked'", 1),
+    }
+
+
+def test_a_fail_only_repository_is_graded_as_swebench_grades_it(
+    store: ContentStore, tmp_path: Path
+) -> None:
+    """rule: E-REPLAY-5: a repository whose parser records only failures (SWE-bench's
+    FAIL_ONLY_REPOS) is graded by swebench's fail-only report, whether the row names its
+    eval_type or, of the older shape, takes it from the package's list."""
+    adapter = SWEBenchAdapter()
+    suite = {
+        "FAIL_TO_PASS": ["Marked Code should render fences"],
+        "PASS_TO_PASS": ["Marked Lexer should lex tables"],
+    }
+    base = {"instance_id": "markedjs__marked-1", "version": "1.2", "image": "i",
+            "eval_script": put_text(store, "npm test\n"), **suite}  # fmt: skip
+    rows = [
+        {**base, "repo": "markedjs/marked"},  # older: parser and eval_type by repo
+        {**base, "repo": "markedjs/marked", "log_parser": "parse_log_marked"}
+        | {"eval_type": "fail_only"},
+    ]
+    logs = _marked_logs()
+    theirs = _peer(list(logs.values()), suite, "parse_log_marked", tmp_path,
+                   eval_type="fail_only")  # fmt: skip
+    for row in rows:
+        built = conjunction_version(
+            [row], [], version_id="g", world="w", store=store, adapter=adapter
+        )
+        (check,) = iter_checks(built.lookup("markedjs__marked-1", "w").spec)
+        assert check.grading["eval_type"] == "fail_only"
+        assert check.grading["parser"] == "marked"
+        assert _ours(adapter, check, store, list(logs.values())) == theirs
+    assert dict(zip(logs, theirs, strict=True)) == {
+        "clean": "pass", "f2p_fails": "fail", "p2p_fails": "fail", "other_fails": "pass",
+        "never_ran": "fail", "errored": "fail",
+    }  # fmt: skip
+    # The report type is part of the grading identity: the same suite graded pass_and_fail
+    # is another grader.
+    both = adapter.check("c", image="i", eval_script="e", suite=suite, parser="marked")
+    assert both.grading_identity != check.grading_identity
+
+
+def test_patches_are_applied_with_swebenchs_own_strategies_in_its_order() -> None:
+    """The executors' strategies are the harness's (``run_evaluation.GIT_APPLY_CMDS``), its
+    reset between them and its check that a patch is applied already."""
+    run_evaluation = pytest.importorskip("swebench.harness.run_evaluation")
+    assert [" ".join(s) for s in PATCH_STRATEGIES] == run_evaluation.GIT_APPLY_CMDS
+    source = Path(run_evaluation.__file__).read_text()
+    assert " ; ".join(" ".join(c) for c in PATCH_RESET) in source
+    assert " ".join(REVERSE_CHECK) in source

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from agent_ecc import Candidate, DirectoryRegistry, Member, Scorer, SealSession
-from agent_ecc.execution import ExecRequest, InfraFailure, RawOutput
+from agent_ecc.execution import STRATEGY_NAMES, ExecRequest, InfraFailure, RawOutput
 from agent_ecc.recompute.executor import Executor, Limits
 from agent_ecc.recompute.service import HTTPBackend, ReverifyService
 from agent_ecc.recompute.wire import request_to_json
@@ -63,16 +63,19 @@ def _original_request(swe: Any, variant: str) -> ExecRequest:
 def test_patch_that_does_not_apply_is_a_fail_and_a_stopped_executor_no_verdict(
     swe: Any, executor: Executor
 ) -> None:
-    """rule: E-GRADE-4, I2: a patch git cannot apply is a fail (every strategy recorded); an
-    executor that cannot check out the snapshot stopped: undeterminable, except under official."""
+    """rule: E-GRADE-4, I2: a patch that does not apply by any of swebench's strategies is a
+    fail (every strategy recorded); an executor that cannot check out the snapshot stopped:
+    undeterminable, except under official."""
     check = swe.version(1).lookup(fixture_script.TASK, fixture_script.WORLD).spec
     out = executor.run(_original_request(swe, "noapply"))
     assert not out.applied
     assert out.error is None
     assert out.application is not None
     assert not out.application.stopped
-    assert len(out.application.attempts) == 2
-    assert all("exit 1" in step for step in out.application.steps)
+    assert out.application.attempts == STRATEGY_NAMES
+    assert out.application.steps == (
+        *(f"{name}: exit 1" for name in STRATEGY_NAMES), "git apply --check --reverse: exit 1"
+    )  # fmt: skip
     run = swe.adapter.run_from_output(check, out, swe.store)
     assert swe.adapter.grade(check, run, swe.store) == "fail"
     gold = executor.run(_original_request(swe, "gold"))

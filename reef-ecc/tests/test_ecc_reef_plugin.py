@@ -116,7 +116,15 @@ def test_the_plugin_the_adapter_and_the_versions_have_one_default_rule(
     assert isinstance(graded_by, SWEBenchAdapter)
     assert graded_by.verdict == SWEBenchAdapter().verdict == DEFAULT_RULE == "official"
     suite = {"FAIL_TO_PASS": ["t.py::a"], "PASS_TO_PASS": []}
-    row = {"instance_id": "x", "image": "i", "eval_script": put_text(world.store, "true")}
+    row = {
+        "instance_id": "x",
+        "repo": "example/x",
+        "version": "1",
+        "image": "i",
+        "eval_script": put_text(world.store, "true"),
+        "log_parser": "parse_log_pytest",
+        "eval_type": "pass_and_fail",
+    }
     version = conjunction_version(
         [{**row, **suite}],
         [],

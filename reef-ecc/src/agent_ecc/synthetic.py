@@ -22,7 +22,7 @@ from agent_ecc.adapters.swebench import (
     TEST_EXIT_CODE,
     SWEBenchAdapter,
 )
-from agent_ecc.execution import ExecRequest, RawOutput
+from agent_ecc.execution import STRATEGY_NAMES, ExecRequest, RawOutput
 from agent_ecc.grading import grade_recorded
 from agent_ecc.records import Application, ExecutionRecord, RecordedScore
 from agent_ecc.store import ContentStore, get_json, get_text, put_json
@@ -100,10 +100,10 @@ class SyntheticExecutor:
     @staticmethod
     def output(request_id: str, behaviour: str, tests: dict[str, list[str]]) -> RawOutput:
         """The raw output a run of ``behaviour`` on ``tests`` gives."""
-        if behaviour == "noapply":
-            application = Application(
-                applied=False, attempts=("git apply",), steps=("git apply: failed",)
-            )
+        if behaviour == "noapply":  # every strategy failed, as the real executor records it
+            steps = (*(f"{name}: exit 1" for name in STRATEGY_NAMES), "git apply --check "
+                     "--reverse: exit 1")  # fmt: skip
+            application = Application(applied=False, attempts=STRATEGY_NAMES, steps=steps)
             return RawOutput(request_id, log=None, applied=False, application=application)
         if behaviour == "infra":
             application = Application(

@@ -31,7 +31,8 @@ def execution_identity(adapter: str, execution: Mapping[str, Any]) -> str:
 def grading_identity(adapter: str, rule: str, grading: Mapping[str, Any]) -> str:
     """The identity of what grades a check's output: its rule, parser, suite and corrections,
     and, for a parser of a package, the package's version and what the parser reads of the
-    instance (so that upgrading the package changes the identity)."""
+    instance (so that upgrading the package changes the identity), and a report type other
+    than the default (``eval_type: fail_only``)."""
     body: dict[str, Any] = {
         "adapter": adapter,
         "rule": rule,
@@ -39,8 +40,9 @@ def grading_identity(adapter: str, rule: str, grading: Mapping[str, Any]) -> str
         "suite": grading.get("suite"),
         "corrections": sorted(grading.get("corrections", ())),
     }
-    for key in ("parser_package", "parser_context"):
-        if grading.get(key) is not None:  # absent for a built-in parser: identities unchanged
+    for key in ("parser_package", "parser_context", "eval_type"):
+        # absent for a built-in parser and a pass_and_fail report: identities unchanged
+        if grading.get(key) is not None:
             body[key] = grading[key]
     return digest(body)
 

@@ -64,13 +64,24 @@ def canonical(name: str) -> str:
     return name[len(PREFIX) :] if name.startswith(PREFIX) else name
 
 
+#: The modules of the package whose ``MAP_REPO_TO_PARSER_*`` table names each repository's
+#: parser: how SWE-bench resolved the parser of a row that names none (before rows carried
+#: ``log_parser``).
+_LANGUAGES: Final = ("python", "javascript", "c", "go", "java", "php", "ruby", "rust")
+
+
 @attrs.frozen
 class Installed:
-    """The ``swebench`` package found in this interpreter: its version and its parsers."""
+    """The ``swebench`` package found in this interpreter: its version, its parsers (by
+    canonical name), the parser of each repository its tables name (a name of ``parsers``, or
+    ``None`` for a parser its registry does not hold, which it cannot grade by name), and the
+    repositories it grades ``fail_only``."""
 
     version: str
     parsers: Mapping[str, Callable[..., dict[str, str]]]
     test_spec: Callable[..., Any]
+    repo_parsers: Mapping[str, str | None] = attrs.field(factory=dict)
+    fail_only_repos: frozenset[str] = frozenset()
 
     @property
     def pin(self) -> str:
@@ -87,13 +98,28 @@ def installed() -> Installed | None:
     try:
         parsers = importlib.import_module("swebench.harness.log_parsers")
         types = importlib.import_module("swebench.types")
+        constants = importlib.import_module("swebench.harness.constants")
+        tables = [importlib.import_module(f"{parsers.__name__}.{m}") for m in _LANGUAGES]
         version = importlib.metadata.version(PACKAGE)
     except ImportError:
         return None
+    registry = {canonical(k): v for k, v in parsers.PARSER_REGISTRY.items()}
+    # A repository's parser is a function; its name is the registry's first name for it
+    # (several names share one function: parse_log_flask is parse_log_pytest).
+    names: dict[int, str] = {}
+    for name, function in registry.items():
+        names.setdefault(id(function), name)
+    repo_parsers: dict[str, str | None] = {}
+    for module in tables:
+        for key, table in sorted(vars(module).items()):
+            if key.startswith("MAP_REPO_TO_PARSER"):
+                repo_parsers.update({r: names.get(id(f)) for r, f in table.items()})
     return Installed(
         version=version,
-        parsers={canonical(k): v for k, v in parsers.PARSER_REGISTRY.items()},
+        parsers=registry,
         test_spec=types.TestSpec,
+        repo_parsers=repo_parsers,
+        fail_only_repos=frozenset(getattr(constants, "FAIL_ONLY_REPOS", ())),
     )
 
 

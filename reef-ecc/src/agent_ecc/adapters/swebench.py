@@ -14,9 +14,14 @@ Rules (contract section 3), each named in a check's grading and in its grading i
 - ``reference_set``: every test of the reference set G passes (SWE-ABS hardened suites).
 
 The log parser a check names is built in (``pytest``) or the ``swebench`` package's own, its
-version part of the grading identity (:mod:`agent_ecc.adapters.parsers`). A check runs in a git
-snapshot from the content store (runtime ``git``) or in a container image (runtime ``docker``,
-see :mod:`agent_ecc.recompute.container`).
+version part of the grading identity (:mod:`agent_ecc.adapters.parsers`). A SWE-bench row's
+parser and report type are resolved as swebench resolves them (:func:`row_grading`): the row's
+``log_parser`` and ``eval_type``, or, for a row of SWE-bench's older shape that names no parser,
+its repository's parser and report type from the package's own tables; a row swebench would
+refuse is refused. A check of a ``fail_only`` repository is graded by swebench's fail-only
+report (a test fails only when the log says it failed). A check runs in a git snapshot from the
+content store (runtime ``git``) or in a container image (runtime ``docker``, see
+:mod:`agent_ecc.recompute.container`).
 """
 
 from __future__ import annotations
@@ -26,8 +31,16 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+import attrs
+
 from agent_ecc.adapters import parsers
-from agent_ecc.execution import RUNTIMES, ExecRequest, RawOutput, request_identity
+from agent_ecc.execution import (
+    RUNTIMES,
+    ExecRequest,
+    RawOutput,
+    request_identity,
+    tried_as_swebench,
+)
 from agent_ecc.grading import grade_recorded
 from agent_ecc.records import Application, ExecutionRecord, Run, Verdict
 from agent_ecc.store import ContentStore, get_json, get_text, is_blank, put_json, put_text
@@ -42,12 +55,16 @@ from agent_ecc.versions import (
 
 __all__ = [
     "DEFAULT_RULE",
+    "EVAL_TYPES",
+    "ROW_KEYS",
     "RULES",
+    "RowGrading",
     "SWEBenchAdapter",
     "conjunction_version",
     "filter_patch",
     "grade_recorded",
     "reference_set",
+    "row_grading",
 ]
 
 RULES: Final = ("official", "logical", "swebench_4_1", "reference_set")
@@ -63,6 +80,21 @@ TESTS_TIMEOUT: Final = ">>>>> Tests Timed Out"
 START_TEST_OUTPUT: Final = ">>>>> Start Test Output"
 END_TEST_OUTPUT: Final = ">>>>> End Test Output"
 TEST_EXIT_CODE: Final = ">>>>> Test Exit Code"
+
+#: SWE-bench's report types (its ``EvalType``): every test must pass (``pass_and_fail``), or
+#: must not fail (``fail_only``, for parsers that record failures only).
+EVAL_TYPES: Final = ("pass_and_fail", "fail_only")
+#: What swebench 5.0.2's ``make_test_spec`` reads of every row, besides ``log_parser`` and
+#: ``eval_type`` (a row without one of them is refused there: a ``KeyError``).
+ROW_KEYS: Final = (
+    "instance_id",
+    "image",
+    "eval_script",
+    "FAIL_TO_PASS",
+    "PASS_TO_PASS",
+    "repo",
+    "version",
+)
 
 _PASSING: Final = ("PASSED", "XFAIL")
 _EXIT_CODE = re.compile(rf"{re.escape(TEST_EXIT_CODE)}:\s*(-?\d+)")
@@ -126,6 +158,16 @@ def _log_statuses(
     return statuses
 
 
+def _fail_only_verdict(statuses: Mapping[str, str], suite: Mapping[str, Any]) -> Verdict:
+    """SWE-bench's FAIL_ONLY report and resolution: a test of either list fails only when the
+    log names it exactly as FAILED (an absent, skipped or erroring test is a success); resolved
+    only when none fails."""
+    for key in ("FAIL_TO_PASS", "PASS_TO_PASS"):
+        if any(statuses.get(case) == "FAILED" for case in suite.get(key, ())):
+            return "fail"
+    return "pass"
+
+
 def _report_verdict(
     statuses: Mapping[str, str], suite: Mapping[str, Any], *, skipped_f2p_fails: bool
 ) -> Verdict:
@@ -172,6 +214,7 @@ class SWEBenchAdapter:
         rule: str | None = None,
         parser: str = "pytest",
         parser_context: Mapping[str, str] | None = None,
+        eval_type: str = "pass_and_fail",
         patch_exclude: str | None = None,
         timeout_s: float = 60.0,
         runtime: str = "git",
@@ -187,12 +230,18 @@ class SWEBenchAdapter:
             SWE-bench name (``django`` or ``parse_log_django``); refused when unknown.
         :param parser_context: what some of the package's parsers read of the instance
             (``instance_id``, ``repo``, ``version``).
+        :param eval_type: SWE-bench's report type (:data:`EVAL_TYPES`); ``fail_only`` is
+            written into the grading body (and so its identity), ``pass_and_fail`` is not.
         :param workdir: runtime ``docker``: the repository folder in the image.
         :raises ParserError: for an unknown parser (naming the known ones).
-        :raises ValueError: for an unknown rule or runtime.
+        :raises ValueError: for an unknown rule, report type or runtime.
         """
         if rule is not None and rule not in RULES:
             raise ValueError(f"unknown SWE-bench rule {rule!r}; known: {', '.join(RULES)}")
+        if eval_type not in EVAL_TYPES:
+            raise ValueError(
+                f"unknown SWE-bench eval_type {eval_type!r}; known: {', '.join(EVAL_TYPES)}"
+            )
         if runtime not in RUNTIMES:
             raise ValueError(f"unknown runtime {runtime!r}; known: {', '.join(RUNTIMES)}")
         execution: dict[str, Any] = {
@@ -220,6 +269,8 @@ class SWEBenchAdapter:
                 grading["parser_context"] = context
         if rule is not None:
             grading["rule"] = rule
+        if eval_type != "pass_and_fail":  # a pass_and_fail check's body is as it always was
+            grading["eval_type"] = eval_type
         partial = Check(
             check_id, self.name, execution, grading, execution_identity(self.name, execution), ""
         )
@@ -256,6 +307,8 @@ class SWEBenchAdapter:
         suite = check.grading["suite"]
         if rule == "reference_set":
             return "pass" if all(_passed(t, statuses) for t in suite["reference_set"]) else "fail"
+        if check.grading.get("eval_type") == "fail_only":
+            return _fail_only_verdict(statuses, suite)
         return _report_verdict(statuses, suite, skipped_f2p_fails=rule != "swebench_4_1")
 
     def _patch_for(self, check: Check, record: ExecutionRecord, store: ContentStore) -> str:
@@ -280,7 +333,9 @@ class SWEBenchAdapter:
     def evidence(
         self, check: Check, record: ExecutionRecord, store: ContentStore
     ) -> Verdict | None:
-        """An empty patch fails; so does one that genuinely did not apply on the same image."""
+        """An empty patch fails; so does one that genuinely did not apply on the same image,
+        trying everything swebench's harness tries (a record of fewer strategies, an earlier
+        executor's, is no evidence: the harness might have applied it)."""
         if is_blank(store, record.patch):
             return "fail"
         if check.execution.get("patch_exclude"):
@@ -289,6 +344,8 @@ class SWEBenchAdapter:
             if (
                 not run.applied
                 and run.usable
+                and run.application is not None
+                and tried_as_swebench(run.application)
                 and run.execution.get("image") == check.execution.get("image")
                 and not run.execution.get("patch_exclude")
             ):
@@ -404,6 +461,85 @@ def _tests(row: Mapping[str, Any], key: str) -> list[str]:
     return list(json.loads(value) if isinstance(value, str) else value)
 
 
+@attrs.frozen
+class RowGrading:
+    """How a SWE-bench row is graded: its parser (as :meth:`SWEBenchAdapter.check` takes it),
+    its report type, and what the package's parsers read of the instance."""
+
+    parser: str
+    eval_type: str
+    context: dict[str, str]
+
+
+def _missing(row: Mapping[str, Any], keys: Sequence[str]) -> list[str]:
+    return [key for key in keys if row.get(key) is None or row.get(key) == ""]
+
+
+def row_grading(row: Mapping[str, Any]) -> RowGrading:
+    """The parser and report type of ``row``, resolved as swebench resolves them.
+
+    A row of SWE-bench 5's shape names both: ``log_parser`` (a parser the package knows, or
+    ``parse_log_pytest``, built in) and ``eval_type`` (:data:`EVAL_TYPES`), and swebench 5.0.2
+    refuses a row without ``eval_type``. A row of the older shape names no ``log_parser``:
+    swebench then took the parser by the row's ``repo`` (and its specs by ``repo`` and
+    ``version``), and graded ``fail_only`` the repositories it lists in ``FAIL_ONLY_REPOS``;
+    the installed package's own tables say both here. Every row needs the keys of
+    :data:`ROW_KEYS`, as swebench's ``make_test_spec`` does; a parser is never guessed.
+
+    :raises ParserError: for a parser neither we nor the package know, an older row whose
+        repository has no parser in the package's tables, or an older row graded without the
+        package installed.
+    :raises ValueError: naming the row and what is missing or wrong.
+    """
+    instance = row.get("instance_id")
+    missing = _missing(row, ROW_KEYS)
+    if missing:
+        raise ValueError(
+            f"row {instance!r} has no {', '.join(missing)}: swebench's make_test_spec needs "
+            f"every one of {', '.join(ROW_KEYS)}"
+        )
+    repo = str(row["repo"])
+    context = {key: str(row[key]) for key in parsers.CONTEXT_KEYS}
+    named = row.get("log_parser")
+    eval_type = row.get("eval_type")
+    if named:
+        if not eval_type:
+            raise ValueError(
+                f"row {instance!r} names log_parser {named!r} but no eval_type: swebench 5 "
+                f"refuses such a row (give {' or '.join(EVAL_TYPES)})"
+            )
+        parser = str(named)
+    else:
+        found = parsers.installed()
+        if found is None:
+            raise parsers.ParserError(
+                f"row {instance!r} names no log_parser: swebench takes the parser of repo "
+                f"{repo!r} from its own tables, which need the package: {parsers.INSTALL_HINT} "
+                "(or give the row its log_parser)"
+            )
+        if repo not in found.repo_parsers:
+            raise parsers.ParserError(
+                f"row {instance!r} names no log_parser and {found.pin} has no parser for repo "
+                f"{repo!r} (its MAP_REPO_TO_PARSER tables): give the row its log_parser"
+            )
+        resolved = found.repo_parsers[repo]
+        if resolved is None:
+            raise parsers.ParserError(
+                f"row {instance!r}: {found.pin}'s parser for repo {repo!r} is not in its "
+                "PARSER_REGISTRY, so swebench cannot grade it by name: give the row a "
+                "log_parser the registry holds"
+            )
+        parser = resolved
+        if not eval_type:
+            eval_type = "fail_only" if repo in found.fail_only_repos else "pass_and_fail"
+    if eval_type not in EVAL_TYPES:
+        raise ValueError(
+            f"row {instance!r}: eval_type {eval_type!r} is not SWE-bench's; known: "
+            f"{', '.join(EVAL_TYPES)}"
+        )
+    return RowGrading(parser, str(eval_type), context)
+
+
 def conjunction_version(
     rows: Sequence[Mapping[str, Any]],
     hardened: Sequence[Mapping[str, Any]],
@@ -421,9 +557,9 @@ def conjunction_version(
 
     ``rows``: SWE-bench rows (``instance_id``, ``image``, ``eval_script``, ``FAIL_TO_PASS``,
     ``PASS_TO_PASS``, lists or JSON text; store keys for the eval scripts, and for the images
-    under runtime ``git``; image references under runtime ``docker``), with the optional
-    ``log_parser`` (default ``pytest``), ``repo`` and ``version`` (what some parsers read) and
-    ``eval_type`` (only SWE-bench's ``pass_and_fail`` is graded; another is refused).
+    under runtime ``git``; image references under runtime ``docker``; ``repo`` and
+    ``version``), with their ``log_parser`` and ``eval_type`` resolved as swebench resolves
+    them (:func:`row_grading`: a row it would refuse is refused here).
     ``hardened``: per instance the hardened ``eval_script`` key, its ``test_patch`` text and its
     ``reference_set`` G; the hardened suite is graded under the ``reference_set`` rule and
     filters the patch of the test patch's paths. ``rule``: the original suites' rule, by
@@ -434,14 +570,8 @@ def conjunction_version(
     by_id = {h["instance_id"]: h for h in hardened}
     entries = []
     for row in rows:
-        eval_type = row.get("eval_type") or "pass_and_fail"
-        if eval_type != "pass_and_fail":
-            raise ValueError(
-                f"row {row['instance_id']!r}: eval_type {eval_type!r} is not graded here "
-                "(only SWE-bench's pass_and_fail report is)"
-            )
-        parser = str(row.get("log_parser") or "pytest")
-        context = {k: str(row[k]) for k in ("instance_id", "repo", "version") if row.get(k)}
+        resolved = row_grading(row)
+        parser, context = resolved.parser, resolved.context
         original = adapter.check(
             f"{row['instance_id']}:original",
             image=row["image"],
@@ -453,6 +583,7 @@ def conjunction_version(
             rule=rule,
             parser=parser,
             parser_context=context,
+            eval_type=resolved.eval_type,
             timeout_s=timeout_s,
             runtime=runtime,
         )

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from agent_ecc.adapters.swebench import APPLY_PATCH_FAIL, SWEBenchAdapter
+from agent_ecc.execution import HARNESS_ATTEMPT
 from agent_ecc.records import Application, Run
 from agent_ecc.store import ContentStore, put_text
 from agent_ecc.versions import Check
@@ -84,7 +85,7 @@ def harness_run(
     )
     if APPLY_PATCH_FAIL in text:
         steps = tuple(line for line in text.splitlines() if APPLY_PATCH_FAIL in line)
-        application = Application(applied=False, attempts=("swebench harness",), steps=steps)
+        application = Application(applied=False, attempts=(HARNESS_ATTEMPT,), steps=steps)
         return adapter.run(check, store=store, log=None, applied=False, application=application)
     if text:
         errors = [line for line in text.splitlines() if "Error" in line or "error" in line]

@@ -5,8 +5,9 @@ dependencies installed). Each request gets a fresh container of the check's ``im
 through the Docker Engine API with the ``docker`` package (``pip install 'reef-ecc[docker]'``),
 never pulled: the images must be on the daemon already (``docker pull`` them, or build them with
 SWE-bench's harness). The container runs a small runner script that applies the patch in the
-check's ``workdir`` with the same ``git apply`` strategies as the git executor (each attempt in
-the :class:`~agent_ecc.records.Application` record), then executes the eval script; its output
+check's ``workdir`` as swebench's harness does (:data:`~agent_ecc.execution.PATCH_STRATEGIES`,
+in order, the tree reset between them, then the reverse check; each attempt in the
+:class:`~agent_ecc.records.Application` record), then executes the eval script; its output
 is the log. Nothing of this process's environment is passed into the container.
 
 Limits (:class:`~agent_ecc.recompute.executor.Limits`, the git executor's): memory (``Memory``
@@ -37,8 +38,17 @@ import uuid
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Final
 
-from agent_ecc.execution import ExecRequest, RawOutput, runtime_of, stopped_output
-from agent_ecc.recompute.executor import APPLY_STRATEGIES, ExecutorError, Limits
+from agent_ecc.execution import (
+    PATCH_RESET,
+    PATCH_STRATEGIES,
+    REVERSE_CHECK,
+    STRATEGY_NAMES,
+    ExecRequest,
+    RawOutput,
+    runtime_of,
+    stopped_output,
+)
+from agent_ecc.recompute.executor import ExecutorError, Limits
 from agent_ecc.records import Application
 from agent_ecc.store import ContentStore, StoreError
 
@@ -51,7 +61,20 @@ _log = logging.getLogger(__name__)
 RUN_DIR: Final = "/agent-ecc"
 INSTALL_HINT: Final = "pip install 'reef-ecc[docker]'"
 
-_STRATEGIES: Final = " ".join(shlex.quote(" ".join(s)) for s in APPLY_STRATEGIES)
+
+def _words(command: tuple[str, ...]) -> str:
+    return " ".join(shlex.quote(word) for word in command)
+
+
+# One attempt per strategy, in order, the tree reset before each after the first; the first
+# that exits 0 applies the patch, else the reverse check on what the last one left decides.
+_ATTEMPTS: Final = "\n".join(
+    (f"  [ \"$applied\" -eq 1 ] || {{ {'reset; ' if index else ''}"
+     f"attempt {shlex.quote(name)} {_words(strategy)}; }}")
+    for index, (strategy, name) in enumerate(zip(PATCH_STRATEGIES, STRATEGY_NAMES, strict=True))
+)  # fmt: skip
+_RESET: Final = "; ".join(f"{_words(command)} >/dev/null 2>&1" for command in PATCH_RESET)
+_REVERSE: Final = _words(REVERSE_CHECK)
 #: The runner: reports each step on a line that starts with the run's marker (a random token
 #: the patch cannot know in advance), then becomes the eval script.
 RUNNER: Final = f"""#!/bin/bash
@@ -59,16 +82,24 @@ exec 2>&1
 marker="$1"; workdir="$2"; here="$(cd "$(dirname "$0")" && pwd)"
 cd "$workdir" || {{ echo "$marker stopped workdir $workdir is not in the image"; exit 0; }}
 command -v git >/dev/null || {{ echo "$marker stopped git is not in the image"; exit 0; }}
+reset() {{ {_RESET}; }}
+attempt() {{
+  name="$1"; shift
+  "$@" "$here/model.patch" >/dev/null 2>&1; rc=$?
+  echo "$marker step $rc $name"
+  if [ "$rc" -gt 128 ]; then echo "$marker stopped $name was killed"; exit 0; fi
+  if [ "$rc" -eq 0 ]; then applied=1; fi
+}}
 if grep -q '[^[:space:]]' "$here/model.patch"; then
   applied=0
-  for strategy in {_STRATEGIES}; do
-    $strategy "$here/model.patch" >/dev/null 2>&1; rc=$?
-    echo "$marker step $rc $strategy"
-    if [ "$rc" -gt 128 ]; then echo "$marker stopped $strategy was killed"; exit 0; fi
-    if [ "$rc" -eq 0 ]; then applied=1; break; fi
-  done
-  [ "$applied" -eq 1 ] || {{ echo "$marker not-applied"; exit 0; }}
-  git apply --reverse --check "$here/model.patch" >/dev/null 2>&1; echo "$marker reverse $?"
+{_ATTEMPTS}
+  if [ "$applied" -eq 1 ]; then
+    {_REVERSE} "$here/model.patch" >/dev/null 2>&1; echo "$marker reverse $?"
+  else
+    {_REVERSE} "$here/model.patch" >/dev/null 2>&1; rc=$?
+    echo "$marker verify $rc"
+    [ "$rc" -eq 0 ] || {{ echo "$marker not-applied"; exit 0; }}
+  fi
 fi
 echo "$marker eval"
 exec bash "$here/eval.sh"
@@ -107,6 +138,9 @@ def _application(preamble: str, marker: str) -> Application:
             steps.append(f"{name}: exit {code}")
         elif kind == "reverse":
             reverse = rest.strip() == "0"
+        elif kind == "verify":  # every strategy failed; the reverse check decides
+            steps.append(f"{' '.join(REVERSE_CHECK)}: exit {rest.strip()}")
+            reverse = True if rest.strip() == "0" else None
         elif kind == "not-applied":
             applied = False
         elif kind == "stopped":

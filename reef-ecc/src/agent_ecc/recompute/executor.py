@@ -2,12 +2,13 @@
 
 The repository snapshot is a ``git bundle`` kept in the content store under the check's
 ``image`` key: cloning it gives every run the same tree, history included, in a new folder.
-The patch is applied with ``git apply`` (one strategy, then a more tolerant one), each attempt
-recorded in the :class:`~agent_ecc.records.Application` record, so that a patch that does not
-apply (a fail) is told from an executor that stopped (no verdict, E-GRADE-4). The eval script
-then runs with ``bash`` in the repository under a wall-clock timeout and, set in the child before
-it executes, CPU, address-space, file-size and process limits; its environment is built from
-scratch, and it runs in a new network namespace when the machine allows one.
+The patch is applied as swebench's harness applies it (:func:`~agent_ecc.execution.apply_patch`:
+three ``git apply`` strategies, then ``patch --fuzz=5``, the tree reset between them), each
+attempt recorded in the :class:`~agent_ecc.records.Application` record, so that a patch that
+does not apply (a fail) is told from an executor that stopped (no verdict, E-GRADE-4). The eval
+script then runs with ``bash`` in the repository under a wall-clock timeout and, set in the
+child before it executes, CPU, address-space, file-size and process limits; its environment is
+built from scratch, and it runs in a new network namespace when the machine allows one.
 
 The executor returns raw outputs (the log, the exit code, the run facts), never verdicts.
 """
@@ -29,15 +30,10 @@ from typing import Final
 
 import attrs
 
-from agent_ecc.execution import ExecRequest, RawOutput, runtime_of, stopped_output
+from agent_ecc.execution import ExecRequest, RawOutput, apply_patch, runtime_of, stopped_output
 from agent_ecc.records import Application
 from agent_ecc.store import ContentStore, StoreError
 
-#: The patch strategies, tried in order; the second tolerates whitespace and shifted context.
-APPLY_STRATEGIES: Final = (
-    ("git", "apply", "--verbose"),
-    ("git", "apply", "--verbose", "--ignore-whitespace", "-C1"),
-)
 #: Ways to run a child without network, tried in order by :func:`network_isolation`.
 _ISOLATIONS: Final = (("unshare", "--net", "--"), ("unshare", "-rn", "--"))
 _GIT_TIMEOUT_S: Final = 60.0
@@ -163,7 +159,7 @@ class Executor:
         self.store = store
         self.limits = limits or Limits()
         self.path = path or os.pathsep.join(
-            [str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]
+            [os.path.dirname(os.path.abspath(sys.executable)), "/usr/local/bin", "/usr/bin", "/bin"]
         )
         self.isolation = network_isolation() if isolate_network else ()
         self.workroot = None if workroot is None else str(workroot)
@@ -191,6 +187,16 @@ class Executor:
             "GIT_TERMINAL_PROMPT": "0",
         }
 
+    def _command(
+        self, argv: Sequence[str], cwd: Path, workspace: Path, *, evaluation: bool
+    ) -> list[str]:
+        """The command line that runs ``argv`` in ``cwd`` (the repository): a command applying
+        the patch (``evaluation`` false) or the eval script. Here the eval script runs without
+        network (:attr:`network`) and the patch's commands as they are; a subclass runs them
+        somewhere else (:class:`~agent_ecc.recompute.bubblewrap.BubblewrapExecutor`)."""
+        del cwd, workspace
+        return [*self.isolation, *argv] if evaluation else list(argv)
+
     def _git(self, args: Sequence[str], cwd: Path, env: dict[str, str]) -> _Completed:
         return _run_group(["git", *args], cwd=cwd, env=env, timeout_s=_GIT_TIMEOUT_S)
 
@@ -212,32 +218,16 @@ class Executor:
             return Application(applied=True)  # the empty patch runs the unmodified tree
         patch_file = workspace / "model.patch"
         patch_file.write_bytes(patch)
-        attempts: list[str] = []
-        steps: list[str] = []
-        for strategy in APPLY_STRATEGIES:
-            name = " ".join(strategy)
-            attempts.append(name)
-            done = self._git([*strategy[1:], str(patch_file)], repo, env)
-            if done.timed_out or done.exit_code is None or done.exit_code < 0:
-                return Application(
-                    applied=False,
-                    attempts=tuple(attempts),
-                    steps=(*steps, f"{name}: stopped"),
-                    executor_error=f"{name} did not finish",
-                )
-            steps.append(f"{name}: exit {done.exit_code}")
-            if done.exit_code == 0:
-                reverse = self._git(["apply", "--reverse", "--check", str(patch_file)], repo, env)
-                return Application(
-                    applied=True,
-                    attempts=tuple(attempts),
-                    steps=tuple(steps),
-                    reverse_check=reverse.exit_code == 0,
-                )
-            # leave the tree as cloned before the next strategy
-            self._git(["checkout", "--quiet", "--", "."], repo, env)
-            self._git(["clean", "-fdq"], repo, env)
-        return Application(applied=False, attempts=tuple(attempts), steps=tuple(steps))
+
+        def run(argv: Sequence[str]) -> int | None:
+            command = self._command(argv, repo, workspace, evaluation=False)
+            try:
+                done = _run_group(command, cwd=repo, env=env, timeout_s=_GIT_TIMEOUT_S)
+            except FileNotFoundError:
+                return 127  # what a shell answers for a command it cannot find
+            return None if done.timed_out else done.exit_code
+
+        return apply_patch(run, str(patch_file))
 
     def run(self, request: ExecRequest) -> RawOutput:
         """Execute ``request``: raw output and run facts, or a run whose executor stopped."""
@@ -271,7 +261,7 @@ class Executor:
             script_file.write_bytes(script)
             timeout_s = float(request.execution.get("timeout_s", 60.0))
             done = _run_group(
-                [*self.isolation, "bash", str(script_file)],
+                self._command(["bash", str(script_file)], repo, workspace, evaluation=True),
                 cwd=repo,
                 env=env,
                 timeout_s=timeout_s,

@@ -27,6 +27,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 
 from agent_ecc.execution import RUNTIMES, ExecRequest, RawOutput, stopped_output
+from agent_ecc.recompute.bubblewrap import BubblewrapExecutor
 from agent_ecc.recompute.client import HTTPBackend
 from agent_ecc.recompute.container import ContainerExecutor
 from agent_ecc.recompute.executor import Executor
@@ -40,8 +41,10 @@ HEALTH_PATH = "/v1/health"
 
 
 class RequestExecutor(Protocol):
-    """What runs a request: :class:`Executor` (runtime ``git``) or
-    :class:`~agent_ecc.recompute.container.ContainerExecutor` (runtime ``docker``)."""
+    """What runs a request, the executor protocol: :class:`Executor` and
+    :class:`~agent_ecc.recompute.bubblewrap.BubblewrapExecutor` (runtime ``git``),
+    :class:`~agent_ecc.recompute.container.ContainerExecutor` (runtime ``docker``), or one's own
+    sandbox (``docs/ecc/reverification.md`` says what ``run`` owes its caller)."""
 
     @property
     def runtime(self) -> str:
@@ -266,13 +269,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--docker-url", help="the Docker daemon (default: DOCKER_HOST or the local socket)"
     )
+    parser.add_argument(
+        "--bubblewrap",
+        action="store_true",
+        help="runtime git: every command of a check in bubblewrap namespaces (BubblewrapExecutor)",
+    )
     args = parser.parse_args(argv)
+    if args.bubblewrap and (args.runtime != "git" or args.no_network_isolation):
+        parser.error("--bubblewrap runs runtime git checks, always without network")
     store = ContentStore(args.store)
     executor: RequestExecutor
     if args.runtime == "docker":
         executor = ContainerExecutor(
             store, base_url=args.docker_url, isolate_network=not args.no_network_isolation
         )
+    elif args.bubblewrap:
+        executor = BubblewrapExecutor(store)
     else:
         executor = Executor(store, isolate_network=not args.no_network_isolation)
     service = ReverifyService(
