@@ -125,6 +125,7 @@ def test_a_patch_applied_already_is_taken_as_applied_and_its_tests_run(
 
 
 def test_past_its_timeout_the_script_is_killed_and_timed_out(swe: Any, backend: Any) -> None:
+    """rule: E-GRADE-4: a script past its timeout is killed with its children; timed out."""
     script = put_text(swe.store, "echo started\n(sleep 60 &)\nsleep 60\n")
     out = backend.run(_request(swe, "", eval_script=script, timeout_s=1.0))
     assert out.timed_out

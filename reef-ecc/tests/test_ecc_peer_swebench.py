@@ -211,6 +211,19 @@ def _django_logs() -> dict[str, str]:
     }
 
 
+def _django_row(store: ContentStore) -> dict[str, Any]:
+    """A Django row of SWE-bench's older shape: no log_parser, no eval_type."""
+    return {
+        "instance_id": "django__django-11099",
+        "repo": "django/django",
+        "version": "3.0",
+        "image": "swebench/sweb.eval.x86_64.django_1776_django-11099:latest",
+        "eval_script": put_text(store, "#!/bin/bash\n./tests/runtests.py auth_tests\n"),
+        "FAIL_TO_PASS": list(DJANGO_F2P),
+        "PASS_TO_PASS": list(DJANGO_P2P),
+    }
+
+
 def test_django_logs_grade_through_the_swebench_parser_as_swebench_does(
     store: ContentStore, tmp_path: Path
 ) -> None:
@@ -219,13 +232,8 @@ def test_django_logs_grade_through_the_swebench_parser_as_swebench_does(
     parser, from the row to the recorded verdict."""
     adapter = SWEBenchAdapter()  # the one default rule: official
     row = {
-        "instance_id": "django__django-11099",
-        "repo": "django/django",
-        "version": "3.0",
-        "image": "swebench/sweb.eval.x86_64.django_1776_django-11099:latest",
-        "eval_script": put_text(store, "#!/bin/bash\n./tests/runtests.py auth_tests\n"),
+        **_django_row(store),
         "FAIL_TO_PASS": '["' + DJANGO_F2P[0] + '"]',  # as SWE-bench publishes them: JSON text
-        "PASS_TO_PASS": list(DJANGO_P2P),
         "log_parser": "parse_log_django",
         "eval_type": "pass_and_fail",
     }
@@ -352,15 +360,7 @@ def test_a_row_without_a_log_parser_takes_its_repositorys_parser_as_swebench_doe
     graded by its repository's parser from the package's own tables, never by pytest's: a
     Django gold run passes, as swebench grades it."""
     adapter = SWEBenchAdapter()
-    row = {
-        "instance_id": "django__django-11099",
-        "repo": "django/django",
-        "version": "3.0",
-        "image": "swebench/sweb.eval.x86_64.django_1776_django-11099:latest",
-        "eval_script": put_text(store, "#!/bin/bash\n./tests/runtests.py auth_tests\n"),
-        "FAIL_TO_PASS": list(DJANGO_F2P),
-        "PASS_TO_PASS": list(DJANGO_P2P),
-    }
+    row = _django_row(store)
     version = conjunction_version(
         [row], [], version_id="g0", world="w", store=store, adapter=adapter, runtime="docker"
     )

@@ -95,16 +95,6 @@ def test_patch_that_does_not_apply_is_a_fail_and_a_stopped_executor_no_verdict(
     assert swe.adapter.grade(official, run, swe.store) == "fail"
 
 
-def test_timeout_kills_the_whole_process_group(swe: Any, executor: Executor) -> None:
-    """rule: E-GRADE-4: a script past its timeout is killed with its children; timed out."""
-    out = executor.run(_request(swe, "echo started\n(sleep 60 &)\nsleep 60\n", timeout_s=1.0))
-    assert out.timed_out
-    assert out.exit_code is None
-    assert out.log is not None
-    assert "started" in out.log
-    assert out.duration_s < 30
-
-
 def test_environment_is_scrubbed_and_memory_limited(swe: Any, swe_store: ContentStore) -> None:
     """The script sees only the executor's environment and its memory limit."""
     os.environ["AGENT_ECC_TEST_SECRET"] = "do-not-leak"

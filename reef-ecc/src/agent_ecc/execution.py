@@ -60,6 +60,15 @@ def apply_patch(run: Command, patch_file: str) -> Application:
     """
     attempts: list[str] = []
     steps: list[str] = []
+
+    def stopped(name: str) -> Application:
+        return Application(
+            applied=False,
+            attempts=tuple(attempts),
+            steps=(*steps, f"{name}: stopped"),
+            executor_error=f"{name} did not finish",
+        )
+
     for index, (strategy, name) in enumerate(zip(PATCH_STRATEGIES, STRATEGY_NAMES, strict=True)):
         if index:
             for reset in PATCH_RESET:
@@ -67,12 +76,7 @@ def apply_patch(run: Command, patch_file: str) -> Application:
         attempts.append(name)
         code = run([*strategy, patch_file])
         if code is None or code < 0:
-            return Application(
-                applied=False,
-                attempts=tuple(attempts),
-                steps=(*steps, f"{name}: stopped"),
-                executor_error=f"{name} did not finish",
-            )
+            return stopped(name)
         steps.append(f"{name}: exit {code}")
         if code == 0:
             reverse = run([*REVERSE_CHECK, patch_file])
@@ -85,12 +89,7 @@ def apply_patch(run: Command, patch_file: str) -> Application:
     check = " ".join(REVERSE_CHECK)
     reverse = run([*REVERSE_CHECK, patch_file])
     if reverse is None or reverse < 0:
-        return Application(
-            applied=False,
-            attempts=tuple(attempts),
-            steps=(*steps, f"{check}: stopped"),
-            executor_error=f"{check} did not finish",
-        )
+        return stopped(check)
     steps.append(f"{check}: exit {reverse}")
     return Application(
         applied=reverse == 0,
