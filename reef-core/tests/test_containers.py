@@ -451,3 +451,25 @@ def test_a_docker_daemon_that_cannot_cap_the_disk_fails_every_run_saying_why(
             run_oracle(docker, staged, LIMITS)
         assert "start" not in [name for name, _, _ in standin.calls]
         docker.close()
+
+
+def test_a_bubblewrap_that_cannot_size_a_tmpfs_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # bubblewrap before 0.7 lists no --size in its --help; a setuid one refuses --size.
+    old = tmp_path / "old" / "bwrap"
+    old.parent.mkdir()
+    old.write_text("#!/bin/sh\necho 'usage: bwrap [OPTIONS...] [--] COMMAND [ARGS...]'\n")
+    old.chmod(0o755)
+    real = shutil.which("prlimit")
+    assert real is not None
+    monkeypatch.setenv("PATH", f"{old.parent}:{Path(real).parent}")
+    with pytest.raises(ContainerError, match=r"has no --size \(bubblewrap 0\.7 or later"):
+        open_backend(LIMITS)
+    setuid = tmp_path / "setuid" / "bwrap"
+    setuid.parent.mkdir()
+    setuid.write_text("#!/bin/sh\necho '    --size BYTES  Set size of next argument'\n")
+    setuid.chmod(0o4755)
+    monkeypatch.setenv("PATH", f"{setuid.parent}:{Path(real).parent}")
+    with pytest.raises(ContainerError, match="is setuid, and a setuid bubblewrap refuses --size"):
+        open_backend(LIMITS)

@@ -1,9 +1,9 @@
 """The sandbox backend: a run in Linux namespaces on this machine, with bubblewrap.
 
 For machines without a Docker daemon (development, CI, a small deployment). bubblewrap
-(``bwrap`` 0.6 or later, for ``--size``: Debian's ``bubblewrap`` package, which
-``scripts/setup`` installs) runs a run's command, under a small launcher, in new user, mount,
-PID, network, IPC and UTS namespaces, where:
+(``bwrap`` 0.7 or later, for ``--size``, and not setuid, which refuses it: Debian's
+``bubblewrap`` package, which ``scripts/setup`` installs) runs a run's command, under a small
+launcher, in new user, mount, PID, network, IPC and UTS namespaces, where:
 
 - the root file system holds only this machine's ``/usr`` (read-only; ``/bin``, ``/lib`` are
   its links), a fresh ``/proc`` and ``/dev``, and the run's folders; ``/`` and ``/dev``
@@ -46,6 +46,7 @@ import os
 import shlex
 import shutil
 import signal
+import stat
 import subprocess
 import tempfile
 import threading
@@ -223,7 +224,8 @@ class SandboxBackend:
         folder when ``None``); each run's folder is removed when it ends. A run writes nothing
         there: what it writes lives in its tmpfs folders.
     :param max_file_bytes: the largest file a run may write.
-    :raises ContainerError: when ``bwrap`` is not installed, or too old for ``--size``.
+    :raises ContainerError: when ``bwrap`` is not installed, too old for ``--size``, or
+        setuid (which refuses ``--size``).
     """
 
     name = "sandbox"
@@ -237,8 +239,14 @@ class SandboxBackend:
         usage = subprocess.run([bwrap, "--help"], capture_output=True, text=True, check=False)
         if "--size" not in usage.stdout + usage.stderr:
             raise ContainerError(
-                f"{bwrap} has no --size (bubblewrap 0.6 or later sizes a run's tmpfs folders): "
+                f"{bwrap} has no --size (bubblewrap 0.7 or later sizes a run's tmpfs folders): "
                 f"{BWRAP_HINT}"
+            )
+        if os.stat(bwrap).st_mode & stat.S_ISUID:
+            raise ContainerError(
+                f"{bwrap} is setuid, and a setuid bubblewrap refuses --size, which sizes a run's "
+                "tmpfs folders: use one that is not (Debian's is not; it needs unprivileged "
+                "user namespaces)"
             )
         self._bwrap, self._prlimit = bwrap, prlimit
         self._root = root
