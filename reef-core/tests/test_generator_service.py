@@ -259,3 +259,19 @@ def test_a_task_toml_that_cannot_be_read_is_a_400_naming_the_file_on_every_route
                       headers=ADMIN)  # fmt: skip
     assert old.status_code == 400, old.text
     assert "task 'add-17-25': task.toml is not valid TOML" in old.text
+
+
+def test_a_verifier_that_fills_its_memory_gets_no_reward_and_the_answer_says_why(
+    client: TestClient, tmp_path: Path
+) -> None:
+    fill = "for i in 1 2 3 4 5; do head -c 60M /dev/zero > /tmp/f$i; done\n"
+    hog = {**TASK, "name": "hog", "files": {**TASK["files"],
+           "tests/test.sh": fill + "echo 1 > /logs/verifier/reward.txt\n"}}  # fmt: skip
+    answer = client.post(f"{BASE}/verify", json={"task": hog, "oracle": True}, headers=ADMIN)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["reward"] is None
+    assert answer.json()["output"].endswith(
+        "reef: the run reached its memory limit of 256 MiB (/tmp counts against it): writing "
+        "more failed, so it gives no reward\n"
+    )
+    assert not list((tmp_path / "tasks" / ".runs").glob("*")), "nothing of the run is left"
