@@ -27,6 +27,9 @@ pytestmark = pytest.mark.skipif(
     shutil.which("bwrap") is None, reason="bubblewrap is not installed (scripts/setup does)"
 )
 
+#: The generators these deployments name are Reef's test doubles: `reef serve` imports them
+#: from reef-core's tests folder (pytest puts it on this process's path, not a child's).
+DOUBLES = {"PYTHONPATH": str(Path(__file__).resolve().parents[1] / "reef-core" / "tests")}
 SCENARIO = "lower"
 JOBS = 16
 
@@ -81,7 +84,7 @@ def test_task_jobs_train_on_generated_tasks_and_the_verifier_reward_rises(
     # rule: P-TASK-12 — each train task of a generation goes to the pipeline and trains.
     deployment = tmp_path / "deployment.yaml"
     deployment.write_text(DEPLOYMENT.format(folder=tmp_path, rounds=JOBS // 2), encoding="utf-8")
-    serve = ServeProcess(deployment, tmp_path / "serve.log")
+    serve = ServeProcess(deployment, tmp_path / "serve.log", env=DOUBLES)
     try:
         deadline = time.monotonic() + 420
         jobs = finished_jobs(serve.base_url)
@@ -156,7 +159,7 @@ def test_get_status_shows_the_generation_in_flight_then_the_task_store_and_waiti
     deployment = tmp_path / "deployment.yaml"
     deployment.write_text(STATUS_DEPLOYMENT.format(folder=tmp_path), encoding="utf-8")
     log = tmp_path / "serve.log"
-    serve = ServeProcess(deployment, log)
+    serve = ServeProcess(deployment, log, env=DOUBLES)
     try:
         held = wait_for(
             serve.base_url,
