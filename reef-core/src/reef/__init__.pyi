@@ -38,7 +38,12 @@ from .core.task_stores import KeyValueStore as KeyValueStore, TaskStores as Task
 from .core.trajectory_index import TrajectoryIndex as TrajectoryIndex
 from .errors import ReefError as ReefError
 from .hookspecs import hookimpl as hookimpl
-from .pipeline_context import PipelineContext as PipelineContext, TrainingMode as TrainingMode
+from .pipeline_context import (
+    JobStageBuild as JobStageBuild,
+    PipelineContext as PipelineContext,
+    StageBuild as StageBuild,
+    TrainingMode as TrainingMode,
+)
 from .plugins.registrar import (
     PluginError as PluginError,
     PluginKind as PluginKind,

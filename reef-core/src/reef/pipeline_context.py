@@ -1,4 +1,5 @@
-"""What a scenario's stages know of where they run: :class:`PipelineContext`.
+"""What a scenario's stages know of where they run: :class:`PipelineContext`, and what a stage
+is built with (:class:`StageBuild`, :class:`JobStageBuild`).
 
 The trainer builds one context per pipeline and hands it to both stages (``from_config``). A
 stage reads it, never the trainer or the deployment; when the scenario changes something a
@@ -8,12 +9,15 @@ updated context (``context_changed``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, Final, Literal, TypeAlias
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias
 
 import attrs
 
 from reef.core.task_stores import TaskStores
+
+if TYPE_CHECKING:
+    from reef.record2sample.stage import Record2Sample
 
 TrainingMode: TypeAlias = Literal["auto", "manual"]
 
@@ -85,3 +89,25 @@ class PipelineContext:
         """The id of a sample the stage made from no record set: ``<name>``, or
         ``<component>:<name>`` in a scenario of several (P-PIPE-11)."""
         return f"{self.component}:{name}" if self.shares_scenario else name
+
+
+@attrs.frozen
+class StageBuild:
+    """What a stage's :meth:`~reef.record2sample.stage.Record2Sample.from_settings` is given
+    beside its parsed settings: the context it runs in, and the environment it may read (a
+    judge's API key).
+
+    One value rather than keyword arguments, so an override takes ``(settings, build)`` and
+    what a build carries can grow without changing any stage's signature.
+    """
+
+    context: PipelineContext
+    environ: Mapping[str, str] = attrs.field(factory=dict, repr=False)
+
+
+@attrs.frozen
+class JobStageBuild(StageBuild):
+    """A sample-to-job stage's build: also the record-to-sample stage built before it, whose
+    values it may read (the step grid, a judging) so that they are configured once (P-STG-9)."""
+
+    record2sample: Record2Sample = attrs.field(kw_only=True)

@@ -47,7 +47,7 @@ class LowercaseTasksSettings(PluginSettings):
     )
 
 
-class LowercaseTasks(TaskGenerator):
+class LowercaseTasks(TaskGenerator[LowercaseTasksSettings]):
     """Tasks that ask for a lowercase word (see the module's documentation)."""
 
     Settings: ClassVar[type[PluginSettings]] = LowercaseTasksSettings
@@ -58,10 +58,9 @@ class LowercaseTasks(TaskGenerator):
 
     @classmethod
     def from_settings(
-        cls, settings: PluginSettings, *, scenario: str, environ: Mapping[str, str]
+        cls, settings: LowercaseTasksSettings, *, scenario: str, environ: Mapping[str, str]
     ) -> LowercaseTasks:
         """The generator, with the client of the generator service ``environ`` names."""
-        assert isinstance(settings, LowercaseTasksSettings)
         return cls(
             tasks_per_generation=settings.tasks_per_generation,
             service=GeneratorClient.from_environ(environ, scenario=scenario),

@@ -53,7 +53,7 @@ class DistillRecipeSettings(PluginSettings):
     )
 
 
-class DistillRecipe(Recipe):
+class DistillRecipe(Recipe[DistillRecipeSettings]):
     """On-policy distillation (see the module's documentation); a weight recipe."""
 
     Settings: ClassVar[type[PluginSettings]] = DistillRecipeSettings
@@ -65,9 +65,8 @@ class DistillRecipe(Recipe):
         return PipelineSpec(record2sample="DistillSamples", sample2job="DistillJobData")
 
     @classmethod
-    def job_parameters_of(cls, settings: PluginSettings) -> Mapping[str, Any]:
+    def job_parameters_of(cls, settings: DistillRecipeSettings) -> Mapping[str, Any]:
         """The distilling objective of the recipe's config."""
-        assert isinstance(settings, DistillRecipeSettings)
         distillation = DistillationParameters(
             teacher=settings.teacher, kl_coef=settings.kl_coef, reward_coef=settings.reward_coef
         )

@@ -85,7 +85,7 @@ def _session_line(record: Record) -> str:
     return json.dumps(attrs.asdict(record), ensure_ascii=False, default=str)[:2000]
 
 
-class SpadeGenerator(TaskGenerator):
+class SpadeGenerator(TaskGenerator[SpadeSettings]):
     """SPADE (see the module's documentation)."""
 
     Settings = SpadeSettings
@@ -104,11 +104,10 @@ class SpadeGenerator(TaskGenerator):
 
     @classmethod
     def from_settings(
-        cls, settings: PluginSettings, *, scenario: str, environ: Mapping[str, str]
+        cls, settings: SpadeSettings, *, scenario: str, environ: Mapping[str, str]
     ) -> SpadeGenerator:
         """SPADE for ``scenario``: its designer, and the generator service ``environ`` names
         (``REEF_GENERATOR_URL``, ``REEF_GENERATOR_TOKEN``)."""
-        assert isinstance(settings, SpadeSettings)
         design = settings.designer
         designer = Designer(
             design.url,

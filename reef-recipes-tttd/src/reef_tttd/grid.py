@@ -38,6 +38,7 @@ import attrs
 from reef import (
     JSON,
     GroupDecision,
+    JobStageBuild,
     PipelineContext,
     PluginConfigError,
     PluginSettings,
@@ -289,7 +290,7 @@ class StepGridJobData(Sample2Job):
     :raises PluginConfigError: for a ``job_samples`` or ``buffer_size`` above one step.
     """
 
-    Settings: ClassVar[type[PluginSettings]] = StepGridJobSettings
+    Settings: ClassVar[type[Sample2JobSettings]] = StepGridJobSettings
     #: Extension point: the record-to-sample stage that owns this stage's grid.
     samples_class: ClassVar[type[StepGridSamples]]
 
@@ -337,21 +338,13 @@ class StepGridJobData(Sample2Job):
         return cls.grid_of(record2sample).step_samples
 
     @classmethod
-    def from_settings(
-        cls,
-        settings: Sample2JobSettings,
-        *,
-        context: PipelineContext,
-        record2sample: Record2Sample,
-        environ: Mapping[str, str],
-    ) -> Self:
-        """The stage with the grid's step size read from ``record2sample``; each other settings
-        field is a keyword argument of the constructor."""
-        del environ
-        step = cls.grid_of(record2sample).step_samples
+    def from_settings(cls, settings: Sample2JobSettings, build: JobStageBuild) -> Self:
+        """The stage with the grid's step size read from the record-to-sample stage; each other
+        settings field is a keyword argument of the constructor."""
+        step = cls.grid_of(build.record2sample).step_samples
         keywords = settings.as_keywords()
         keywords["job_samples"] = settings.job_samples or step
-        return cls(context, max_job_samples=step, **keywords)
+        return cls(build.context, max_job_samples=step, **keywords)
 
     def cell_of(self, sample: Sample) -> Mapping[str, Any]:
         """The sample's cell (and what its stage kept beside it).

@@ -33,9 +33,9 @@ from reef import (
     AdvantageSettings,
     JobData,
     PipelineContext,
-    PluginSettings,
     ReportContext,
     Sample,
+    Sample2JobSettings,
     TrajectorySample,
     compose_teacher_request,
     config_option,
@@ -67,7 +67,7 @@ class TTTDJobData(StepGridJobData):
     :param advantage: written into each job data's metadata for the component.
     """
 
-    Settings: ClassVar[type[PluginSettings]] = TTTDJobDataSettings
+    Settings: ClassVar[type[Sample2JobSettings]] = TTTDJobDataSettings
     samples_class: ClassVar[type[StepGridSamples]] = TTTDSamples
 
     def __init__(
@@ -151,7 +151,7 @@ class SDPOJobData(StepGridJobData):
     :param success_threshold: see :class:`SDPOJobDataSettings`; so is ``teacher_max_tokens``.
     """
 
-    Settings: ClassVar[type[PluginSettings]] = SDPOJobDataSettings
+    Settings: ClassVar[type[Sample2JobSettings]] = SDPOJobDataSettings
     samples_class: ClassVar[type[StepGridSamples]] = SDPOSamples
 
     def __init__(

@@ -50,7 +50,7 @@ class SDPORecipeSettings(PluginSettings):
     )
 
 
-class SDPORecipe(Recipe):
+class SDPORecipe(Recipe[SDPORecipeSettings]):
     """SDPO: the policy, given its rollout's feedback or a successful sibling, is its own
     teacher; the per-token reverse KL to it, mixed with the group-relative policy gradient,
     trains each step of the grid as one job (the importance-sampling loss)."""
@@ -67,9 +67,8 @@ class SDPORecipe(Recipe):
         return PipelineSpec(record2sample="SDPOSamples", sample2job="SDPOJobData")
 
     @classmethod
-    def job_parameters_of(cls, settings: PluginSettings) -> Mapping[str, Any]:
+    def job_parameters_of(cls, settings: SDPORecipeSettings) -> Mapping[str, Any]:
         """The self-teacher (no model: the student at the job's start weights) and the mix."""
-        assert isinstance(settings, SDPORecipeSettings)
         weight = settings.distillation_weight
         distillation = DistillationParameters(
             teacher=TeacherSettings(), kl_coef=weight, reward_coef=1.0 - weight

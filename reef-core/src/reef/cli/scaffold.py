@@ -140,13 +140,11 @@ arrived.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import ClassVar, Final, Self
 
 import attrs
 
 from reef import (
-    PipelineContext,
     PluginSettings,
     Record2SampleSettings,
     ReportContext,
@@ -154,6 +152,7 @@ from reef import (
     ReportSamples,
     Sample,
     SkippedReport,
+    StageBuild,
     config_option,
 )
 
@@ -172,20 +171,16 @@ class {cls}SamplesSettings(Record2SampleSettings):
     )
 
 
-class {cls}Samples(ReportSamples):
+class {cls}Samples(ReportSamples[{cls}SamplesSettings]):
     """One sample per scored report, grouped by ``metadata.group``."""
 
     Settings: ClassVar[type[PluginSettings]] = {cls}SamplesSettings
 
     @classmethod
-    def from_settings(
-        cls, settings: PluginSettings, *, context: PipelineContext, environ: Mapping[str, str]
-    ) -> Self:
+    def from_settings(cls, settings: {cls}SamplesSettings, build: StageBuild) -> Self:
         """The stage with its grouping, from its parsed settings."""
-        del environ  # the stage reads no environment
-        assert isinstance(settings, {cls}SamplesSettings)
         grouping = ReportGroups(settings.group_size)
-        return cls(context, grouping, max_staleness=settings.max_staleness)
+        return cls(build.context, grouping, max_staleness=settings.max_staleness)
 
     def make_sample(self, context: ReportContext) -> Sample | SkippedReport:
         """The scored calls with the score as reward; a report without a score is skipped."""

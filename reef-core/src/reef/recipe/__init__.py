@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic
 
 import attrs
+from typing_extensions import TypeVar
 
 from reef.core.deployment import PipelineSection
 from reef.core.plugins import NoSettings, PluginSettings, RecipeConfigError
@@ -26,7 +27,12 @@ class PipelineSpec:
     sample2job: str
 
 
-class Recipe(abc.ABC):
+#: A recipe's settings class, what its class methods receive typed
+#: (``class MyRecipe(Recipe[MyRecipeSettings])``).
+RecipeSettingsT = TypeVar("RecipeSettingsT", bound=PluginSettings, default=PluginSettings)
+
+
+class Recipe(abc.ABC, Generic[RecipeSettingsT]):
     """The base of every recipe.
 
     :cvar Settings: the recipe's own settings (``scenarios.<name>.recipe_config``); a recipe
@@ -50,9 +56,10 @@ class Recipe(abc.ABC):
         none."""
 
     @classmethod
-    def job_parameters_of(cls, settings: PluginSettings) -> Mapping[str, Any]:
+    def job_parameters_of(cls, settings: RecipeSettingsT) -> Mapping[str, Any]:
         """Extension point: the job parameters of a deployment whose recipe config parsed to
-        ``settings`` (an instance of :attr:`Settings`). The default: :attr:`job_parameters`.
+        ``settings`` (an instance of :attr:`Settings`, typed by the class's parameter:
+        ``Recipe[MyRecipeSettings]``). The default: :attr:`job_parameters`.
 
         A recipe whose objective a deployment configures (a distilling recipe's teacher and
         coefficients) builds them here, so that the stages hold nothing numeric (P-STG-15).
@@ -62,7 +69,7 @@ class Recipe(abc.ABC):
 
     @classmethod
     def check_pipeline(
-        cls, pipeline: PipelineSection, settings: PluginSettings, *, path: str
+        cls, pipeline: PipelineSection, settings: RecipeSettingsT, *, path: str
     ) -> None:
         """Extension point: refuse a pipeline section this recipe cannot build, or one its own
         config cannot train with (an objective that needs something a stage's config turns

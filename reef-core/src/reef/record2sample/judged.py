@@ -14,14 +14,14 @@ from __future__ import annotations
 import abc
 import logging
 from collections.abc import Mapping
-from typing import ClassVar, Self
+from typing import Any, ClassVar, Self
 
 from reef.core.job_data import Sample
 from reef.core.plugins import PluginSettings, Record2SampleSettings
 from reef.core.records import InferenceRecord, JudgedRecord, Judgment, Record
-from reef.pipeline_context import PipelineContext
+from reef.pipeline_context import PipelineContext, StageBuild
 from reef.record2sample.record_sets import RecordSet, SampleResult
-from reef.record2sample.stage import Record2Sample
+from reef.record2sample.stage import Record2Sample, UnitSettingsT
 from reef.record2sample.worker import BackgroundJobWorker
 
 logger = logging.getLogger(__name__)
@@ -36,7 +36,7 @@ NOT_JUDGED = "not_judged"
 class RecordJudging(abc.ABC):
     """A computed-feedback recipe's correlation and judge."""
 
-    def observe(self, record: Record, now: float, stage: JudgedSamples) -> None:
+    def observe(self, record: Record, now: float, stage: JudgedSamples[Any]) -> None:
         """Extension point: a record arrived at ``now``: dispatch, track or retire it with
         ``stage``'s operations. The default dispatches every inference and ignores other records."""
         del now
@@ -61,7 +61,7 @@ class RecordJudging(abc.ABC):
         return
 
 
-class JudgedSamples(Record2Sample):
+class JudgedSamples(Record2Sample[UnitSettingsT]):
     """The record-to-sample stage of a computed-feedback recipe (P-JUDGE-2).
 
     :param judging: the recipe's judging.
@@ -90,20 +90,18 @@ class JudgedSamples(Record2Sample):
         self._judgments: dict[str, Judgment] = {}
 
     @classmethod
-    def from_settings(
-        cls, settings: PluginSettings, *, context: PipelineContext, environ: Mapping[str, str]
-    ) -> Self:
+    def from_settings(cls, settings: UnitSettingsT, build: StageBuild) -> Self:
         """The stage with the recipe's judging (:meth:`make_judging`) and a new worker."""
-        assert isinstance(settings, Record2SampleSettings)
+        context = build.context
         return cls(
-            cls.make_judging(settings, environ=environ),
+            cls.make_judging(settings, environ=build.environ),
             BackgroundJobWorker(f"reef-judge-{context.scenario}-{context.component}"),
             context=context,
             max_staleness=settings.max_staleness,
         )
 
     @classmethod
-    def make_judging(cls, settings: PluginSettings, *, environ: Mapping[str, str]) -> RecordJudging:
+    def make_judging(cls, settings: UnitSettingsT, *, environ: Mapping[str, str]) -> RecordJudging:
         """Extension point: the recipe's judging, from its settings; a recipe's subclass implements
         it."""
         raise NotImplementedError(f"{cls.__name__} does not implement make_judging")

@@ -37,7 +37,7 @@ from reef.record2sample.record_sets import (
     SampleResult,
     SampleStatus,
 )
-from reef.record2sample.stage import Record2Sample
+from reef.record2sample.stage import Record2Sample, SettingsT
 
 logger = logging.getLogger(__name__)
 
@@ -119,7 +119,7 @@ class _Group:
     sets: list[RecordSet] = attrs.field(factory=list)
 
 
-class ReportSamples(Record2Sample):
+class ReportSamples(Record2Sample[SettingsT]):
     """The record-to-sample stage of a reported-feedback recipe (P-REP-4).
 
     :param context: the pipeline's context.

@@ -18,12 +18,14 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Generic, Self
+
+from typing_extensions import TypeVar
 
 from reef.core.job_data import JobOutcome, Sample, TrajectorySample
 from reef.core.plugins import PluginSettings, Record2SampleSettings
 from reef.core.records import JSON, Record
-from reef.pipeline_context import PipelineContext
+from reef.pipeline_context import PipelineContext, StageBuild
 from reef.record2sample.record_sets import (
     RecordSet,
     RecordSetError,
@@ -39,6 +41,13 @@ logger = logging.getLogger(__name__)
 ENGINE_ABORT = "engine_abort"
 
 
+#: A stage's settings class: what its :meth:`Record2Sample.from_settings` receives, typed (a
+#: stage declares ``class MySamples(ReportSamples[MySettings])``).
+SettingsT = TypeVar("SettingsT", bound=PluginSettings, default=PluginSettings)
+#: The settings of a stage that holds units: :class:`Record2SampleSettings` or an extension.
+UnitSettingsT = TypeVar("UnitSettingsT", bound=Record2SampleSettings, default=Record2SampleSettings)
+
+
 def sample_artifact_id(sample: Sample) -> str | None:
     """The artifact that produced ``sample``'s data (P-STALE-4).
 
@@ -52,7 +61,7 @@ def sample_artifact_id(sample: Sample) -> str | None:
     return artifact if isinstance(artifact, str) else None
 
 
-class Record2Sample:
+class Record2Sample(Generic[SettingsT]):
     """The base of a record-to-sample stage; see the module docstring.
 
     A subclass implements :meth:`push` (and :meth:`make_samples` when it forms sets). The
@@ -106,23 +115,21 @@ class Record2Sample:
 
         :raises reef.core.plugins.PluginConfigError: naming every problem of ``config``.
         """
-        settings = cls.Settings.parse(config, plugin_class=cls)
-        return cls.from_settings(settings, context=context, environ=environ)
+        settings: Any = cls.Settings.parse(config, plugin_class=cls)  # an instance of Settings
+        return cls.from_settings(settings, StageBuild(context, environ))
 
     @classmethod
-    def from_settings(
-        cls, settings: PluginSettings, *, context: PipelineContext, environ: Mapping[str, str]
-    ) -> Self:
+    def from_settings(cls, settings: SettingsT, build: StageBuild) -> Self:
         """Extension point: build the stage from its parsed settings (an instance of
-        :attr:`Settings`).
+        :attr:`Settings`, typed by the class's parameter: ``ReportSamples[MySettings]``).
 
-        The default calls ``cls(context, **settings.as_keywords())``: each settings field is
-        a keyword argument of the constructor (``max_staleness`` for :class:`Record2SampleSettings`,
-        P-STG-12). Override it when the constructor takes something built from the settings
-        (a grouping, a judge) or reads ``environ`` (a judge's API key).
+        The default calls ``cls(build.context, **settings.as_keywords())``: each settings field
+        is a keyword argument of the constructor (``max_staleness`` for
+        :class:`Record2SampleSettings`, P-STG-12). Override it when the constructor takes
+        something built from the settings (a grouping, a judge) or reads ``build.environ`` (a
+        judge's API key).
         """
-        del environ  # the default reads no environment
-        return cls(context, **settings.as_keywords())
+        return cls(build.context, **settings.as_keywords())
 
     # -- records in ------------------------------------------------------------------------
 

@@ -10,15 +10,16 @@ and which training modes it supports.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Generic, Self
 
 import attrs
+from typing_extensions import TypeVar
 
 from reef.core.config import config_option
 from reef.core.job_data import JobData, Sample, SampleKind, job_data_schema
 from reef.core.plugins import PluginConfigError, PluginSettings, RecipeConfigError
 from reef.core.records import JSON
-from reef.pipeline_context import TRAINING_MODES, PipelineContext, TrainingMode
+from reef.pipeline_context import TRAINING_MODES, JobStageBuild, PipelineContext, TrainingMode
 from reef.record2sample.stage import Record2Sample
 
 
@@ -41,7 +42,12 @@ class Sample2JobSettings(PluginSettings):
     )
 
 
-class Sample2Job:
+#: A sample-to-job stage's settings class, what its :meth:`Sample2Job.from_settings` receives,
+#: typed (``class MyJobData(Sample2Job[MyJobSettings])``).
+JobSettingsT = TypeVar("JobSettingsT", bound="Sample2JobSettings", default="Sample2JobSettings")
+
+
+class Sample2Job(Generic[JobSettingsT]):
     """The base of a sample-to-job stage; a recipe implements :meth:`make_job_data`.
 
     :param context: the pipeline's context.
@@ -55,7 +61,7 @@ class Sample2Job:
 
     #: Extension point: the settings class that declares this stage's keys; an extension of
     #: :class:`Sample2JobSettings`. So are the class attributes below: what the stage takes.
-    Settings: ClassVar[type[PluginSettings]] = Sample2JobSettings
+    Settings: ClassVar[type[Sample2JobSettings]] = Sample2JobSettings
 
     #: ``job_samples`` when the config sets none; ``None`` for a weight recipe, whose
     #: deployment must set it (P-SIZE-2). Harness evolution stages set 1 (P-SIZE-3).
@@ -71,6 +77,14 @@ class Sample2Job:
     #: The sample kinds the recipe gives job parameters for; in auto, a buffer of another kind
     #: waits for an instruction that gives them (P-BUF-3).
     job_parameter_kinds: ClassVar[frozenset[SampleKind]] = frozenset({"trajectory"})
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if not (isinstance(cls.Settings, type) and issubclass(cls.Settings, Sample2JobSettings)):
+            raise TypeError(
+                f"{cls.__name__}.Settings must extend Sample2JobSettings (it reads job_samples"
+                f" and buffer_size), not {cls.Settings!r}"
+            )
 
     def __init__(
         self,
@@ -125,36 +139,27 @@ class Sample2Job:
             ``job_samples`` (P-SIZE-2).
         :raises reef.core.plugins.PluginConfigError: naming every problem of ``config``.
         """
-        settings = cls.Settings.parse(config, plugin_class=cls)
-        assert isinstance(settings, Sample2JobSettings), f"{cls.__name__}.Settings"
-        return cls.from_settings(
-            settings, context=context, record2sample=record2sample, environ=environ
-        )
+        settings: Any = cls.Settings.parse(config, plugin_class=cls)  # an instance of Settings
+        build = JobStageBuild(context, environ, record2sample=record2sample)
+        return cls.from_settings(settings, build)
 
     @classmethod
-    def from_settings(
-        cls,
-        settings: Sample2JobSettings,
-        *,
-        context: PipelineContext,
-        record2sample: Record2Sample,
-        environ: Mapping[str, str],
-    ) -> Self:
-        """Extension point: build the stage from its parsed settings.
+    def from_settings(cls, settings: JobSettingsT, build: JobStageBuild) -> Self:
+        """Extension point: build the stage from its parsed settings (an instance of
+        :attr:`Settings`, typed by the class's parameter: ``Sample2Job[MyJobSettings]``).
 
         The default calls the constructor with each settings field as a keyword argument,
         ``job_samples`` resolved (:meth:`resolve_job_samples`) and, for a stage whose job data
         is one fixed unit, ``max_job_samples`` from :meth:`max_job_samples_for` (P-SIZE-4).
         Override it when the constructor takes something else, for example a value that
-        ``record2sample`` owns (P-STG-9).
+        ``build.record2sample`` owns (P-STG-9).
         """
-        del environ  # the default reads no environment
         keywords = settings.as_keywords()
         keywords["job_samples"] = cls.resolve_job_samples(settings)
-        limit = cls.max_job_samples_for(record2sample)
+        limit = cls.max_job_samples_for(build.record2sample)
         if limit is not None:
             keywords["max_job_samples"] = limit
-        return cls(context, **keywords)
+        return cls(build.context, **keywords)
 
     @classmethod
     def max_job_samples_for(cls, record2sample: Record2Sample) -> int | None:

@@ -32,13 +32,13 @@ import attrs
 from reef import (
     InferenceRecord,
     JobData,
+    JobStageBuild,
     JudgedSamples,
     Judgment,
     PipelineContext,
     PluginConfigError,
     PluginSettings,
     Record,
-    Record2Sample,
     Record2SampleSettings,
     RecordJudging,
     Sample,
@@ -126,7 +126,7 @@ class OpenClawJudging(RecordJudging):
         await self.judge_model.aclose()
 
 
-class OpenClawRLSamples(JudgedSamples):
+class OpenClawRLSamples(JudgedSamples[OpenClawRLSamplesSettings]):
     """OpenClaw-RL's record-to-sample stage (see the module's documentation)."""
 
     Settings: ClassVar[type[PluginSettings]] = OpenClawRLSamplesSettings
@@ -134,10 +134,11 @@ class OpenClawRLSamples(JudgedSamples):
     judging: OpenClawJudging
 
     @classmethod
-    def make_judging(cls, settings: PluginSettings, *, environ: Mapping[str, str]) -> RecordJudging:
+    def make_judging(
+        cls, settings: OpenClawRLSamplesSettings, *, environ: Mapping[str, str]
+    ) -> RecordJudging:
         """The judging of the settings (the API key comes in them, from a ${ENV} reference)."""
         del environ
-        assert isinstance(settings, OpenClawRLSamplesSettings)
         return OpenClawJudging(settings)
 
     def make_sample(self, record: InferenceRecord, judgment: Judgment) -> Sample | None:
@@ -176,19 +177,13 @@ class OpenClawRLJobData(Sample2Job):
         self.judging = judging
 
     @classmethod
-    def from_settings(
-        cls,
-        settings: Sample2JobSettings,
-        *,
-        context: PipelineContext,
-        record2sample: Record2Sample,
-        environ: Mapping[str, str],
-    ) -> Self:
-        """The stage with the judging of ``record2sample``, an :class:`OpenClawRLSamples`.
+    def from_settings(cls, settings: Sample2JobSettings, build: JobStageBuild) -> Self:
+        """The stage with the judging of the record-to-sample stage, an
+        :class:`OpenClawRLSamples`.
 
         :raises PluginConfigError: for another record-to-sample stage, which judges nothing.
         """
-        del environ
+        record2sample = build.record2sample
         if not isinstance(record2sample, OpenClawRLSamples):
             raise PluginConfigError(
                 cls.__name__,
@@ -196,7 +191,7 @@ class OpenClawRLJobData(Sample2Job):
                 f"reads the judging of OpenClawRLSamples, not {type(record2sample).__name__}",
             )
         return cls(
-            context,
+            build.context,
             judging=record2sample.judging.settings,
             job_samples=cls.resolve_job_samples(settings),
             buffer_size=settings.buffer_size,

@@ -57,7 +57,7 @@ class OpenClawRLRecipeSettings(PluginSettings):
     )
 
 
-class OpenClawRLRecipe(Recipe):
+class OpenClawRLRecipe(Recipe[OpenClawRLRecipeSettings]):
     """OpenClaw-RL (see the module's documentation); a weight recipe."""
 
     Settings: ClassVar[type[PluginSettings]] = OpenClawRLRecipeSettings
@@ -71,7 +71,7 @@ class OpenClawRLRecipe(Recipe):
 
     @classmethod
     def check_pipeline(
-        cls, pipeline: PipelineSection, settings: PluginSettings, *, path: str
+        cls, pipeline: PipelineSection, settings: OpenClawRLRecipeSettings, *, path: str
     ) -> None:
         """Also refuse an objective its record-to-sample stage, the recipe's
         ``OpenClawRLSamples``, does not judge for: hindsight without hints (its turns would
@@ -79,7 +79,6 @@ class OpenClawRLRecipe(Recipe):
         says the next state holds a hint, not that the turn was good, so the reward would train
         the wrong signal)."""
         super().check_pipeline(pipeline, settings, path=path)
-        assert isinstance(settings, OpenClawRLRecipeSettings)
         stage = pipeline.record2sample
         ours = _names_openclaw_samples(stage.class_)
         hinted = (stage.config or {}).get("hints") is True
@@ -101,9 +100,8 @@ class OpenClawRLRecipe(Recipe):
             )
 
     @classmethod
-    def job_parameters_of(cls, settings: PluginSettings) -> Mapping[str, Any]:
+    def job_parameters_of(cls, settings: OpenClawRLRecipeSettings) -> Mapping[str, Any]:
         """The clipped loss with the binary reward, or with the hinted teacher's advantage."""
-        assert isinstance(settings, OpenClawRLRecipeSettings)
         parameters: dict[str, Any] = {
             **cls.job_parameters,
             "clip_low": settings.clip_low,

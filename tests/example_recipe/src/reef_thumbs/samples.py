@@ -22,7 +22,6 @@ import attrs
 
 from reef import (
     GroupDecision,
-    PipelineContext,
     PluginSettings,
     Record2SampleSettings,
     Report,
@@ -32,6 +31,7 @@ from reef import (
     Sample,
     SampleAssembly,
     SkippedReport,
+    StageBuild,
     TrajectorySample,
     config_option,
 )
@@ -110,25 +110,21 @@ class ThumbsGrouping(ReportGrouping):
         return GroupDecision.READY
 
 
-class ThumbsSamples(ReportSamples):
+class ThumbsSamples(ReportSamples[ThumbsSamplesSettings]):
     """The record-to-sample stage of the thumbs recipe: one sample per readable thumb."""
 
     Settings: ClassVar[type[PluginSettings]] = ThumbsSamplesSettings
 
     @classmethod
-    def from_settings(
-        cls, settings: PluginSettings, *, context: PipelineContext, environ: Mapping[str, str]
-    ) -> Self:
+    def from_settings(cls, settings: ThumbsSamplesSettings, build: StageBuild) -> Self:
         """The stage with its grouping, built from :class:`ThumbsSamplesSettings` (P-STG-10),
         and ``max_staleness`` (P-STG-12)."""
-        del environ  # the stage reads no environment
-        assert isinstance(settings, ThumbsSamplesSettings)
         grouping = ThumbsGrouping(
             group_size=settings.group_size,
             conversation_tag=settings.conversation_tag,
             discard_unanimous=settings.discard_unanimous,
         )
-        return cls(context, grouping, max_staleness=settings.max_staleness)
+        return cls(build.context, grouping, max_staleness=settings.max_staleness)
 
     def make_sample(self, context: ReportContext) -> Sample | SkippedReport:
         """The rated reply (the earlier turns are its context) with the thumb's reward (P-REP-5);

@@ -76,14 +76,13 @@ class TinkerSampler:
     @classmethod
     def from_settings(
         cls,
-        settings: object,
+        settings: TinkerComponentSettings,
         *,
         connect: Connect | None = None,
         environ: Mapping[str, str] | None = None,
     ) -> TinkerSampler:
         """The sampler of a ``tinker`` component configured with ``settings`` (its
         :class:`~reef.components.tinker.settings.TinkerComponentSettings`)."""
-        assert isinstance(settings, TinkerComponentSettings)
         connection = TinkerConnection(
             COMPONENT_CLASS,
             api_key_env=settings.api_key_env,

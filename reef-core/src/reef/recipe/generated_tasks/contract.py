@@ -22,9 +22,10 @@ from __future__ import annotations
 import abc
 import math
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self, TypeAlias
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, Self, TypeAlias
 
 import attrs
+from typing_extensions import TypeVar
 
 from reef.core.harbor import HarborTask
 from reef.core.plugins import NoSettings, PluginSettings
@@ -185,7 +186,12 @@ def result_from_json(value: Any) -> GeneratedTaskResult:
 # -- the generator ---------------------------------------------------------------------------
 
 
-class TaskGenerator(abc.ABC):
+#: A generator's settings class, what its :meth:`TaskGenerator.from_settings` receives typed
+#: (``class MyGenerator(TaskGenerator[MySettings])``).
+GeneratorSettingsT = TypeVar("GeneratorSettingsT", bound=PluginSettings, default=PluginSettings)
+
+
+class TaskGenerator(abc.ABC, Generic[GeneratorSettingsT]):
     """Makes tasks for the generated-task recipe (P-TASK-2..5); one instance per scenario.
 
     A generator learns what it needs from its config and from the calls below only: Reef
@@ -210,12 +216,12 @@ class TaskGenerator(abc.ABC):
 
         :raises reef.core.plugins.PluginConfigError: naming every problem of ``config``.
         """
-        settings = cls.Settings.parse(config, plugin_class=cls)
+        settings: Any = cls.Settings.parse(config, plugin_class=cls)  # an instance of Settings
         return cls.from_settings(settings, scenario=scenario, environ=environ)
 
     @classmethod
     def from_settings(
-        cls, settings: PluginSettings, *, scenario: str, environ: Mapping[str, str]
+        cls, settings: GeneratorSettingsT, *, scenario: str, environ: Mapping[str, str]
     ) -> Self:
         """Extension point: build the generator from its parsed settings.
 

@@ -56,7 +56,7 @@ from reef.core.records import InferenceRecord, Record, Report
 from reef.core.task_stores import TaskStores
 from reef.core.trajectory_index import TrajectoryIndex
 from reef.errors import ReefError
-from reef.pipeline_context import PipelineContext
+from reef.pipeline_context import JobStageBuild, PipelineContext, StageBuild
 from reef.recipe.generated_tasks import (
     FailedTask,
     GeneratedTaskResult,
@@ -232,7 +232,7 @@ def resolve_generator(name: str, context: PipelineContext) -> type[TaskGenerator
     return found
 
 
-class GeneratedTaskSamples(Record2Sample):
+class GeneratedTaskSamples(Record2Sample[GeneratedTaskSamplesSettings]):
     """The generated-task recipe's record-to-sample stage; see the module's documentation.
 
     :param context: the pipeline's context. Without the scenario's task stores the stage is
@@ -312,15 +312,13 @@ class GeneratedTaskSamples(Record2Sample):
         return self._ledger
 
     @classmethod
-    def from_settings(
-        cls, settings: PluginSettings, *, context: PipelineContext, environ: Mapping[str, str]
-    ) -> Self:
+    def from_settings(cls, settings: GeneratedTaskSamplesSettings, build: StageBuild) -> Self:
         """Build the generator once for the scenario (P-TASK-2), then the stage."""
-        assert isinstance(settings, GeneratedTaskSamplesSettings)
+        context = build.context
         generator_class = resolve_generator(settings.generator, context)
         try:
             generator = generator_class.from_config(
-                settings.generator_config, scenario=context.scenario, environ=environ
+                settings.generator_config, scenario=context.scenario, environ=build.environ
             )
         except PluginConfigError as exc:  # its keys are generator_config's
             raise PluginConfigError.of(
@@ -670,18 +668,11 @@ class GeneratedTaskJobData(Sample2Job):
         self.record2sample = record2sample
 
     @classmethod
-    def from_settings(
-        cls,
-        settings: Sample2JobSettings,
-        *,
-        context: PipelineContext,
-        record2sample: Record2Sample,
-        environ: Mapping[str, str],
-    ) -> Self:
+    def from_settings(cls, settings: Sample2JobSettings, build: JobStageBuild) -> Self:
         """The job size keys, and the record-to-sample stage when it makes generated tasks."""
-        del environ
+        record2sample = build.record2sample
         return cls(
-            context,
+            build.context,
             job_samples=cls.resolve_job_samples(settings),
             buffer_size=settings.buffer_size,
             record2sample=(

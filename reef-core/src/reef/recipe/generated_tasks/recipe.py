@@ -34,7 +34,7 @@ class GeneratedTaskRecipeSettings(PluginSettings):
     )
 
 
-class GeneratedTaskRecipe(Recipe):
+class GeneratedTaskRecipe(Recipe[GeneratedTaskRecipeSettings]):
     """Train on tasks a :class:`~reef.recipe.generated_tasks.contract.TaskGenerator` makes
     (P-TASK-1).
 
@@ -52,8 +52,7 @@ class GeneratedTaskRecipe(Recipe):
         return PipelineSpec(record2sample="GeneratedTaskSamples", sample2job="GeneratedTaskJobData")
 
     @classmethod
-    def job_parameters_of(cls, settings: PluginSettings) -> Mapping[str, Any]:
+    def job_parameters_of(cls, settings: GeneratedTaskRecipeSettings) -> Mapping[str, Any]:
         """The ``task_group`` objective and the deployment's ``rollout`` (P-TASK-13)."""
-        assert isinstance(settings, GeneratedTaskRecipeSettings)
         rollout = attrs.asdict(settings.job_parameters.rollout)
         return {**cls.job_parameters, "rollout": rollout}

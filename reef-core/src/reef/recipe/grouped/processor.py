@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Sequence
 from typing import ClassVar, Self
 
 import attrs
@@ -18,7 +18,7 @@ import attrs
 from reef.core.config import config_option
 from reef.core.job_data import JobData, Sample
 from reef.core.plugins import PluginSettings, Record2SampleSettings
-from reef.pipeline_context import PipelineContext
+from reef.pipeline_context import StageBuild
 from reef.record2sample.record_sets import ReportContext
 from reef.record2sample.reports import GroupDecision, ReportGrouping, ReportSamples
 from reef.sample2job.stage import Sample2Job
@@ -63,19 +63,16 @@ class ReportGroups(ReportGrouping):
         return GroupDecision.READY if len(members) >= self.group_size else GroupDecision.INCOMPLETE
 
 
-class GroupedReportSamples(ReportSamples):
+class GroupedReportSamples(ReportSamples[GroupedReportSamplesSettings]):
     """The default weight recipe's record-to-sample stage: reports in comparison groups."""
 
     Settings: ClassVar[type[PluginSettings]] = GroupedReportSamplesSettings
 
     @classmethod
-    def from_settings(
-        cls, settings: PluginSettings, *, context: PipelineContext, environ: Mapping[str, str]
-    ) -> Self:
+    def from_settings(cls, settings: GroupedReportSamplesSettings, build: StageBuild) -> Self:
         """The stage with :class:`ReportGroups` of the configured ``group_size``."""
-        del environ
-        assert isinstance(settings, GroupedReportSamplesSettings)
-        return cls(context, ReportGroups(settings.group_size), max_staleness=settings.max_staleness)
+        grouping = ReportGroups(settings.group_size)
+        return cls(build.context, grouping, max_staleness=settings.max_staleness)
 
 
 class GroupedJobData(Sample2Job):
