@@ -11,7 +11,7 @@ from typing import Any
 
 import atif
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import given, settings, strategies as st
 
 from reef.core.atif import trajectory_from_json, trajectory_to_json
 from reef.core.atif_build import AtifBuildError, trajectory_from_records
@@ -232,7 +232,7 @@ def sessions(draw: st.DrawFn) -> list[InferenceRecord]:
     return records
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100)
 @given(sessions())
 def test_every_trajectory_reef_builds_validates_with_the_atif_package(
     records: list[InferenceRecord],

@@ -16,7 +16,7 @@ from typing import Any
 import atif
 import pydantic
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import given, settings, strategies as st
 
 from reef.core.atif import (
     AtifFormatError,
@@ -259,7 +259,7 @@ def trajectories(draw: st.DrawFn) -> atif.Trajectory:
     )
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150)
 @given(trajectories())
 def test_trajectories_of_the_reference_package_round_trip(trajectory: atif.Trajectory) -> None:
     """rule: P-UP-1; any valid ATIF trajectory is read and written back unchanged."""

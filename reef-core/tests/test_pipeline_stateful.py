@@ -19,7 +19,7 @@ from __future__ import annotations
 import tempfile
 from typing import Any
 
-from hypothesis import HealthCheck, settings, strategies as st
+from hypothesis import settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from reef.core.job_data import JobData, TrainingInstruction, TrajectorySample
@@ -294,6 +294,4 @@ TestPipelineMachine = PipelineMachine.TestCase
 TestPipelineMachine.settings = settings(
     max_examples=60,
     stateful_step_count=30,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
 )

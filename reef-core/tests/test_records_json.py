@@ -76,7 +76,7 @@ judged_records = st.builds(
 records = inference_records | reports | judged_records
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(records)
 def test_every_record_survives_its_json_form(record: Any) -> None:
     """rule: P-SET-13; the stable JSON form reads back to an equal record, through text too."""

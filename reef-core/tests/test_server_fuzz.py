@@ -188,8 +188,7 @@ def queries(parameters: list[dict[str, Any]], components: dict[str, Any]) -> Any
 
 @settings(
     max_examples=250,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(data=st.data())
 def test_no_route_answers_5xx_and_refusals_store_nothing(

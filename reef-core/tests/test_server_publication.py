@@ -582,7 +582,7 @@ class FlakyAdmin:
         return artifact_id, {"model": model if artifact_id is not None else BASE}
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=100)
 # A call routed to an adapter that a publication then unloads: the engine answers with another.
 @example(steps=["publish", "step", "publish", "call_after_step"], keep=1)
 @given(

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import given, settings, strategies as st
 
 from reef.core.records import CHAT_COMPLETIONS, InferenceRecord
 from reef.core.trajectory_index import LinkEntry, TrajectoryIndex, comparable_message
@@ -213,7 +213,7 @@ def check_answers(index: TrajectoryIndex, records: Sequence[InferenceRecord]) ->
 
 # -- properties -------------------------------------------------------------------------------
 
-PROPERTY = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROPERTY = settings(max_examples=150)
 
 
 @PROPERTY

@@ -308,8 +308,7 @@ def test_fuzzed_bodies_get_no_5xx_and_run_nothing(swe: Any, swe_store: ContentSt
 
         @settings(
             max_examples=150,
-            deadline=None,
-            suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+            suppress_health_check=[HealthCheck.function_scoped_fixture],
         )
         @given(_bodies(good))
         def check(body: bytes) -> None:
