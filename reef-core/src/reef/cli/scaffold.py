@@ -59,7 +59,8 @@ test = ["reef-core[testing]{range}"]
 packages = ["src/{module}"]
 
 [tool.pytest.ini_options]
-addopts = ["--import-mode=importlib"]
+# -p reef.testing: Reef's storage fixtures (storage_database, on SQLite and PostgreSQL).
+addopts = ["--import-mode=importlib", "-p", "reef.testing"]
 """
 
 _README: Final = """\
@@ -216,15 +217,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from reef import (
-    GroupedJobData,
-    InferenceRecord,
-    PluginKind,
-    Plugins,
-    Report,
-    load_deployment,
-    validate_job_data,
-)
+from reef import GroupedJobData, InferenceRecord, PluginKind, Report, validate_job_data
+from reef.embed import Plugins, load_deployment
 from reef.testing import Database, pipeline_context, sample_store, training_pipeline
 from {module}.recipe import {cls}Recipe
 from {module}.samples import UNSCORED, {cls}Samples

@@ -95,6 +95,10 @@ def tiny_local_deployment(
     return path
 
 
+#: How long a started ``reef serve`` may take to answer before the test fails.
+STARTUP_SECONDS: Final = 240.0
+
+
 class ServeProcess:
     """One ``reef serve`` subprocess.
 
@@ -132,7 +136,9 @@ class ServeProcess:
             stderr=subprocess.STDOUT,
             env=None if env is None else {**os.environ, **env},
         )
-        deadline = time.monotonic() + 60
+        # A start that exits fails at once; one that is merely slow (a loaded machine, a suite
+        # run in parallel) is waited for: the bound only catches a start that hangs.
+        deadline = time.monotonic() + STARTUP_SECONDS
         while time.monotonic() < deadline:
             assert self.process.poll() is None, log.read_text()
             try:
