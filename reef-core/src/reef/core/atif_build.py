@@ -15,6 +15,16 @@ from typing import Any, Final
 
 import attrs
 
+from reef.core.api_formats import (
+    API_FORMATS,
+    MESSAGES,
+    RESPONSES,
+    chat_messages,
+    chat_tools,
+    input_items,
+    previous_response_id,
+    resolved_request,
+)
 from reef.core.atif import (
     IMAGE_MEDIA_TYPES,
     SCHEMA_VERSION,
@@ -31,7 +41,7 @@ from reef.core.atif import (
     ToolCall,
     Trajectory,
 )
-from reef.core.records import CHAT_COMPLETIONS, InferenceRecord
+from reef.core.records import JSON, InferenceRecord
 from reef.core.trajectory_index import comparable_message
 from reef.errors import ReefError
 from reef.version import __version__
@@ -62,7 +72,10 @@ def trajectory_from_records(
 ) -> Trajectory:
     """The ATIF trajectory of the calls of one trajectory, root first, last call last.
 
-    The conversation is the last call's request followed by its reply (the first choice):
+    Every API format builds the same way, from its exchange read as chat messages
+    (:mod:`reef.core.api_formats`); a chained Responses call's request is resolved through the
+    calls before it. The conversation is the last call's request followed by its reply (the
+    first choice):
     system and user messages become system and user steps, each assistant message an agent
     step with its tool calls, and each tool message an observation result of the agent step
     whose call it answers. An agent step made by one of ``records`` keeps that call's model,
@@ -75,19 +88,19 @@ def trajectory_from_records(
     probabilities that an engine returned are kept only with ``keep_tokens=True``, for a
     caller that reads them (diagnostics, an exported trace), never for a training sample.
 
-    :raises AtifBuildError: when the records are not OpenAI chat-completions calls whose
-        requests extend one another, or a message cannot be expressed in ATIF.
+    :raises AtifBuildError: when the records are not calls of one format whose requests
+        extend one another, or a message cannot be expressed in ATIF.
     """
     if not records:
         raise AtifBuildError("a trajectory needs at least one inference record")
-    _check_chained(records)
+    requests = _check_chained(records)
     last = records[-1]
-    conversation = list(last.messages)
+    conversation = list(requests[-1])
     replies = last.reply_messages
     if replies:
         conversation.append(replies[0])
     # The assistant message a call produced sits right after that call's request.
-    made_by = {len(record.messages): record for record in records}
+    made_by = {len(request): record for request, record in zip(requests, records, strict=True)}
     steps: list[Step] = []
     for position, message in enumerate(conversation):
         where = f"record {last.id!r}, message {position}"
@@ -117,7 +130,7 @@ def trajectory_from_records(
             name=agent_name,
             version=agent_version,
             model_name=_model_name(last),
-            tool_definitions=tuple(last.tools) or None,
+            tool_definitions=tuple(chat_tools(last.api_format, last.tools)) or None,
         ),
         steps=tuple(steps),
         final_metrics=FinalMetrics(
@@ -136,23 +149,50 @@ def trajectory_from_records(
     )
 
 
-def _check_chained(records: Sequence[InferenceRecord]) -> None:
+def _check_chained(records: Sequence[InferenceRecord]) -> list[list[JSON]]:
+    """Each record's whole request as chat messages, once the records are checked to be one
+    trajectory of one format, root first."""
+    requests: list[list[JSON]] = []
+    # The whole input of the previous Responses call, as items (what a chained call extends).
+    items: list[Any] = []
     previous: InferenceRecord | None = None
     for record in records:
-        if record.api_format != CHAT_COMPLETIONS:
+        if record.api_format not in API_FORMATS:
             raise AtifBuildError(
-                f"record {record.id!r} has API format {record.api_format!r};"
-                f" only {CHAT_COMPLETIONS!r} builds an ATIF trajectory"
+                f"record {record.id!r} has API format {record.api_format!r}; ATIF trajectories"
+                f" are built from {', '.join(API_FORMATS)}"
             )
-        if previous is not None:
-            before = [comparable_message(m) for m in previous.messages]
-            after = [comparable_message(m) for m in record.messages]
+        if previous is not None and record.api_format != previous.api_format:
+            raise AtifBuildError(
+                f"record {record.id!r} has API format {record.api_format!r}, and"
+                f" {previous.id!r} {previous.api_format!r}: a trajectory has one format"
+            )
+        chained = previous_response_id(record.api_format, record.request)
+        if chained is not None and (previous is None or chained != previous.id):
+            raise AtifBuildError(
+                f"record {record.id!r} continues response {chained!r}, which is not the record"
+                " before it: the records are not one trajectory, root first"
+            )
+        if record.api_format == RESPONSES:
+            request = record.request
+            if chained is not None and previous is not None:
+                output = (previous.response or {}).get("output") or []
+                request = resolved_request(record.request, items, output)
+            items = input_items(request)
+            messages = chat_messages(RESPONSES, request)
+        else:
+            messages = record.messages
+        if previous is not None and chained is None:
+            before = [comparable_message(m) for m in requests[-1]]
+            after = [comparable_message(m) for m in messages]
             if len(before) >= len(after) or after[: len(before)] != before:
                 raise AtifBuildError(
                     f"record {record.id!r} does not extend the request of {previous.id!r}:"
                     " the records are not one trajectory, root first"
                 )
+        requests.append(messages)
         previous = record
+    return requests
 
 
 def _total(values: Any) -> int | None:
@@ -223,24 +263,64 @@ def _agent_step(
     )
     if record is None:
         return attrs.evolve(step, is_copied_context=True)
-    choice = ((record.response or {}).get("choices") or [{}])[0]
-    effort = record.request.get("reasoning_effort")
+    finish, metrics = _answer_facts(record)
     return attrs.evolve(
         step,
         timestamp=(
             datetime.fromtimestamp(record.ended_at, UTC).isoformat() if record.ended_at else None
         ),
         model_name=_model_name(record),
-        reasoning_effort=effort if isinstance(effort, str | float) else None,
-        metrics=_metrics(record.response or {}, choice),
+        reasoning_effort=_reasoning_effort(record),
+        metrics=metrics,
         extra={
             "reef": {
                 "record_id": record.id,
                 "artifact_id": record.artifact_id,
-                "finish_reason": choice.get("finish_reason") if isinstance(choice, dict) else None,
+                "finish_reason": finish,
             }
         },
     )
+
+
+def _reasoning_effort(record: InferenceRecord) -> str | float | None:
+    effort = record.request.get("reasoning_effort")
+    if record.api_format == RESPONSES:
+        reasoning = record.request.get("reasoning")
+        effort = reasoning.get("effort") if isinstance(reasoning, Mapping) else None
+    return effort if isinstance(effort, str | float) else None
+
+
+def _answer_facts(record: InferenceRecord) -> tuple[str | None, Metrics | None]:
+    """How the call's answer ended, in its format's words (chat's ``finish_reason``, the
+    Responses ``status`` or its incomplete reason, the Messages ``stop_reason``), and its
+    token counts."""
+    response = record.response or {}
+    usage = response.get("usage")
+    usage = usage if isinstance(usage, Mapping) else {}
+    if record.api_format == RESPONSES:
+        details = usage.get("input_tokens_details")
+        incomplete = response.get("incomplete_details")
+        reason = incomplete.get("reason") if isinstance(incomplete, Mapping) else None
+        counts = Metrics(
+            prompt_tokens=usage.get("input_tokens"),
+            completion_tokens=usage.get("output_tokens"),
+            cached_tokens=details.get("cached_tokens") if isinstance(details, Mapping) else None,
+        )
+        return reason or response.get("status"), None if counts == Metrics() else counts
+    if record.api_format == MESSAGES:
+        read = usage.get("cache_read_input_tokens")
+        written = usage.get("cache_creation_input_tokens")
+        given = usage.get("input_tokens")
+        counts = Metrics(
+            # Anthropic counts the cached part of the prompt apart from its input tokens.
+            prompt_tokens=None if given is None else given + (read or 0) + (written or 0),
+            completion_tokens=usage.get("output_tokens"),
+            cached_tokens=read,
+        )
+        return response.get("stop_reason"), None if counts == Metrics() else counts
+    choice = (response.get("choices") or [{}])[0]
+    finish = choice.get("finish_reason") if isinstance(choice, dict) else None
+    return finish, _metrics(response, choice)
 
 
 def _metrics(response: Mapping[str, Any], choice: Any) -> Metrics | None:

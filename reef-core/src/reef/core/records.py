@@ -19,13 +19,38 @@ from typing import Any, Final, Literal, TypeAlias
 import attrs
 import cattrs
 
+from reef.core.api_formats import (
+    API_FORMATS,
+    CHAT_COMPLETIONS,
+    JSON,
+    MESSAGES,
+    RESPONSES,
+    chat_messages,
+    chat_reply,
+)
 from reef.core.converters import describe, make_converter
 from reef.errors import ReefError
 
-JSON: TypeAlias = dict[str, Any]
-
-#: The API format of an OpenAI-compatible chat-completions exchange.
-CHAT_COMPLETIONS: Final = "openai.chat.completions"
+__all__ = [
+    "API_FORMATS",
+    "CHAT_COMPLETIONS",
+    "JSON",
+    "MESSAGES",
+    "RESPONSES",
+    "TAG_HEADER_PREFIX",
+    "InferenceRecord",
+    "JudgedRecord",
+    "Judgment",
+    "Record",
+    "RecordFormatError",
+    "RecordKind",
+    "Report",
+    "dumps",
+    "from_json",
+    "has_eligibility_flag",
+    "loads",
+    "to_json",
+]
 
 #: Header prefix whose headers become an inference record's tags (``x-reef-tag-<name>``).
 TAG_HEADER_PREFIX: Final = "x-reef-tag-"
@@ -56,10 +81,12 @@ class InferenceRecord:
 
     :ivar id: the record's id, unique within the deployment.
     :ivar scenario: the scenario the call was made in.
-    :ivar api_format: the provider API of the exchange (:data:`CHAT_COMPLETIONS`).
-    :ivar request: the request body as sent to the engine (messages, tools, sampling).
-    :ivar response: the full response body (assembled from the chunks when streamed), or
-        ``None`` when the engine answered nothing usable.
+    :ivar api_format: the provider API of the exchange (:data:`CHAT_COMPLETIONS`,
+        :data:`RESPONSES`, :data:`MESSAGES`); request and response are in its form.
+    :ivar request: the request body as the client sent it (messages, tools, sampling); a
+        chained Responses request holds only its own turn.
+    :ivar response: the full response body as the client got it (assembled from the events
+        when streamed), or ``None`` when the engine answered nothing usable.
     :ivar artifact_id: the artifact (weights) that answered; ``None`` when unknown.
     :ivar tags: the ``x-reef-tag-<name>`` headers of the call, by ``<name>``.
     :ivar started_at: when Reef received the call (Unix seconds).
@@ -83,9 +110,9 @@ class InferenceRecord:
 
     @property
     def messages(self) -> list[JSON]:
-        """The input messages of the request (system prompt included)."""
-        messages = self.request.get("messages", [])
-        return list(messages) if isinstance(messages, list) else []
+        """The input messages of the request (system prompt included), as chat messages
+        whatever the format (:func:`reef.core.api_formats.chat_messages`)."""
+        return chat_messages(self.api_format, self.request)
 
     @property
     def tools(self) -> list[JSON]:
@@ -95,24 +122,27 @@ class InferenceRecord:
 
     @property
     def reply_messages(self) -> list[JSON]:
-        """The assistant message of each choice of the response, in choice order."""
-        if not self.response:
-            return []
-        choices = self.response.get("choices") or []
-        return [c["message"] for c in choices if isinstance(c, dict) and "message" in c]
+        """The assistant message of each choice of the response, in choice order, as chat
+        messages whatever the format (one for Responses and Messages)."""
+        return chat_reply(self.api_format, self.response)
 
     @property
     def is_engine_abort(self) -> bool:
         """True when the engine aborted this exchange.
 
         That is when Reef marked the exchange aborted while recording it, or when any choice
-        of the response finished with ``finish_reason == "abort"``. The response is never
-        altered by this test.
+        of a chat response finished with ``finish_reason == "abort"``, or a Responses
+        response ended ``failed`` or ``cancelled``. The response is never altered by this
+        test.
         """
         if self.aborted:
             return True
         if not self.response:
             return False
+        if self.api_format == RESPONSES:
+            return self.response.get("status") in ("failed", "cancelled")
+        if self.api_format == MESSAGES:
+            return False  # Reef marks it aborted: the format has no stop reason for it
         choices = self.response.get("choices") or []
         return any(isinstance(c, dict) and c.get("finish_reason") == "abort" for c in choices)
 

@@ -11,7 +11,13 @@ whose request its own request extends. Precisely (``docs/trajectories.md``):
   request (a retry with an identical request is a sibling, never a child);
 - among several earlier calls with that prefix (retries), the parent is the one whose recorded
   reply is the message that follows the prefix in the child's request; when none or several
-  replies match, the most recent of those calls.
+  replies match, the most recent of those calls;
+- a Responses call chained by ``previous_response_id`` holds only its own turn: its prefixes
+  start from the response it continues instead of from an empty request, and that call is its
+  parent unless a sibling of its own chain is a longer prefix.
+
+Requests and replies are compared as chat messages, whatever their format
+(:mod:`reef.core.api_formats`), so one rule serves every format.
 
 Cost. Every request prefix has a *key*: a chained BLAKE2b hash, ``key(m[:0])`` over the format
 and tools, ``key(m[:k+1]) = H(key(m[:k]), m[k])``. Linking a call hashes each of its messages
@@ -29,6 +35,7 @@ from typing import Any
 
 import attrs
 
+from reef.core.api_formats import previous_response_id
 from reef.core.records import JSON, InferenceRecord
 
 #: Size in bytes of a prefix key's digest (written as twice as many hex digits).
@@ -114,9 +121,20 @@ def extend_key(key: str, message: Any) -> str:
     return _hash(key.encode(), _canonical(comparable_message(message)))
 
 
+def chain_key(api_format: str, tools: Sequence[Any], previous_id: str) -> str:
+    """The key a chained call's prefixes start from: the conversation of ``previous_id``
+    (which only that call's id names), with the call's tools."""
+    return _hash(b"reef.chain.v1", previous_id.encode(), _canonical([api_format, list(tools)]))
+
+
 def prefix_keys(record: InferenceRecord) -> list[str]:
-    """``keys[k]`` is the key of the record's first ``k`` messages (``len(messages) + 1`` keys)."""
-    keys = [root_key(record.api_format, record.tools)]
+    """``keys[k]`` is the key of the record's first ``k`` messages (``len(messages) + 1`` keys);
+    a chained call's keys start from :func:`chain_key`."""
+    previous = previous_response_id(record.api_format, record.request)
+    if previous is None:
+        keys = [root_key(record.api_format, record.tools)]
+    else:
+        keys = [chain_key(record.api_format, record.tools, previous)]
     for message in record.messages:
         keys.append(extend_key(keys[-1], message))
     return keys
@@ -157,6 +175,10 @@ class TrajectoryIndex:
         keys = prefix_keys(record)
         self._probes += len(keys)
         parent_id = self._find_parent(keys)
+        previous = previous_response_id(record.api_format, record.request)
+        if parent_id is None and previous is not None and previous in self._parent:
+            # Chained: the call continues the response it names, whose body it does not repeat.
+            parent_id = previous
         reply_keys = tuple(extend_key(keys[-1], reply) for reply in record.reply_messages)
         self._probes += len(reply_keys)
         entry = LinkEntry(record.id, parent_id, keys[-1], reply_keys)

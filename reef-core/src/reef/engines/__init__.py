@@ -7,5 +7,6 @@
   ``reef-core[torch]``);
 - :mod:`reef.engines.publisher`: each scenario's newest artifact put into a vLLM or SGLang
   server, through its admin (:mod:`reef.engines.admin`, :mod:`reef.engines.vllm`,
-  :mod:`reef.engines.sglang`), and the scenario's calls routed to it.
+  :mod:`reef.engines.sglang`), and the scenario's calls routed to it;
+- :mod:`reef.engines.translation`: chat answers as Responses and Messages answers and events.
 """

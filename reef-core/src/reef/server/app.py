@@ -31,7 +31,17 @@ from starlette.routing import Route
 
 from reef.core.deployment import Deployment
 from reef.plugins import Plugins
-from reef.server import generator, inference, items, jobs, reports, samples, scenarios, status
+from reef.server import (
+    formats,
+    generator,
+    inference,
+    items,
+    jobs,
+    reports,
+    samples,
+    scenarios,
+    status,
+)
 from reef.server.bodies import error_answer
 from reef.server.console import console_mount
 from reef.server.errors import ApiError
@@ -53,6 +63,7 @@ async def get_openapi(request: Request) -> Response:
 API_ROUTES: Final[tuple[ApiRoute, ...]] = (
     ApiRoute("GET", "/openapi.json", "this document", get_openapi, responses={200: None}),
     *inference.ROUTES,
+    *formats.ROUTES,
     *reports.ROUTES,
     *items.ROUTES,
     *scenarios.ROUTES,

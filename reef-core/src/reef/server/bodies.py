@@ -49,6 +49,59 @@ class ChatCompletionRequest:
     tools: tuple[JSONObject, ...] | None = None
 
 
+@attrs.frozen
+class ResponsesRequest:
+    """The part of an OpenAI Responses request that Reef checks before answering it.
+
+    ``input`` is text or a list of items (checked as it is translated); other keys are
+    forwarded or translated (``docs/api-formats.md``).
+    """
+
+    input: Any
+    model: str | None = None
+    stream: bool = False
+    store: bool | None = None
+    previous_response_id: str | None = None
+    instructions: str | None = None
+    tools: tuple[JSONObject, ...] | None = None
+
+
+@attrs.frozen
+class MessagesRequest:
+    """The part of an Anthropic Messages request that Reef checks before answering it."""
+
+    model: str
+    max_tokens: int = attrs.field(validator=attrs.validators.ge(1))
+    messages: tuple[JSONObject, ...] = attrs.field(validator=attrs.validators.min_len(1))
+    stream: bool = False
+    tools: tuple[JSONObject, ...] | None = None
+
+
+@attrs.frozen
+class ModelEntry:
+    """A model a scenario serves, in OpenAI's shape (``GET /v1/models``).
+
+    :ivar id: the name to call it by: the model the scenario's serving section names, else the
+        scenario's own name (Reef routes every call of a scenario to what it serves, whatever
+        model the call names).
+    :ivar scenario: the scenario that serves it.
+    """
+
+    id: str
+    scenario: str
+    object: Literal["model"] = "model"
+    created: int = 0
+    owned_by: str = "reef"
+
+
+@attrs.frozen
+class ModelList:
+    """``GET /v1/models``: the models of the scenarios the caller may call."""
+
+    data: tuple[ModelEntry, ...]
+    object: Literal["list"] = "list"
+
+
 # -- reports -----------------------------------------------------------------------------------
 
 

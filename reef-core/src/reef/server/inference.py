@@ -32,7 +32,15 @@ from reef.server.openapi import ApiRoute
 from reef.server.request_json import read_json
 from reef.server.service import ServedScenario, Service, service_of
 
-__all__ = ["RECORD_ID_HEADER", "ROUTES", "SCENARIO_HEADER"]
+__all__ = [
+    "RECORD_ID_HEADER",
+    "ROUTES",
+    "SCENARIO_HEADER",
+    "answered_by",
+    "call_tags",
+    "called_scenario",
+    "engine_failure",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -42,9 +50,9 @@ SCENARIO_HEADER: Final = "x-reef-scenario"
 RECORD_ID_HEADER: Final = "x-reef-record-id"
 
 
-async def chat_completions(request: Request) -> Response:
-    """``POST /v1/chat/completions`` and ``POST /scenarios/{scenario}/v1/chat/completions``."""
-    service = service_of(request)
+def called_scenario(request: Request, service: Service, route: str) -> ServedScenario:
+    """The scenario an inference call names (its path, else the :data:`SCENARIO_HEADER`),
+    once its caller may call it. :raises ApiError: 400 naming none, 401, 403, 404."""
     caller = service.caller(request)
     name = request.path_params.get("scenario")
     field = "scenario"
@@ -56,11 +64,17 @@ async def chat_completions(request: Request) -> Response:
                 400,
                 "invalid_request",
                 SCENARIO_HEADER,
-                "name the scenario in this header, or post to"
-                " /scenarios/{scenario}/v1/chat/completions",
+                f"name the scenario in this header, or post to /scenarios/{{scenario}}{route}",
             )
     scenario = service.scenario(name, caller, field)
     caller.require("infer", scenario.name)
+    return scenario
+
+
+async def chat_completions(request: Request) -> Response:
+    """``POST /v1/chat/completions`` and ``POST /scenarios/{scenario}/v1/chat/completions``."""
+    service = service_of(request)
+    scenario = called_scenario(request, service, "/v1/chat/completions")
     raw = await read_json(request, service.options.max_body_bytes)
     checked = structure(raw, ChatCompletionRequest, open_keys=True)
     for position, message in enumerate(checked.messages):
@@ -75,7 +89,7 @@ async def chat_completions(request: Request) -> Response:
         raise ApiError.one(
             409, "no_engine", "scenario", f"scenario {scenario.name!r} has no serving engine"
         )
-    tags = _tags(request)
+    tags = call_tags(request)
     record = InferenceRecord(
         id=f"inf-{uuid.uuid4().hex}",
         scenario=scenario.name,
@@ -99,13 +113,13 @@ async def chat_completions(request: Request) -> Response:
     try:
         reply = await scenario.engine.complete(forwarded)
     except EngineError as exc:
-        return _engine_failure(exc, publisher, route)
+        return engine_failure(exc, publisher, route)
     # The answer as the client gets it, recorded so: its id is the record's.
     body = {**reply.body, "id": record.id}
     record = attrs.evolve(
         record,
         response=body,
-        artifact_id=_answered_by(reply.artifact_id, reply.body, publisher, route),
+        artifact_id=answered_by(reply.artifact_id, reply.body, publisher, route),
         ended_at=time.time(),
     )
     await asyncio.wrap_future(service.ledger(scenario).append(record))
@@ -117,7 +131,7 @@ async def chat_completions(request: Request) -> Response:
     return JSONResponse(body, headers=headers)
 
 
-def _tags(request: Request) -> dict[str, str]:
+def call_tags(request: Request) -> dict[str, str]:
     """The call's ``x-reef-tag-<name>`` headers, by ``<name>``.
 
     :raises ApiError: 400 for a tag header without a name.
@@ -152,7 +166,7 @@ def _with_record_id(text: str, engine_id: object, record_id: str) -> str | None:
     return text.replace(quoted, json.dumps(record_id))
 
 
-def _answered_by(
+def answered_by(
     named: str | None, body: JSON, publisher: Publisher | None, route: EngineRoute | None
 ) -> str | None:
     """The artifact that answered: the one the engine names (``x-reef-artifact-id``), else the
@@ -178,7 +192,7 @@ async def _stream(
     try:
         started = await scenario.engine.stream(forwarded)
     except EngineError as exc:
-        return _engine_failure(exc, publisher, route)
+        return engine_failure(exc, publisher, route)
     ledger = service.ledger(scenario)
 
     def finished(assembler: ChunkAssembler, *, aborted: bool) -> InferenceRecord:
@@ -186,7 +200,7 @@ async def _stream(
         return attrs.evolve(
             record,
             response=body,
-            artifact_id=_answered_by(started.artifact_id, body, publisher, route),
+            artifact_id=answered_by(started.artifact_id, body, publisher, route),
             ended_at=time.time(),
             aborted=aborted,
         )
@@ -241,7 +255,7 @@ def _error_event(message: str) -> bytes:
     return f"data: {json.dumps({'error': {'message': message, 'type': 'aborted'}})}\n\n".encode()
 
 
-def _engine_failure(
+def engine_failure(
     exc: EngineError, publisher: Publisher | None = None, route: EngineRoute | None = None
 ) -> Response:
     if exc.status == 404 and publisher is not None and route is not None:

@@ -29,6 +29,7 @@ from reef.server.admission import ScenarioAdmission
 from reef.server.auth import Authenticator, Caller, Scope
 from reef.server.errors import ApiError, ServiceConfigError
 from reef.server.ledger import ScenarioLedger
+from reef.server.response_chains import ResponseChains
 from reef.server.service_runtime import ServiceRuntime
 from reef.server.store_health import StoreHealth
 from reef.storage import (
@@ -93,6 +94,9 @@ class ServedScenario:
     :ivar health: whether its store can write.
     :ivar served_trainer: the trainer whose artifacts its engine answers with; ``None`` when
         the engine takes no trained weights (``Deployment.served_training``).
+    :ivar serving_model: the model its serving section names, if any (``GET /v1/models``).
+    :ivar response_chains: what resolves its Responses calls' ``previous_response_id``
+        (:class:`~reef.server.response_chains.ResponseChains`), made at its first such call.
     """
 
     name: str
@@ -106,6 +110,8 @@ class ServedScenario:
     ledger: ScenarioLedger | None = None
     engine: ChatEngine | None = None
     served_trainer: str | None = None
+    serving_model: str | None = None
+    response_chains: ResponseChains | None = None
 
 
 class Service:
@@ -153,6 +159,7 @@ class Service:
                 history=JobHistory(database, name),
                 health=self.health[url],
                 served_trainer=None if served is None else served.trainer,
+                serving_model=None if serving is None else serving.model,
             )
             if serving is not None:
                 self.scenarios[name].engine = self._engine(name, serving)
