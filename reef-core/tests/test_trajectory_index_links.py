@@ -4,7 +4,10 @@ rule: P-SET-2 (a call's parent is the earlier call with the same API format and 
 request is the longest prefix of its own), with the decisions of
 docs/decisions.md#linking-calls-into-trajectories: requests compared as normalised messages,
 proper prefixes only (a retry is a sibling), ties between retries broken by the reply the child
-continues with, else the most recent.
+continues with, else the most recent. Every API format: the random calls are written in chat
+messages and recorded in their format's own shape (Responses items, Messages blocks), and the
+reference compares the chat messages the test wrote, never Reef's reading of the bodies; a
+Responses call may be chained by ``previous_response_id`` (docs/api-formats.md#linking).
 """
 
 from __future__ import annotations
@@ -16,8 +19,12 @@ from typing import Any
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from reef.core.records import CHAT_COMPLETIONS, InferenceRecord
+from reef.core.records import CHAT_COMPLETIONS, MESSAGES, RESPONSES, InferenceRecord
 from reef.core.trajectory_index import LinkEntry, TrajectoryIndex, comparable_message
+
+#: What the test wrote of each record, by id: its chat messages, chat tools, chat replies, and
+#: the response it continues (a chained Responses call).
+WRITTEN: dict[str, tuple[list[Any], list[Any], list[Any], str | None]] = {}
 
 # -- the reference ----------------------------------------------------------------------------
 
@@ -27,7 +34,14 @@ def _canon(value: Any) -> str:
 
 
 def _request(record: InferenceRecord) -> list[str]:
-    return [_canon(comparable_message(m)) for m in record.messages]
+    return [_canon(comparable_message(m)) for m in WRITTEN[record.id][0]]
+
+
+def _anchor(record: InferenceRecord) -> str:
+    """What two calls must share before any message counts: format and tools, and for a
+    chained call the response it continues."""
+    _, tools, _, previous = WRITTEN[record.id]
+    return _canon([record.api_format, tools, previous])
 
 
 def reference_parents(records: Sequence[InferenceRecord]) -> dict[str, str | None]:
@@ -38,9 +52,7 @@ def reference_parents(records: Sequence[InferenceRecord]) -> dict[str, str | Non
         best = -1
         candidates: list[InferenceRecord] = []
         for earlier in records[:i]:
-            if earlier.api_format != record.api_format:
-                continue
-            if _canon(earlier.tools) != _canon(record.tools):
+            if _anchor(earlier) != _anchor(record):
                 continue
             prefix = _request(earlier)
             if len(prefix) >= len(request) or request[: len(prefix)] != prefix:
@@ -50,13 +62,14 @@ def reference_parents(records: Sequence[InferenceRecord]) -> dict[str, str | Non
             elif len(prefix) == best:
                 candidates.append(earlier)
         if not candidates:
-            parents[record.id] = None
+            # A chained call with no sibling before it continues the response it names.
+            parents[record.id] = WRITTEN[record.id][3]
             continue
         following = request[best]
         matching = [
             c
             for c in candidates
-            if any(_canon(comparable_message(reply)) == following for reply in c.reply_messages)
+            if any(_canon(comparable_message(reply)) == following for reply in WRITTEN[c.id][2])
         ]
         parents[record.id] = (matching[-1] if matching else candidates[-1]).id
     return parents
@@ -91,7 +104,7 @@ TOOLS = [
         {"type": "function", "function": {"name": "cat", "parameters": {"type": "object"}}},
     ],
 ]
-FORMATS = [CHAT_COMPLETIONS, "openai.responses"]
+FORMATS = [CHAT_COMPLETIONS, RESPONSES, MESSAGES]
 WORDS = ["a", "b", "c"]
 
 
@@ -132,19 +145,87 @@ def make_record(
     tools: list[Any],
     api_format: str,
     replies: list[dict[str, Any]],
+    previous: str | None = None,
 ) -> InferenceRecord:
-    request: dict[str, Any] = {"model": "m", "messages": messages, "temperature": i % 3}
-    if tools:
-        request["tools"] = tools
-    response = {
-        "choices": [
-            {"index": n, "message": reply, "finish_reason": "stop"}
-            for n, reply in enumerate(replies)
-        ]
-    }
+    """A record of ``api_format`` whose request is ``messages`` with ``tools`` and whose
+    replies are ``replies`` (chat messages), written in the format's own shape."""
+    WRITTEN[f"r{i}"] = (messages, tools, replies, previous)
+    request: dict[str, Any] = {"model": "m", "temperature": i % 3}
+    if api_format == RESPONSES:
+        request["input"] = [item for m in messages for item in responses_items(m)]
+        if previous is not None:
+            request["previous_response_id"] = previous
+        if tools:
+            request["tools"] = [{"type": "function", **t["function"]} for t in tools]
+        output = responses_items(replies[0]) if replies else []
+        response: dict[str, Any] = {"object": "response", "output": output}
+    elif api_format == MESSAGES:
+        system = messages[:1] if messages and messages[0]["role"] == "system" else []
+        if system:
+            request["system"] = system[0]["content"]
+        request["messages"] = [messages_turn(m) for m in messages[len(system) :]]
+        if tools:
+            request["tools"] = [
+                {"name": t["function"]["name"], "input_schema": t["function"]["parameters"]}
+                for t in tools
+            ]
+        content = messages_turn(replies[0])["content"] if replies else []
+        response = {"type": "message", "content": content}
+    else:
+        request["messages"] = messages
+        if tools:
+            request["tools"] = tools
+        response = {
+            "choices": [
+                {"index": n, "message": reply, "finish_reason": "stop"}
+                for n, reply in enumerate(replies)
+            ]
+        }
     return InferenceRecord(
         id=f"r{i}", scenario="s", request=request, response=response, api_format=api_format
     )
+
+
+def responses_items(message: dict[str, Any]) -> list[Any]:
+    """A chat message as the Responses items an agent sends."""
+    role = message["role"]
+    if role == "tool":
+        output = {"type": "function_call_output", "call_id": message["tool_call_id"]}
+        return [{**output, "output": message["content"]}]
+    if role != "assistant":
+        return [{"role": role, "content": message["content"]}]
+    items: list[Any] = []
+    if message.get("content"):
+        text = {"type": "output_text", "text": message["content"], "annotations": []}
+        items.append({"type": "message", "role": "assistant", "content": [text]})
+    for call in message.get("tool_calls") or []:
+        function = call["function"]
+        item = {"type": "function_call", "call_id": call["id"], "name": function["name"]}
+        items.append({**item, "arguments": function["arguments"]})
+    return items
+
+
+def messages_turn(message: dict[str, Any]) -> dict[str, Any]:
+    """A chat message as a Messages turn: tool results are user turns of ``tool_result``
+    blocks, tool calls ``tool_use`` blocks."""
+    role = message["role"]
+    if role == "tool":
+        result = {
+            "type": "tool_result",
+            "tool_use_id": message["tool_call_id"],
+            "content": message["content"],
+        }
+        return {"role": "user", "content": [result]}
+    if role != "assistant":
+        return {"role": role, "content": message["content"]}
+    blocks: list[Any] = []
+    if message.get("content"):
+        blocks.append({"type": "text", "text": message["content"]})
+    for call in message.get("tool_calls") or []:
+        function = call["function"]
+        block = {"type": "tool_use", "id": call["id"], "name": function["name"]}
+        blocks.append({**block, "input": json.loads(function["arguments"])})
+    return {"role": "assistant", "content": blocks}
 
 
 @st.composite
@@ -153,20 +234,29 @@ def call_trees(draw: st.DrawFn, max_calls: int = 30) -> list[InferenceRecord]:
     records: list[InferenceRecord] = []
     for i in range(draw(st.integers(1, max_calls))):
         kinds = ["root"] if not records else ["root", "continue", "retry", "branch", "change"]
+        if any(r.api_format == RESPONSES for r in records):
+            kinds.append("chain")
         kind = draw(st.sampled_from(kinds))
         tools = draw(st.sampled_from(TOOLS))
         api_format = draw(st.sampled_from(FORMATS)) if kind == "root" else CHAT_COMPLETIONS
         messages: list[dict[str, Any]]
+        previous: str | None = None
         if kind == "root":
             messages = [{"role": "system", "content": draw(st.sampled_from(WORDS))}]
             messages += [follow_up(draw) for _ in range(draw(st.integers(0, 2)))]
+        elif kind == "chain":
+            # Only the new turn, after the response it continues (or beside a sibling).
+            base = draw(st.sampled_from([r for r in records if r.api_format == RESPONSES]))
+            previous, api_format, tools = base.id, RESPONSES, WRITTEN[base.id][1]
+            messages = [follow_up(draw) for _ in range(draw(st.integers(1, 3)))]
         else:
             base = draw(st.sampled_from(records))
-            tools, api_format = base.tools, base.api_format
-            messages = list(base.messages)
+            messages, tools, _, previous = WRITTEN[base.id]
+            api_format = base.api_format
+            messages = list(messages)
             if kind == "continue":
                 # The reply of one of its choices (as a client resends it), or another one.
-                replies = base.reply_messages
+                replies = WRITTEN[base.id][2]
                 reply = (
                     as_client_sends(draw(st.sampled_from(replies)))
                     if replies and draw(st.booleans())
@@ -181,10 +271,14 @@ def call_trees(draw: st.DrawFn, max_calls: int = 30) -> list[InferenceRecord]:
                     tools = draw(st.sampled_from(TOOLS))
                 else:
                     api_format = draw(st.sampled_from(FORMATS))
+                    # Only a Responses call continues a response by its id.
+                    previous = previous if api_format == RESPONSES else None
                 messages += [follow_up(draw)]
             # "retry": the identical request.
-        replies = [assistant_message(draw) for _ in range(draw(st.integers(0, 2)))]
-        records.append(make_record(i, messages, list(tools), api_format, replies))
+        # Responses and Messages answer once.
+        most = 2 if api_format == CHAT_COMPLETIONS else 1
+        replies = [assistant_message(draw) for _ in range(draw(st.integers(0, most)))]
+        records.append(make_record(i, messages, list(tools), api_format, replies, previous))
     return records
 
 
@@ -292,7 +386,7 @@ def test_tools_and_format_must_be_equal() -> None:
     root = make_record(0, [SYSTEM, ASK], TOOLS[1], CHAT_COMPLETIONS, [CALL_LS])
     other_tools = make_record(1, [SYSTEM, ASK, CALL_LS], TOOLS[2], CHAT_COMPLETIONS, [])
     reordered = make_record(2, [SYSTEM, ASK, CALL_LS], TOOLS[2][::-1], CHAT_COMPLETIONS, [])
-    other_format = make_record(3, [SYSTEM, ASK, CALL_LS], TOOLS[1], "openai.responses", [])
+    other_format = make_record(3, [SYSTEM, ASK, CALL_LS], TOOLS[1], RESPONSES, [])
     same = make_record(4, [SYSTEM, ASK, CALL_LS], TOOLS[1], CHAT_COMPLETIONS, [])
     index, _ = linked([root, other_tools, reordered, other_format, same])
     assert [index.parent(f"r{i}") for i in range(5)] == [None, None, None, None, "r0"]
