@@ -76,7 +76,8 @@ def chat_reply(api_format: str, response: Mapping[str, Any] | None) -> list[JSON
         output = response.get("output")
         if not isinstance(output, list):
             return []
-        return _responses_items(output, "$.output", strict=False) if output else []
+        # An answer of nothing is still an answer, as chat's message without content is.
+        return _responses_items(output, "$.output", strict=False) or [{"role": "assistant"}]
     if api_format == MESSAGES:
         content = response.get("content")
         if not isinstance(content, list):
