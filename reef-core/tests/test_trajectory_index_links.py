@@ -255,6 +255,10 @@ def call_trees(draw: st.DrawFn, max_calls: int = 30) -> list[InferenceRecord]:
             api_format = base.api_format
             messages = list(messages)
             if kind == "continue":
+                if messages and messages[-1]["role"] == "assistant":
+                    # Two assistant turns in a row are one turn in the Responses format
+                    # (docs/api-formats.md#linking): a turn of the user's comes between.
+                    messages.append(follow_up(draw))
                 # The reply of one of its choices (as a client resends it), or another one.
                 replies = WRITTEN[base.id][2]
                 reply = (
