@@ -329,7 +329,9 @@ def test_errors_come_in_each_formats_own_shape(
         with pytest.raises(openai.BadRequestError) as unknown:
             client.responses.create(model="m", input="hi", extra_body={"colour": "blue"})
         assert unknown.value.body["param"] == "$.colour"  # type: ignore[index]
-        missing = httpx.post(f"{base}/v1/messages", json={"model": "m"}, headers=AGENT.headers)
+        # Anthropic's clients (Claude Code among them) may send the key as x-api-key.
+        keyed = {"x-api-key": AGENT.secret}
+        missing = httpx.post(f"{base}/v1/messages", json={"model": "m"}, headers=keyed)
         assert missing.status_code == 400
         assert missing.json()["error"]["type"] == "invalid_request_error"
 

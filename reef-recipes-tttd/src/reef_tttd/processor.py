@@ -105,7 +105,7 @@ class SDPOSamples(StepGridSamples):
 
     def cell_metadata(self, context: ReportContext) -> JSON:
         """The prompt of the rollout's last call: what its teacher request is composed from."""
-        return {REQUEST_KEY: compose_teacher_request(context.ends[-1].request)}
+        return {REQUEST_KEY: compose_teacher_request(context.ends[-1], calls=context.inferences)}
 
 
 def _reply(sample: Sample) -> str | None:

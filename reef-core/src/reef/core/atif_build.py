@@ -93,7 +93,7 @@ def trajectory_from_records(
     """
     if not records:
         raise AtifBuildError("a trajectory needs at least one inference record")
-    requests = _check_chained(records)
+    requests = chat_requests(records)
     last = records[-1]
     conversation = list(requests[-1])
     replies = last.reply_messages
@@ -149,9 +149,33 @@ def trajectory_from_records(
     )
 
 
-def _check_chained(records: Sequence[InferenceRecord]) -> list[list[JSON]]:
-    """Each record's whole request as chat messages, once the records are checked to be one
-    trajectory of one format, root first."""
+def chain_of(
+    call: InferenceRecord, calls: Sequence[InferenceRecord]
+) -> tuple[InferenceRecord, ...]:
+    """``call`` after the calls of ``calls`` it continues by ``previous_response_id``, oldest
+    first: what its whole request is resolved through (``call`` alone when it is not chained).
+
+    :raises AtifBuildError: when a call it continues is not in ``calls``.
+    """
+    chain = [call]
+    by_id = {c.id: c for c in calls}
+    while (previous := previous_response_id(chain[0].api_format, chain[0].request)) is not None:
+        if previous not in by_id:
+            raise AtifBuildError(
+                f"record {call.id!r} continues response {previous!r}, which is not among the"
+                " records of its trajectory"
+            )
+        chain.insert(0, by_id[previous])
+    return tuple(chain)
+
+
+def chat_requests(records: Sequence[InferenceRecord]) -> list[list[JSON]]:
+    """Each record's whole request as chat messages (a chained Responses call's resolved
+    through the records before it), once the records are checked to be one trajectory of one
+    format, root first.
+
+    :raises AtifBuildError: when they are not.
+    """
     requests: list[list[JSON]] = []
     # The whole input of the previous Responses call, as items (what a chained call extends).
     items: list[Any] = []

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from reef.core.api_formats import previous_response_id
 from reef.core.atif import trajectory_to_json
-from reef.core.atif_build import trajectory_from_records
+from reef.core.atif_build import chain_of, trajectory_from_records
 from reef.core.job_data import TrajectorySample
 from reef.core.records import JSON, InferenceRecord
 from reef.record2sample.record_sets import ReportContext
@@ -37,7 +38,9 @@ class SampleAssembly:
         if self.accept_multi_turn_policy_samples:
             calls = context.inferences
         else:
-            calls = (context.ends[-1],)
+            # The last call, after the calls a chained Responses call continues: its earlier
+            # turns are in their bodies, not its own.
+            calls = chain_of(context.ends[-1], context.inferences)
         sample = self.trajectory_sample(calls, trajectory_id=report.id)
         return TrajectorySample(
             sample.trajectory,
@@ -58,7 +61,7 @@ class SampleAssembly:
         """
         chains: list[list[InferenceRecord]] = []
         for call in calls:
-            if chains and len(call.messages) > len(chains[-1][-1].messages):
+            if chains and _continues(call, chains[-1][-1]):
                 chains[-1].append(call)
             else:
                 chains.append([call])
@@ -80,3 +83,11 @@ class SampleAssembly:
         return TrajectorySample(
             {**trajectory, "steps": steps}, source_record_ids=tuple(c.id for c in calls)
         )
+
+
+def _continues(call: InferenceRecord, previous: InferenceRecord) -> bool:
+    """Whether ``call`` continues ``previous``'s conversation: it names it as the response it
+    continues (a chained Responses call), or its request is longer."""
+    if previous_response_id(call.api_format, call.request) is not None:
+        return previous_response_id(call.api_format, call.request) == previous.id
+    return len(call.messages) > len(previous.messages)

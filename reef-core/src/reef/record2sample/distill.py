@@ -8,7 +8,8 @@ The training component renders that request into the teacher sequence
 (:mod:`reef.core.teacher_rendering`) and asks the teacher for its log probabilities.
 
 The teacher request is composed from the recorded request (:func:`compose_teacher_request`):
-its messages, tools and chat template arguments, with the report's ``metadata.teacher_context``
+its messages, tools and chat template arguments (a Responses or Messages call's read as chat
+messages, ``docs/api-formats.md#training``), with the report's ``metadata.teacher_context``
 (text the teacher knows and the student did not see: the answer, a hint, the user's later
 correction) added to the end of the last user message. A report's ``metadata.teacher_request``
 replaces the composed request outright (a request without ``messages``: the teacher scores the
@@ -23,10 +24,12 @@ from typing import Any, ClassVar, Final
 
 import attrs
 
+from reef.core.api_formats import CHAT_COMPLETIONS, chat_tools
+from reef.core.atif_build import chain_of, chat_requests
 from reef.core.config import config_option
 from reef.core.job_data import TrajectorySample
 from reef.core.plugins import PluginSettings, Record2SampleSettings
-from reef.core.records import JSON
+from reef.core.records import JSON, InferenceRecord
 from reef.pipeline_context import PipelineContext
 from reef.record2sample.assembly import SampleAssembly
 from reef.record2sample.record_sets import ReportContext, ReportError
@@ -50,21 +53,29 @@ def _with_context(message: Mapping[str, Any], context: str) -> JSON:
 
 
 def compose_teacher_request(
-    request: Mapping[str, Any],
+    request: Mapping[str, Any] | InferenceRecord,
     *,
     context: str | None = None,
     override: Mapping[str, Any] | None = None,
     max_tokens: int | None = None,
+    calls: Sequence[InferenceRecord] = (),
 ) -> JSON:
     """The teacher request of a student's call whose recorded request is ``request``.
 
+    :param request: a chat-completions request, or the student's call itself: its request as
+        chat (:func:`chat_request_of`), whatever its API format.
     :param context: text only the teacher sees, added to the end of the last user message (or
         as a user message after the others when there is none), as OpenClaw-RL adds its hints.
     :param override: a teacher request that replaces the composed one (``context`` unused).
     :param max_tokens: the longest teacher sequence, when the request sets none (P-REND-5).
+    :param calls: the call's trajectory, oldest first: what a chained Responses call resolves
+        through.
     :returns: a request of ``messages``, ``tools`` and ``chat_template_kwargs`` (sampling
         parameters do not change a prompt) and ``max_tokens``.
+    :raises AtifBuildError: for a chained Responses call whose chain is not in ``calls``.
     """
+    if isinstance(request, InferenceRecord):
+        request = chat_request_of(request, calls)
     if override is not None:
         composed = dict(override)
     else:
@@ -81,6 +92,24 @@ def compose_teacher_request(
     if max_tokens is not None:
         composed.setdefault("max_tokens", max_tokens)
     return composed
+
+
+def chat_request_of(call: InferenceRecord, calls: Sequence[InferenceRecord] = ()) -> JSON:
+    """``call``'s request as chat completions: a chat call's as recorded; a Responses or
+    Messages call's messages (system prompt first), tools and chat template arguments read as
+    chat, a chained Responses call's resolved through ``calls`` (its trajectory, oldest first).
+
+    :raises AtifBuildError: for a chained call whose chain is not in ``calls``.
+    """
+    if call.api_format == CHAT_COMPLETIONS:
+        return dict(call.request)
+    chat: JSON = {"messages": chat_requests(chain_of(call, calls))[-1]}
+    tools = chat_tools(call.api_format, call.tools)
+    if tools:
+        chat["tools"] = tools
+    if call.request.get("chat_template_kwargs") is not None:
+        chat["chat_template_kwargs"] = call.request["chat_template_kwargs"]
+    return chat
 
 
 def with_teacher(
@@ -158,7 +187,8 @@ class DistillSamples(ReportSamples):
             )
         sample = SampleAssembly().build(context)
         teacher = compose_teacher_request(
-            context.ends[-1].request,
+            context.ends[-1],
+            calls=context.inferences,
             context=teacher_context,
             override=override,
             max_tokens=self.teacher_max_tokens,

@@ -115,7 +115,9 @@ async def _format_call(request: Request, api_format: str) -> Response:
 
 async def _answer(request: Request, api_format: str) -> Response:
     service = service_of(request)
-    scenario = called_scenario(request, service, _ROUTE[api_format])
+    scenario = called_scenario(
+        request, service, _ROUTE[api_format], api_key_header=api_format == MESSAGES
+    )
     raw = await read_json(request, service.options.max_body_bytes)
     shape: type[ResponsesRequest | MessagesRequest] = (
         ResponsesRequest if api_format == RESPONSES else MessagesRequest

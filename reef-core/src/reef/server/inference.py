@@ -50,10 +50,13 @@ SCENARIO_HEADER: Final = "x-reef-scenario"
 RECORD_ID_HEADER: Final = "x-reef-record-id"
 
 
-def called_scenario(request: Request, service: Service, route: str) -> ServedScenario:
+def called_scenario(
+    request: Request, service: Service, route: str, *, api_key_header: bool = False
+) -> ServedScenario:
     """The scenario an inference call names (its path, else the :data:`SCENARIO_HEADER`),
-    once its caller may call it. :raises ApiError: 400 naming none, 401, 403, 404."""
-    caller = service.caller(request)
+    once its caller may call it (its token read as :meth:`Service.caller` reads it).
+    :raises ApiError: 400 naming none, 401, 403, 404."""
+    caller = service.caller(request, api_key_header=api_key_header)
     name = request.path_params.get("scenario")
     field = "scenario"
     if name is None:

@@ -232,10 +232,17 @@ class Service:
 
     # -- what every route asks ------------------------------------------------------------------
 
-    def caller(self, request: Request) -> Caller:
-        """Who sent ``request``. :raises ApiError: 401 for a missing or unknown token."""
+    def caller(self, request: Request, *, api_key_header: bool = False) -> Caller:
+        """Who sent ``request``. :raises ApiError: 401 for a missing or unknown token.
+
+        :param api_key_header: take the token from ``x-api-key`` when no ``authorization``
+            header is sent, as Anthropic's clients send it.
+        """
         client = request.client.host if request.client else None
-        return self.auth.caller(request.headers.get("authorization"), client)
+        authorization = request.headers.get("authorization")
+        if authorization is None and api_key_header and request.headers.get("x-api-key"):
+            authorization = f"Bearer {request.headers['x-api-key']}"
+        return self.auth.caller(authorization, client)
 
     def scenario(self, name: str, caller: Caller, field: str = "scenario") -> ServedScenario:
         """The scenario ``name``. :raises ApiError: 404 naming ``field`` and the scenarios

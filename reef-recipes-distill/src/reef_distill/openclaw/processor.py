@@ -154,7 +154,7 @@ class OpenClawRLSamples(JudgedSamples[OpenClawRLSamplesSettings]):
         hints = verdict.hints(settings.min_hint_chars)
         if not hints:
             return None
-        candidates = [compose_teacher_request(record.request, context=h) for h in hints]
+        candidates = [compose_teacher_request(record, context=h) for h in hints]
         return with_teacher(sample, teacher=candidates[0], candidates=candidates)
 
 
