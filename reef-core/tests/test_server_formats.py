@@ -384,3 +384,58 @@ def test_models_lists_what_the_callers_scenarios_serve(
         scoped = openai.OpenAI(base_url=f"{reef}/scenarios/support/v1", api_key=AGENT.secret)
         assert [m.id for m in scoped.models.list()] == ["served-model"]
     assert listed == [("served-model", {"scenario": "support"})]
+
+
+@pytest.mark.parametrize("mode", ["resent", "chained", "streamed"])
+def test_an_openai_agents_sdk_agent_runs_its_tool_loop_through_reef(
+    database: tuple[str, Database], engine_url: str, mode: str
+) -> None:
+    """rule: P-SET-2 — the OpenAI Agents SDK (its Responses model) runs a two-step tool loop
+    through Reef: the conversation resent whole, chained with ``previous_response_id``
+    (``auto_previous_response_id``), or streamed; the calls link into one trajectory whose ATIF
+    has the tool call, its observation and the answer."""
+    pytest.importorskip("agents")
+    import agents
+
+    agents.set_tracing_disabled(True)
+
+    @agents.function_tool
+    def lookup(query: str) -> str:
+        """Look a query up."""
+        return f"found {query}"
+
+    _, opened = database
+    with serve(database, engine_url) as reef:
+        client = openai.AsyncOpenAI(base_url=f"{reef}/scenarios/support/v1", api_key=AGENT.secret)
+        model = agents.OpenAIResponsesModel(model="m", openai_client=client)
+        agent = agents.Agent(
+            name="support", instructions="Use the tool.", tools=[lookup], model=model
+        )
+        if mode == "streamed":
+
+            async def streamed() -> Any:
+                run = agents.Runner.run_streamed(agent, "weather in Oslo")
+                async for _ in run.stream_events():
+                    pass
+                return run
+
+            import asyncio
+
+            result = asyncio.run(streamed())
+        else:
+            result = agents.Runner.run_sync(
+                agent, "weather in Oslo", auto_previous_response_id=mode == "chained"
+            )
+    assert result.final_output == "answer: found weather in Oslo"
+    ids = [response.response_id for response in result.raw_responses]
+    assert len(ids) == 2
+    index = RecordStore(opened, "support").trajectory_index()
+    assert index.trajectory(ids[-1]) == tuple(ids)
+    records = stored(opened, ids)
+    if mode == "chained":
+        assert records[1].request["previous_response_id"] == ids[0]
+    trajectory = trajectory_from_records(records, trajectory_id="t")
+    (call,) = trajectory.steps[2].tool_calls or ()
+    assert (call.function_name, call.arguments) == ("lookup", {"query": "weather in Oslo"})
+    assert trajectory.steps[2].observation is not None
+    assert trajectory.steps[-1].message == "answer: found weather in Oslo"

@@ -172,6 +172,8 @@ _RESPONSES_OWN: Final = frozenset(
         "service_tier",
         "safety_identifier",
         "prompt_cache_key",
+        "prompt_cache_retention",
+        "prompt_cache_options",
     }
 )
 #: Messages keys that map onto chat keys or are the client's business.
@@ -194,6 +196,7 @@ _RESPONSES_REFUSED: Final = {
     "conversation": "Reef keeps no conversations; chain calls with previous_response_id",
     "prompt": "Reef holds no prompt templates; send the instructions and input",
     "max_tool_calls": "the engine cannot bound built-in tool calls; leave it out",
+    "context_management": "Reef does not compact conversations on the server; leave it out",
 }
 
 
