@@ -135,8 +135,10 @@ class Translator:
 
 
 def translate_completion(translator: Translator, completion: Mapping[str, Any]) -> JSON:
-    """The response ``translator`` makes of a whole ``chat.completion`` (its first choice)."""
-    translator.start()
+    """The response ``translator`` makes of a whole ``chat.completion`` (its first choice).
+
+    The events it makes on the way are dropped (the opening ones, which only snapshot the
+    response, are not made at all)."""
     if isinstance(completion.get("model"), str):
         translator.model = completion["model"]
     choice = (completion.get("choices") or [{}])[0]
