@@ -19,7 +19,7 @@ Responses or Messages call renders to the tokens of the equivalent chat call.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, TypeAlias
 
 from reef.errors import ReefError
@@ -217,10 +217,24 @@ def chat_request(api_format: str, request: Mapping[str, Any]) -> JSON:
     return dict(request)
 
 
-def _unknown_keys(request: Mapping[str, Any], own: frozenset[str], form: str) -> None:
+def _chat_base(
+    request: Mapping[str, Any],
+    own: frozenset[str],
+    form: str,
+    messages: Callable[..., list[JSON]],
+    tool: Callable[..., Any],
+) -> JSON:
+    """The chat request's keys both forms share, its messages and its tools; a key neither
+    ``own`` nor shared is refused."""
     for key in request:
         if key not in own and key not in _SHARED_KEYS:
             raise FormatError(f"$.{key}", f"unknown parameter of the {form}")
+    chat: JSON = {k: v for k, v in request.items() if k in _SHARED_KEYS}
+    chat["messages"] = messages(request, strict=True)
+    tools = request.get("tools")
+    if tools:
+        chat["tools"] = [tool(t, f"$.tools[{i}]", strict=True) for i, t in enumerate(tools)]
+    return chat
 
 
 def _responses_chat_request(request: Mapping[str, Any]) -> JSON:
@@ -228,14 +242,7 @@ def _responses_chat_request(request: Mapping[str, Any]) -> JSON:
         if request.get(key) not in (None, False):
             raise FormatError(f"$.{key}", reason)
     own = _RESPONSES_OWN | frozenset(_RESPONSES_REFUSED)
-    _unknown_keys(request, own, "Responses API")
-    chat: JSON = {k: v for k, v in request.items() if k in _SHARED_KEYS}
-    chat["messages"] = _responses_messages(request, strict=True)
-    tools = request.get("tools")
-    if tools:
-        chat["tools"] = [
-            _responses_tool(t, f"$.tools[{i}]", strict=True) for i, t in enumerate(tools)
-        ]
+    chat = _chat_base(request, own, "Responses API", _responses_messages, _responses_tool)
     choice = request.get("tool_choice")
     if isinstance(choice, Mapping):
         if choice.get("type") != "function" or not isinstance(choice.get("name"), str):
@@ -267,14 +274,7 @@ def _responses_chat_request(request: Mapping[str, Any]) -> JSON:
 
 
 def _anthropic_chat_request(request: Mapping[str, Any]) -> JSON:
-    _unknown_keys(request, _MESSAGES_OWN, "Messages API")
-    chat: JSON = {k: v for k, v in request.items() if k in _SHARED_KEYS}
-    chat["messages"] = _anthropic_messages(request, strict=True)
-    tools = request.get("tools")
-    if tools:
-        chat["tools"] = [
-            _anthropic_tool(t, f"$.tools[{i}]", strict=True) for i, t in enumerate(tools)
-        ]
+    chat = _chat_base(request, _MESSAGES_OWN, "Messages API", _anthropic_messages, _anthropic_tool)
     choice = request.get("tool_choice")
     if isinstance(choice, Mapping):
         kind = choice.get("type")

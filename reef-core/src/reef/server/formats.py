@@ -45,8 +45,8 @@ from reef.server.inference import (
     RECORD_ID_HEADER,
     SCENARIO_HEADER,
     answered_by,
-    call_tags,
     called_scenario,
+    new_call,
 )
 from reef.server.openapi import ApiRoute
 from reef.server.publication import EngineRoute, Publisher
@@ -123,18 +123,8 @@ async def _answer(request: Request, api_format: str) -> Response:
         ResponsesRequest if api_format == RESPONSES else MessagesRequest
     )
     checked = structure(raw, shape, open_keys=True)
-    if scenario.engine is None:
-        raise ApiError.one(
-            409, "no_engine", "scenario", f"scenario {scenario.name!r} has no serving engine"
-        )
-    record = InferenceRecord(
-        id=f"{_ID_PREFIX[api_format]}{uuid.uuid4().hex}",
-        scenario=scenario.name,
-        request=raw,
-        response=None,
-        api_format=api_format,
-        tags=call_tags(request),
-        started_at=time.time(),
+    record = new_call(
+        request, scenario, raw, f"{_ID_PREFIX[api_format]}{uuid.uuid4().hex}", api_format
     )
     chains = _chains(service, scenario)
     complete = await chains.complete(raw) if api_format == RESPONSES else raw

@@ -23,7 +23,7 @@ from sqlalchemy.exc import OperationalError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from reef.core.records import JSON, TAG_HEADER_PREFIX, InferenceRecord
+from reef.core.records import CHAT_COMPLETIONS, JSON, TAG_HEADER_PREFIX, InferenceRecord
 from reef.engines.interface import ChunkAssembler, EngineError
 from reef.engines.publisher import EngineRoute, Publisher
 from reef.server.bodies import ChatCompletionRequest, structure, unstructure
@@ -40,6 +40,7 @@ __all__ = [
     "call_tags",
     "called_scenario",
     "engine_failure",
+    "new_call",
 ]
 
 _log = logging.getLogger(__name__)
@@ -88,19 +89,7 @@ async def chat_completions(request: Request) -> Response:
                 f"$.messages[{position}].role",
                 "each message needs a role (a string)",
             )
-    if scenario.engine is None:
-        raise ApiError.one(
-            409, "no_engine", "scenario", f"scenario {scenario.name!r} has no serving engine"
-        )
-    tags = call_tags(request)
-    record = InferenceRecord(
-        id=f"inf-{uuid.uuid4().hex}",
-        scenario=scenario.name,
-        request=raw,
-        response=None,
-        tags=tags,
-        started_at=time.time(),
-    )
+    record = new_call(request, scenario, raw, f"inf-{uuid.uuid4().hex}")
     # An answer that cannot be recorded is not asked for
     # (docs/service.md#when-the-store-cannot-write).
     await scenario.health.require_writable()
@@ -113,6 +102,7 @@ async def chat_completions(request: Request) -> Response:
         forwarded = {**raw, "model": publisher.base_model if route is None else route.model}
     if checked.stream:
         return await _stream(service, scenario, record, forwarded, publisher, route)
+    assert scenario.engine is not None  # new_call refuses a scenario without one
     try:
         reply = await scenario.engine.complete(forwarded)
     except EngineError as exc:
@@ -132,6 +122,32 @@ async def chat_completions(request: Request) -> Response:
         if content is not None:
             return Response(content, media_type="application/json", headers=headers)
     return JSONResponse(body, headers=headers)
+
+
+def new_call(
+    request: Request,
+    scenario: ServedScenario,
+    raw: JSON,
+    record_id: str,
+    api_format: str = CHAT_COMPLETIONS,
+) -> InferenceRecord:
+    """The record of a call about to be answered (no response yet), with its tags.
+
+    :raises ApiError: 409 when the scenario has no engine; 400 for a tag header without a name.
+    """
+    if scenario.engine is None:
+        raise ApiError.one(
+            409, "no_engine", "scenario", f"scenario {scenario.name!r} has no serving engine"
+        )
+    return InferenceRecord(
+        id=record_id,
+        scenario=scenario.name,
+        request=raw,
+        response=None,
+        api_format=api_format,
+        tags=call_tags(request),
+        started_at=time.time(),
+    )
 
 
 def call_tags(request: Request) -> dict[str, str]:
