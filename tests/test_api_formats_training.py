@@ -184,6 +184,15 @@ def test_grouped_rl_sft_and_distillation_train_on_responses_and_messages_calls(
                 )
                 assert answer.status_code == 201, answer.text
             reported[scenario] = ids
+        # A text-only model cannot take an image: the engine refuses it, naming the part.
+        claude = anthropic.Anthropic(base_url=f"{serve.base_url}/scenarios/sft", api_key="unused")
+        image = {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}
+        content: list[Any] = [{"type": "text", "text": "What is this?"}]
+        content.append({"type": "image", "source": image})
+        with pytest.raises(anthropic.BadRequestError, match=r"content\[1\].*image_url"):
+            claude.messages.create(
+                model="local", max_tokens=3, messages=[{"role": "user", "content": content}]
+            )
         wait(
             lambda: all(any(j["event"] for j in jobs(serve.base_url, s)) for s in SCENARIOS),
             "a job of each scenario to end",

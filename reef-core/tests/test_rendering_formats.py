@@ -28,7 +28,7 @@ from reef.core.api_formats import (
 )
 from reef.core.atif import trajectory_to_json
 from reef.core.atif_build import trajectory_from_records
-from reef.core.chat_rendering import ChatRenderer
+from reef.core.chat_rendering import ChatRenderer, RenderError
 from reef.core.records import InferenceRecord
 
 # The Qwen-like template of the Hugging Face test model: tool responses in a user turn,
@@ -234,3 +234,16 @@ def test_reasoning_renders_and_trains() -> None:
         pairs = zip(sequence.token_ids, sequence.loss_mask, strict=True)
         trained = renderer.tokenizer.decode([token for token, mask in pairs if mask])
         assert f"<think>{REASONING}</think>" in trained
+
+
+def test_the_engine_prompt_joins_text_parts_and_refuses_what_is_not_text() -> None:
+    """A request's text parts render as one text, as a sample's do; an image part cannot be
+    rendered by a text-only model and is refused, naming it (the engine's 400)."""
+    renderer = ChatRenderer(ByteTokenizer())
+    parts = [{"type": "text", "text": "What is "}, {"type": "text", "text": "2+3?"}]
+    asked = {"messages": [{"role": "user", "content": QUESTION}]}
+    split = {"messages": [{"role": "user", "content": parts}]}
+    assert renderer.prompt_ids(split) == renderer.prompt_ids(asked)
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+    with pytest.raises(RenderError, match=r"messages\[0\]\.content\[1\]: .* 'image_url'"):
+        renderer.prompt_ids({"messages": [{"role": "user", "content": [parts[0], image]}]})

@@ -244,9 +244,12 @@ def _content_text(content: Any, where: str) -> str:
         return content
     if isinstance(content, list):
         texts = []
-        for part in content:
+        for position, part in enumerate(content):
             if not isinstance(part, Mapping) or part.get("type") != "text":
-                raise RenderError(f"{where}: only text content renders, got {part!r}")
+                kind = part.get("type") if isinstance(part, Mapping) else type(part).__name__
+                raise RenderError(
+                    f"{where}[{position}]: only text content renders, and this part is {kind!r}"
+                )
             texts.append(str(part.get("text", "")))
         return "".join(texts)
     raise RenderError(f"{where}: content must be text, got {type(content).__name__}")
@@ -382,7 +385,14 @@ class ChatRenderer:
         messages = request.get("messages")
         if not isinstance(messages, list) or not messages:
             raise RenderError("the request has no messages")
-        normalised = [normalise_message(m) for m in messages]
+        normalised = []
+        for position, message in enumerate(messages):
+            if isinstance(message, Mapping) and isinstance(message.get("content"), list):
+                # Rendered as a sample renders it (trajectory_messages): text parts joined, and
+                # a part that is not text (an image) refused, naming it.
+                text = _content_text(message["content"], f"messages[{position}].content")
+                message = {**message, "content": text}
+            normalised.append(normalise_message(message))
         text = self.render_text(
             normalised,
             request.get("tools") or (),
