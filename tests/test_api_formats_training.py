@@ -24,7 +24,7 @@ import anthropic
 import openai
 from sqlalchemy import create_engine, text
 
-from reef.components.local import LocalComponent
+from reef.components.local.component import LocalComponent
 from reef.core.api_formats import MESSAGES, RESPONSES
 from reef.testing.serve import TINY_GPT_OPTIONS, ServeProcess
 

@@ -11,15 +11,14 @@ import json
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 # The chunks of a whole answer come from the service's engine module (the server extra).
 pytest.importorskip("anyio")
 
 from reef.core.api_formats import MESSAGES, RESPONSES, chat_reply
+from reef.engines.interface import chunks_of
 from reef.engines.translation import translate_completion, translator_for
-from reef.server.engines import chunks_of
 
 REQUEST = {"model": "m", "input": "hi", "max_tokens": 16, "messages": []}
 

@@ -16,8 +16,7 @@ import pytest
 
 pytest.importorskip("jinja2")
 
-from reef.components.byte_tokenizer import CHAT_TEMPLATE as DEMO_TEMPLATE
-from reef.components.byte_tokenizer import ByteTokenizer
+from reef.components.local.byte_tokenizer import CHAT_TEMPLATE as DEMO_TEMPLATE, ByteTokenizer
 from reef.core.api_formats import (
     CHAT_COMPLETIONS,
     MESSAGES,

@@ -29,6 +29,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from reef.core.api_formats import MESSAGES, RESPONSES, FormatError, chat_request
 from reef.core.records import JSON, TAG_HEADER_PREFIX, InferenceRecord
+from reef.engines.interface import ChunkAssembler, EngineError
+from reef.engines.publisher import EngineRoute, Publisher
 from reef.engines.translation import Translator, encode_event, translate_completion, translator_for
 from reef.server.bodies import (
     MessagesRequest,
@@ -39,7 +41,6 @@ from reef.server.bodies import (
     structure,
     unstructure,
 )
-from reef.server.engines import ChunkAssembler, EngineError
 from reef.server.errors import ApiError, ErrorDetail
 from reef.server.inference import (
     RECORD_ID_HEADER,
@@ -49,7 +50,6 @@ from reef.server.inference import (
     new_call,
 )
 from reef.server.openapi import ApiRoute
-from reef.server.publication import EngineRoute, Publisher
 from reef.server.request_json import read_json
 from reef.server.response_chains import ResponseChains
 from reef.server.service import ServedScenario, Service, service_of
