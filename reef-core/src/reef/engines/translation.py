@@ -229,40 +229,23 @@ class ResponsesTranslator(Translator):
         return f"{prefix}_{self._suffix}_{len(self._output)}"
 
     def reasoning(self, text: str) -> list[Event]:
+        item = {"type": "reasoning", "id": self._item_id("rs"), "summary": []}
+        return self._text_delta(item, "response.reasoning_text.delta", text)
+
+    def text(self, text: str) -> list[Event]:
+        item = {"type": "message", "id": self._item_id("msg"), "role": "assistant", "content": []}
+        return self._text_delta(item, "response.output_text.delta", text, logprobs=[])
+
+    def _text_delta(self, item: JSON, kind: str, text: str, **extra: Any) -> list[Event]:
+        """``text`` added to the open item of ``item``'s type, opening ``item`` first when the
+        open item is another."""
         events: list[Event] = []
-        if self._open is None or self._open["type"] != "reasoning":
-            item = {"type": "reasoning", "id": self._item_id("rs"), "summary": []}
+        if self._open is None or self._open["type"] != item["type"]:
             events += self._open_item({**item, "status": "in_progress"})
         assert self._open is not None
         self._open["content"][0]["text"] += text
-        events.append(
-            self._event(
-                "response.reasoning_text.delta",
-                item_id=self._open["id"],
-                output_index=len(self._output) - 1,
-                content_index=0,
-                delta=text,
-            )
-        )
-        return events
-
-    def text(self, text: str) -> list[Event]:
-        events: list[Event] = []
-        if self._open is None or self._open["type"] != "message":
-            item = {"type": "message", "id": self._item_id("msg"), "role": "assistant"}
-            events += self._open_item({**item, "status": "in_progress", "content": []})
-        assert self._open is not None
-        self._open["content"][0]["text"] += text
-        events.append(
-            self._event(
-                "response.output_text.delta",
-                item_id=self._open["id"],
-                output_index=len(self._output) - 1,
-                content_index=0,
-                delta=text,
-                logprobs=[],
-            )
-        )
+        where = {"item_id": self._open["id"], "output_index": len(self._output) - 1}
+        events.append(self._event(kind, **where, content_index=0, delta=text, **extra))
         return events
 
     def call_start(self, call_id: str, name: str) -> list[Event]:
@@ -415,51 +398,48 @@ class MessagesTranslator(Translator):
             ("ping", {"type": "ping"}),
         ]
 
-    def _block(self, kind: str, block: JSON, delta: JSON | None) -> list[Event]:
-        events: list[Event] = []
+    def _block(self, block: JSON) -> list[Event]:
+        """Open ``block``, unless the open block is of its type (text goes on); a tool call is
+        a block of its own."""
+        kind = block["type"]
         current = self._content[-1] if self._open and self._content else None
-        if current is None or current["type"] != kind or kind == "tool_use":
-            events += self._close()
-            self._content.append(block)
-            self._open = True
-            index = len(self._content) - 1
-            start = {"type": "content_block_start", "index": index, "content_block": dict(block)}
-            events.append(("content_block_start", start))
-        if delta is not None:
-            index = len(self._content) - 1
-            events.append(
-                (
-                    "content_block_delta",
-                    {"type": "content_block_delta", "index": index, "delta": delta},
-                )
-            )
+        if current is not None and current["type"] == kind and kind != "tool_use":
+            return []
+        events = self._close()
+        self._content.append(block)
+        self._open = True
+        index = len(self._content) - 1
+        start = {"type": "content_block_start", "index": index, "content_block": dict(block)}
+        events.append(("content_block_start", start))
         return events
+
+    def _delta(self, delta: JSON) -> Event:
+        """The event of ``delta`` to the open block."""
+        index = len(self._content) - 1
+        return "content_block_delta", {
+            "type": "content_block_delta",
+            "index": index,
+            "delta": delta,
+        }
 
     def reasoning(self, text: str) -> list[Event]:
-        events = self._block(
-            "thinking", {"type": "thinking", "thinking": "", "signature": ""}, None
-        )
-        self._content[-1]["thinking"] += text
-        index = len(self._content) - 1
-        delta = {"type": "thinking_delta", "thinking": text}
-        events.append(
-            ("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
-        )
-        return events
+        block = {"type": "thinking", "thinking": "", "signature": ""}
+        return self._text_delta(block, "thinking", "thinking_delta", text)
 
     def text(self, text: str) -> list[Event]:
-        events = self._block("text", {"type": "text", "text": ""}, None)
-        self._content[-1]["text"] += text
-        index = len(self._content) - 1
-        delta = {"type": "text_delta", "text": text}
-        events.append(
-            ("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
-        )
+        return self._text_delta({"type": "text", "text": ""}, "text", "text_delta", text)
+
+    def _text_delta(self, block: JSON, field: str, kind: str, text: str) -> list[Event]:
+        """``text`` added to the open block of ``block``'s type (its ``field``), opening
+        ``block`` first when the open block is another."""
+        events = self._block(block)
+        self._content[-1][field] += text
+        events.append(self._delta({"type": kind, field: text}))
         return events
 
     def call_start(self, call_id: str, name: str) -> list[Event]:
         block = {"type": "tool_use", "id": call_id, "name": name, "input": {}}
-        events = self._block("tool_use", block, None)
+        events = self._block(block)
         self._arguments[len(self._content) - 1] = ""
         return events
 
@@ -468,10 +448,7 @@ class MessagesTranslator(Translator):
         if not self._open or index not in self._arguments:
             return []
         self._arguments[index] += text
-        delta = {"type": "input_json_delta", "partial_json": text}
-        return [
-            ("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
-        ]
+        return [self._delta({"type": "input_json_delta", "partial_json": text})]
 
     def _close(self) -> list[Event]:
         if not self._open:
