@@ -82,7 +82,7 @@ def test_report_forms_one_set_with_its_trajectory() -> None:
     assert sample.source_record_ids == ("c1", "c2", "c3")
     assert sample.artifact_id == "art1"
     stage.consume(unit)
-    assert stage.set_samples == {}  # rule: P-SET-17 consume forgets the unit's samples
+    assert stage.records.set_samples == {}  # rule: P-SET-17 consume forgets the unit's samples
     assert set(stage.releasable_record_ids()) == {"c1", "c2", "c3", "r"}
 
 

@@ -4,19 +4,30 @@ A stage decides which records train and in which record sets and units, and turn
 samples (P-STG-1). It never calls the pipeline (P-STG-5): the pipeline pushes records in, asks
 for the units that became ready, stores their samples and tells the stage to consume them.
 
-The base class owns what every stage shares, so that a recipe writes only its decisions:
+The base class owns what every stage shares, so that a recipe writes only its decisions. Its
+methods come in three kinds, and a recipe meets two of them:
 
-- the record lifecycle: records the stage holds, the sets it formed (a record is in at most one
-  set, ever, P-SET-5), units that wait to be stored, and records that ended without training
-  (kept, with their reason, until ``release_records`` frees them after a commit);
-- ``form``: the engine-abort check, ``make_samples`` and ``settle``, all or nothing;
-- staleness (P-STALE-*): the artifacts the scenario served, oldest first, and ``is_stale``.
+- **what a recipe writes**, marked "Extension point": ``push`` (and ``advance``),
+  ``make_samples``, ``uploaded_sample``, ``made_samples``, ``job_ended``, ``is_stale``,
+  ``status``, ``metrics``, ``background_jobs_running``, ``close`` and ``from_settings``;
+- **what a recipe calls** from them: ``hold``, ``held_record``, ``is_taken``, ``form``,
+  ``form_unit``, ``end``, ``discard`` and ``make_unit_ready``;
+- **what the pipeline calls** (the record lifecycle and staleness of the contract):
+  ``ready_units``, ``unit_samples``, ``consume``, ``replay_consumed``,
+  ``releasable_record_ids``, ``ended_records``, ``release_records``,
+  ``observe_serving_artifact_id`` and ``context_changed``. A stage overrides these only when
+  it keeps its own record lifecycle.
+
+The books behind them are not the author's: the record lifecycle (records held, sets formed, a
+record in at most one set ever, P-SET-5, units waiting to be stored, records ended without
+training until ``release_records`` frees them) is a :class:`~reef.record2sample.record_book.
+RecordBook`, and the artifacts the scenario served (P-STALE-*) a
+:class:`~reef.record2sample.record_book.ServedArtifacts`.
 """
 
 from __future__ import annotations
 
 import logging
-from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar, Generic, Self
 
@@ -26,14 +37,8 @@ from reef.core.job_data import JobOutcome, Sample, TrajectorySample
 from reef.core.plugins import PluginSettings, Record2SampleSettings
 from reef.core.records import JSON, Record
 from reef.pipeline_context import PipelineContext, StageBuild
-from reef.record2sample.record_sets import (
-    RecordSet,
-    RecordSetError,
-    RecordSetOverlap,
-    RecordSetUnit,
-    SampleResult,
-    SampleStatus,
-)
+from reef.record2sample.record_book import RecordBook, ServedArtifacts
+from reef.record2sample.record_sets import RecordSet, RecordSetUnit, SampleResult, SampleStatus
 
 logger = logging.getLogger(__name__)
 
@@ -70,8 +75,8 @@ class Record2Sample(Generic[SettingsT]):
     :ivar context: the pipeline's context; replaced by :meth:`context_changed`.
     :ivar max_staleness: how many served artifacts behind the current one a sample's data may
         be and still train (P-STALE-3).
-    :ivar set_samples: the samples of each READY set whose unit is not stored yet, by set id
-        (P-SET-8).
+    :ivar records: the record lifecycle's books (:class:`RecordBook`).
+    :ivar served: the artifacts the scenario served (:class:`ServedArtifacts`).
     """
 
     #: Extension point: the settings class that declares this stage's keys. The deployment
@@ -83,20 +88,8 @@ class Record2Sample(Generic[SettingsT]):
             raise ValueError(f"max_staleness must be a non-negative int, got {max_staleness}")
         self.context = context
         self.max_staleness = max_staleness
-        self.set_samples: dict[str, tuple[Sample, ...]] = {}
-        self._held: dict[str, Record] = {}
-        # Every record id that a set of this stage took, ever (kept after release: a later
-        # set that holds one of them is refused).
-        self._taken: set[str] = set()
-        self._sets: dict[str, RecordSet] = {}
-        self._ready_units: dict[str, RecordSetUnit] = {}
-        # Records that are done: consumed by stored samples (reason None) or ended without
-        # training (with the reason), until release_records frees them.
-        self._done: dict[str, str | None] = {}
-        self._ended_counts: Counter[str] = Counter()
-        self._artifacts: dict[str, int] = {}
-        self._artifact_count = 0
-        self._serving: str | None = None
+        self.records = RecordBook()
+        self.served = ServedArtifacts()
         self._warned_no_artifact: set[str] = set()
 
     @classmethod
@@ -154,21 +147,21 @@ class Record2Sample(Generic[SettingsT]):
         restart. A stage that indexes records (trajectories) overrides this to index it too,
         then calls the base.
         """
-        self._taken.add(record.id)
+        self.records.taken.add(record.id)
 
     # -- sets and units --------------------------------------------------------------------
 
     def hold(self, record: Record) -> None:
         """Keep ``record`` until a set takes it or the stage ends it."""
-        self._held[record.id] = record
+        self.records.held[record.id] = record
 
     def held_record(self, record_id: str) -> Record | None:
         """A record the stage holds and no set took yet, or ``None``."""
-        return self._held.get(record_id)
+        return self.records.held.get(record_id)
 
     def is_taken(self, record_id: str) -> bool:
         """True when a set of this stage took the record, now or before (P-SET-5)."""
-        return record_id in self._taken
+        return record_id in self.records.taken
 
     def form(self, record_set: RecordSet) -> SampleResult:
         """Form ``record_set`` and make its samples at once (P-SET-7).
@@ -183,20 +176,13 @@ class Record2Sample(Generic[SettingsT]):
         :raises Exception: whatever ``make_samples`` raises (training data errors propagate,
             P-REP-14); the set is undone and its records stay held, unprocessed.
         """
-        overlap = [rid for rid in record_set.record_ids if rid in self._taken]
-        if overlap:
-            raise RecordSetOverlap(record_set.id, overlap)
-        if record_set.id in self._sets:
-            raise RecordSetError(f"record set {record_set.id!r} is already formed")
+        self.records.check_new(record_set)
         if record_set.engine_aborted:
             result = SampleResult.skipped(ENGINE_ABORT)
         else:
             made = self.make_samples(record_set)
             result = made if isinstance(made, SampleResult) else SampleResult.ready(made)
-        self._taken.update(record_set.record_ids)
-        for rid in record_set.record_ids:
-            self._held.pop(rid, None)
-        self._sets[record_set.id] = record_set
+        self.records.formed(record_set)
         self.settle(record_set, result)
         return result
 
@@ -227,15 +213,13 @@ class Record2Sample(Generic[SettingsT]):
         stage ends the set's records with the result's reason.
         """
         if result.status is SampleStatus.READY:
-            self.set_samples[record_set.id] = result.samples
+            self.records.set_samples[record_set.id] = result.samples
         else:
             self.discard(record_set, result.reason or "skipped")
 
     def discard(self, record_set: RecordSet, reason: str) -> None:
         """End a formed set without training: forget its samples, end its records."""
-        self._sets.pop(record_set.id, None)
-        self.set_samples.pop(record_set.id, None)
-        self._end_ids(record_set.record_ids, reason)
+        self.records.discard(record_set, reason)
 
     def end(self, records: Iterable[Record], reason: str) -> None:
         """End records that no set took, without training (counted under ``reason``).
@@ -244,64 +228,45 @@ class Record2Sample(Generic[SettingsT]):
         :meth:`releasable_record_ids` until released (P-STALE-1).
         """
         ids = [record.id for record in records]
-        self._taken.update(ids)
-        for rid in ids:
-            self._held.pop(rid, None)
-        self._end_ids(ids, reason)
-
-    def _end_ids(self, record_ids: Iterable[str], reason: str) -> None:
-        for rid in record_ids:
-            if rid not in self._done:
-                self._done[rid] = reason
-                self._ended_counts[reason] += 1
+        self.records.take(ids)
+        self.records.end(ids, reason)
 
     def make_unit_ready(self, unit: RecordSetUnit) -> None:
         """The samples of every set of ``unit`` are made: the pipeline may store it (P-SET-15).
 
         :raises RecordSetError: when a set of the unit has no samples held.
         """
-        missing = [s.id for s in unit.record_sets if s.id not in self.set_samples]
-        if missing:
-            raise RecordSetError(f"unit {unit.id!r}: sets without samples: {', '.join(missing)}")
-        self._ready_units[unit.id] = unit
+        self.records.unit_ready(unit)
+
+    # -- the pipeline's side: the record lifecycle ------------------------------------------
 
     def ready_units(self) -> tuple[RecordSetUnit, ...]:
         """The units whose samples wait to be stored, in the order they became ready."""
-        return tuple(self._ready_units.values())
+        return tuple(self.records.ready_units.values())
 
     def unit_samples(self, unit: RecordSetUnit) -> tuple[tuple[str, tuple[Sample, ...]], ...]:
         """The samples of ``unit``: (set id, the set's samples) for each of its sets."""
-        return tuple((s.id, self.set_samples[s.id]) for s in unit.record_sets)
+        return tuple((s.id, self.records.set_samples[s.id]) for s in unit.record_sets)
 
     def consume(self, unit: RecordSetUnit) -> None:
         """The unit's samples are stored with its records: end it and forget its samples
         (P-SET-17)."""
-        self._ready_units.pop(unit.id, None)
-        for record_set in unit.record_sets:
-            self.set_samples.pop(record_set.id, None)
-            self._sets.pop(record_set.id, None)
-            for rid in record_set.record_ids:
-                self._done.setdefault(rid, None)
-
-    # -- the record lifecycle --------------------------------------------------------------
+        self.records.consumed(unit)
 
     def releasable_record_ids(self) -> tuple[str, ...]:
         """Records that are done (stored or ended) and that no held set references.
 
         The next commit names the ended ones, so they never train after a restart (P-STALE-1).
         """
-        held_by_sets = {rid for s in self._sets.values() for rid in s.record_ids}
-        return tuple(rid for rid in self._done if rid not in held_by_sets)
+        return self.records.releasable()
 
     def ended_records(self) -> Mapping[str, str]:
         """The releasable records that ended without training, with their reasons."""
-        return {rid: reason for rid, reason in self._done.items() if reason is not None}
+        return self.records.ended()
 
     def release_records(self, record_ids: Iterable[str]) -> None:
         """Free the memory of done records after a successful commit (P-PIPE-16)."""
-        for rid in record_ids:
-            self._done.pop(rid, None)
-            self._held.pop(rid, None)
+        self.records.release(record_ids)
 
     # -- staleness -------------------------------------------------------------------------
 
@@ -310,12 +275,7 @@ class Record2Sample(Generic[SettingsT]):
 
         Serving the same artifact again does not age any data.
         """
-        if artifact_id == self._serving:
-            return
-        self._serving = artifact_id
-        # An artifact served again (a rollback) counts from its latest serving.
-        self._artifacts[artifact_id] = self._artifact_count
-        self._artifact_count += 1
+        self.served.observe(artifact_id)
 
     def is_stale(self, sample: Sample) -> bool:
         """Extension point: true when ``sample``'s data is more than ``max_staleness`` served
@@ -327,16 +287,14 @@ class Record2Sample(Generic[SettingsT]):
         The pipeline keeps the verdict: it asks again only after a new artifact is served or
         the context changed, so an override depends on nothing else.
         """
-        if not self.context.has_runtime_loader or not self._artifacts:
+        if not self.context.has_runtime_loader or not self.served:
             return False
         artifact = sample_artifact_id(sample)
         if artifact is None:
             self._warn_no_artifact(sample)
             return True
-        if artifact not in self._artifacts:
-            return True
-        lag = self._artifact_count - 1 - self._artifacts[artifact]
-        return lag > self.max_staleness
+        lag = self.served.lag(artifact)
+        return lag is None or lag > self.max_staleness
 
     def _warn_no_artifact(self, sample: Sample) -> None:
         # A sample that names no artifact never trains once one is served: almost always a
@@ -387,14 +345,15 @@ class Record2Sample(Generic[SettingsT]):
         """Extension point: the stage's status entries; the base reports what it holds and what
         ended, by reason (nothing that will never train is silent)."""
         return {
-            "held_records": len(self._held),
-            "ready_units": len(self._ready_units),
-            "ended_records": dict(sorted(self._ended_counts.items())),
+            "held_records": len(self.records.held),
+            "ready_units": len(self.records.ready_units),
+            "ended_records": dict(sorted(self.records.ended_counts.items())),
         }
 
     def metrics(self) -> dict[str, float]:
         """Extension point: the stage's metrics, by name."""
-        return {f"records_ended.{reason}": float(n) for reason, n in self._ended_counts.items()}
+        ended = self.records.ended_counts
+        return {f"records_ended.{reason}": float(n) for reason, n in ended.items()}
 
     def background_jobs_running(self) -> bool:
         """Extension point: true while the stage runs background work (P-SLOW-2); the default runs
