@@ -252,3 +252,32 @@ def test_status_of_a_service_it_cannot_reach_says_to_give_its_url(
     err = capsys.readouterr().err
     assert err.startswith("reef status: cannot reach http://127.0.0.1:1: ")
     assert "is reef serve running there? give its address with --url" in err
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--host", "0.0.0.0", "--allow-unauthenticated"], "listens on loopback only"),
+        ([], "the deployment has no auth.tokens"),
+    ],
+)
+def test_serve_refuses_a_service_it_may_not_run_before_any_work(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    args: list[str],
+    words: str,
+) -> None:
+    """No tokens beyond loopback, or no tokens unasked: refused from the auth section alone,
+    before a plugin loads (a block that blocks nothing, which loading would refuse, is never
+    reached) and before the store is created or migrated."""
+    pytest.importorskip("reef.runtime")  # the server extra
+    monkeypatch.setenv("REEF_BLOCK_PLUGINS", "no-such-plugin")
+    path = grouped(tmp_path, sample2job="{job_samples: 2}")
+    status = main(["serve", str(path), *args])
+    assert status == 1
+    err = capsys.readouterr().err
+    assert err.startswith("reef serve: "), err
+    assert words in err
+    assert "REEF_BLOCK_PLUGINS" not in err
+    assert not (tmp_path / "reef.db").exists()

@@ -214,8 +214,9 @@ def test_running_without_tokens_needs_an_explicit_setting(
         plugins=service_test_plugins(),
         options=ServerOptions(allow_unauthenticated=True),
     )
-    with TestClient(app) as test_client:
-        # TestClient's peer is "testclient", not a loopback address: refused.
+    with TestClient(app, base_url="http://127.0.0.1") as test_client:
+        # TestClient's peer is "testclient", not a loopback address: refused, although the
+        # Host names loopback.
         answer = test_client.get("/reef/status")
         assert answer.status_code == 403
         assert answer.json()["problems"][0]["field"] == "client"
@@ -583,11 +584,12 @@ def test_bad_bodies_name_the_field_and_store_nothing(
         url = "/reef/scenarios/support/reports"
         big = client.post(url, json=report("big", ["x" * 3000]), headers=ADMIN)
         assert big.status_code == 413
-        not_json = client.post(url, content=b"{nope", headers=ADMIN)
+        as_json = {**ADMIN, "content-type": "application/json"}
+        not_json = client.post(url, content=b"{nope", headers=as_json)
         assert not_json.status_code == 400
         assert not_json.json()["problems"][0]["field"] == "$"
         nan = client.post(url, content=b'{"id": "n", "references": ["a"], "score": NaN}',
-                          headers=ADMIN)  # fmt: skip
+                          headers=as_json)  # fmt: skip
         assert nan.status_code == 400
         extra = client.post(url, json={**report("e", ["a"]), "colour": 1}, headers=ADMIN)
         assert extra.status_code == 400

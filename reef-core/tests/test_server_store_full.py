@@ -105,3 +105,37 @@ def test_a_store_that_cannot_write_answers_503_and_recovers(
     assert first.headers["x-reef-record-id"] in stored
     assert after.headers["x-reef-record-id"] in stored
     assert "r1" not in stored
+
+
+def test_no_chat_call_reaches_the_engine_while_the_store_cannot_take_its_record(
+    tmp_path: Path, engine: tuple[str, Any]
+) -> None:
+    """The store's health is decided by the write that failed, not by a probe that changes
+    nothing: a nearly full disk takes such a probe (a page or two) and refuses the next
+    record (tens of KiB). The store may grow by 8 KiB only; 150 chat calls of 20 KiB each come
+    over some seconds (a probe a second). The engine answers the first one whose record the
+    store refuses, and no other call whose answer could not be kept."""
+    url, engine_app = engine
+    db = tmp_path / "reef.db"
+    deployment = tmp_path / "deployment.yaml"
+    deployment.write_text(DEPLOYMENT % {"db": db, "engine": url}, encoding="utf-8")
+    serve = ServeProcess(deployment, tmp_path / "serve.log", token=TOKEN)
+    padding = " padding" * 2500  # 20 KB
+    try:
+        with httpx.Client(base_url=serve.base_url, headers=serve.headers, timeout=30) as client:
+            for n in range(5):
+                assert chat(client, f"before {n}").status_code == 200
+            files = [db, db.with_name(db.name + "-wal")]
+            room = max(f.stat().st_size for f in files if f.exists()) + 8192
+            _, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+            resource.prlimit(serve.process.pid, resource.RLIMIT_FSIZE, (room, hard))
+            calls = engine_app.state.calls
+            kept = 0
+            for n in range(150):
+                kept += chat(client, f"while full {n}{padding}").status_code == 200
+                time.sleep(0.03)  # paces the load over some probe intervals; waits for nothing
+            reached = engine_app.state.calls - calls
+            resource.prlimit(serve.process.pid, resource.RLIMIT_FSIZE, (hard, hard))
+            assert reached - kept == 1, f"{reached - kept} answers of the engine were not kept"
+    finally:
+        serve.stop()

@@ -351,10 +351,17 @@ def serve(
     """
     import uvicorn
 
-    from reef.server import ServerOptions, check_bind_address, create_app, open_databases
+    from reef.server import ServerOptions, create_app, open_databases
+    from reef.server.access_log import redact_request_lines
+    from reef.server.auth import check_auth_mode
     from reef.server.connections import GuardedConfig, raise_open_file_limit
 
-    check_bind_address(host, authenticated=bool(deployment.auth.tokens))
+    # Before any work: nothing is opened, migrated or created for a service that may not run.
+    check_auth_mode(
+        authenticated=bool(deployment.auth.tokens),
+        allow_unauthenticated=allow_unauthenticated,
+        host=host,
+    )
     databases = open_databases(deployment)
     environ = dict(os.environ)
     if deployment.generator is not None:
@@ -380,6 +387,8 @@ def serve(
     config = GuardedConfig(
         app, limits=deployment.service, host=host, port=port, log_level=log_level
     )
+    # Once uvicorn configured its loggers: no request line logs a credential.
+    redact_request_lines(section.token for section in deployment.auth.tokens.values())
     server = uvicorn.Server(config)
     # uvicorn re-raises the stop signal once the service shut down, to the handlers that were
     # there before it; these take it, so the trainers below still stop cleanly.

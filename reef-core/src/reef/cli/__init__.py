@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import attrs
 
-from reef.core.deployment import DeploymentError
+from reef.core.deployment import DeploymentError, auth_of
 from reef.plugins import BLOCK_ENV_VAR, PluginError, PluginKind, Plugins
 from reef.plugins.builtin import built_in_components
 from reef.plugins.scenarios import load_deployment, recipe_gaps
@@ -178,9 +179,26 @@ def _run_serve(args: argparse.Namespace) -> int:
         from reef.server import ServiceConfigError, UnauthenticatedServiceError
     except ModuleNotFoundError as exc:
         return _needs_server_extra("serve", exc)
+    from reef.server.auth import check_auth_mode
     from reef.train.trainer import TrainerSettings
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
+    # Whether this service may run at all is decided first, from the auth section alone: no
+    # plugin loads and no store is opened or migrated for one that may not.
+    try:
+        auth = auth_of(args.deployment.read_text(encoding="utf-8"), environ=os.environ)
+    except (OSError, UnicodeDecodeError):
+        auth = None  # loading the deployment says what is wrong with the file
+    if auth is not None:
+        try:
+            check_auth_mode(
+                authenticated=bool(auth.tokens),
+                allow_unauthenticated=args.allow_unauthenticated,
+                host=args.host,
+            )
+        except UnauthenticatedServiceError as exc:
+            print(f"reef serve: {exc}", file=sys.stderr)
+            return 1
     plugins = _loaded_plugins()
     if _blocks_nothing("serve", plugins):
         return 1

@@ -120,6 +120,28 @@ def _positive(_: object, attribute: attrs.Attribute[Any], value: float) -> None:
         raise ValueError(f"{attribute.name} must be positive, got {value!r}")
 
 
+# A Host header's value as the service compares it: a host name, an IPv4 address or a bracketed
+# IPv6 one, with an optional port.
+_HOST = re.compile(r"(?:[A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?")
+_ORIGIN = re.compile(r"https?://" + _HOST.pattern)
+
+
+def _host_name(_: object, attribute: attrs.Attribute[Any], value: str) -> None:
+    if not _HOST.fullmatch(value):
+        raise ValueError(
+            f"{attribute.name}: {value!r} is not a host name or host:port (such as"
+            " reef.example.com or reef.example.com:8000)"
+        )
+
+
+def _origin(_: object, attribute: attrs.Attribute[Any], value: str) -> None:
+    if not _ORIGIN.fullmatch(value):
+        raise ValueError(
+            f"{attribute.name}: {value!r} is not an origin: scheme://host[:port], such as"
+            " https://console.example.com, without a path"
+        )
+
+
 @attrs.frozen
 class ContainerSettings(PluginSettings):
     """Where a task's solution and verifier run (:mod:`reef.containers`), and their limits:
@@ -242,6 +264,18 @@ class ServiceSection(PluginSettings):
         default=1000,
         help="connections open at once; beyond, the longest-idle one is closed",
         validator=_positive,
+    )
+    allowed_hosts: tuple[str, ...] | None = config_option(
+        default=None,
+        help="the Host names (host or host:port) requests may name; without auth loopback names"
+        " are allowed too, with auth every name when absent",
+        validator=attrs.validators.optional(attrs.validators.deep_iterable(_host_name)),
+    )
+    allowed_origins: tuple[str, ...] = config_option(
+        factory=tuple,
+        help="origins (scheme://host[:port]) besides the service's own that may change state:"
+        " a browser page served elsewhere, such as behind a proxy",
+        validator=attrs.validators.deep_iterable(_origin),
     )
 
 
@@ -495,6 +529,19 @@ def deployment_document(
     except yaml.YAMLError as exc:
         raise DeploymentError(origin, (_yaml_problem(exc, origin),)) from exc
     return _expand_recipe_shorthand(_substitute(document, environ, "$", problems))
+
+
+def auth_of(text: str, *, environ: Mapping[str, str]) -> AuthSection | None:
+    """The ``auth`` section of a deployment's ``text``, read alone and cheaply (no plugin is
+    needed): what ``reef serve`` decides first whether it may run at all. ``None`` when the
+    text or the section does not read (reading the whole file then says why)."""
+    try:
+        document = deployment_document(text, origin="<deployment>", environ=environ, problems=[])
+    except DeploymentError:
+        return None
+    if not isinstance(document, Mapping):
+        return None
+    return AuthSection.structure_at(document.get("auth"), "$.auth", [])
 
 
 def _yaml_problem(error: yaml.YAMLError, origin: str) -> str:

@@ -8,6 +8,13 @@ an instruction, a manual-buffer edit is stored, then an optional runtime hook he
 Every refused request gets a 4xx whose JSON body (:class:`~reef.server.errors.ErrorBody`) names
 the field and the reason, and nothing of it is stored. See ``docs/service.md``.
 
+Every route takes the same checks before its handler, none of them the handler's own: the
+requests of other sites are refused (:class:`~reef.server.cross_site.CrossSiteGuard`, around
+the whole application), and each route's path parameters are names and its JSON body is
+declared JSON (:meth:`~reef.server.openapi.ApiRoute.endpoint`). Only an error of the database
+itself (SQLAlchemy's ``OperationalError``) marks the stores unable to write; any other error
+is the request's own.
+
 This module puts the application together: the route table (each resource's module owns its
 handlers and route rows: :mod:`~reef.server.inference`, :mod:`~reef.server.reports`,
 :mod:`~reef.server.items`, :mod:`~reef.server.scenarios`, :mod:`~reef.server.samples`,
@@ -25,6 +32,7 @@ from typing import Final
 from sqlalchemy.exc import OperationalError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -44,8 +52,10 @@ from reef.server import (
 )
 from reef.server.bodies import error_answer
 from reef.server.console import console_mount
+from reef.server.cross_site import CrossSiteGuard
 from reef.server.errors import ApiError
 from reef.server.openapi import ApiRoute, openapi_document
+from reef.server.request_json import request_bytes
 from reef.server.service import ServerOptions, Service
 from reef.server.service_runtime import ServiceRuntime
 from reef.server.store_health import failure_reason, store_unavailable
@@ -91,8 +101,22 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 async def _store_error(request: Request, exc: Exception) -> Response:
     """A write the database could not take: 503 with its reason, and the stores are probed
     before the next chat call reaches an engine (:mod:`reef.server.store_health`)."""
-    request.app.state.service.store_failed(exc)
+    request.app.state.service.store_failed(exc, request_bytes(request))
     return error_answer(store_unavailable(failure_reason(exc)))
+
+
+async def _internal_error(request: Request, exc: Exception) -> Response:
+    """Anything else the request met: a JSON 500 naming the kind of error, never its detail
+    (it may name files of the machine); the traceback goes to the log. The stores are not
+    marked: only the database's own error says they cannot write."""
+    return error_answer(
+        ApiError.one(
+            500,
+            "internal_error",
+            "$",
+            f"the service failed on this request ({type(exc).__name__}); its log says why",
+        )
+    )
 
 
 def create_app(
@@ -137,15 +161,23 @@ def create_app(
 
     app = Starlette(
         routes=[
-            *(Route(r.path, r.handler, methods=[r.method]) for r in API_ROUTES),
+            *(Route(r.path, r.endpoint(), methods=[r.method]) for r in API_ROUTES),
             console_mount(),
         ],
         exception_handlers={
             ApiError: _api_error,
             HTTPException: _http_error,
             OperationalError: _store_error,
-            OSError: _store_error,
+            Exception: _internal_error,
         },
+        middleware=[
+            Middleware(
+                CrossSiteGuard,
+                authenticated=service.auth.enabled,
+                allowed_hosts=deployment.service.allowed_hosts,
+                allowed_origins=deployment.service.allowed_origins,
+            )
+        ],
         lifespan=lifespan,
     )
     app.state.service = service

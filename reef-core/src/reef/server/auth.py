@@ -4,8 +4,9 @@ The tokens come from the deployment file (``auth.tokens``, docs/decisions.md#aut
 scopes are ``infer`` (inference), ``feedback`` (reports and data items) and ``admin`` (training
 modes, instructions, the manual buffer, status). A service without tokens runs only when its options
 say so explicitly (``allow_unauthenticated``), and then answers loopback clients only, whatever
-address it was bound to; :func:`check_bind_address` lets ``reef serve`` refuse to bind such a
-service elsewhere in the first place.
+address it was bound to; :func:`check_auth_mode` lets ``reef serve`` refuse a service it may
+not run (without tokens unasked, with tokens and asked to run without, without tokens beyond
+loopback) before it does any work: before plugins load, before a store is opened.
 """
 
 from __future__ import annotations
@@ -21,7 +22,14 @@ from reef.core.deployment import AuthSection
 from reef.errors import ReefError
 from reef.server.errors import ApiError
 
-__all__ = ["Authenticator", "Caller", "Scope", "UnauthenticatedServiceError", "check_bind_address"]
+__all__ = [
+    "Authenticator",
+    "Caller",
+    "Scope",
+    "UnauthenticatedServiceError",
+    "check_auth_mode",
+    "check_bind_address",
+]
 
 Scope: TypeAlias = Literal["infer", "feedback", "admin"]
 
@@ -94,27 +102,45 @@ def check_bind_address(host: str, *, authenticated: bool) -> None:
         )
 
 
+def check_auth_mode(
+    *, authenticated: bool, allow_unauthenticated: bool, host: str | None = None
+) -> None:
+    """Refuse a service that may not run as asked.
+
+    :param authenticated: the deployment has tokens.
+    :param allow_unauthenticated: the service was asked to run without tokens.
+    :param host: the address it is to listen on, when known (:func:`check_bind_address`).
+    :raises UnauthenticatedServiceError: when there are no tokens and running without them was
+        not allowed, or when there are tokens and it was (one or the other, never both), or
+        when a service without tokens would listen beyond loopback.
+    """
+    if not authenticated and not allow_unauthenticated:
+        raise UnauthenticatedServiceError(
+            "the deployment has no auth.tokens: add tokens under auth.tokens, or run"
+            " without auth explicitly with reef serve --allow-unauthenticated (loopback"
+            " clients only; ServerOptions(allow_unauthenticated=True) when embedding)"
+        )
+    if authenticated and allow_unauthenticated:
+        raise UnauthenticatedServiceError(
+            "the deployment has auth.tokens and the service was asked to run without auth;"
+            " choose one"
+        )
+    if host is not None:
+        check_bind_address(host, authenticated=authenticated)
+
+
 class Authenticator:
     """Finds the caller of each request from its ``Authorization`` header.
 
     :param auth: the deployment's auth section.
     :param allow_unauthenticated: run without tokens (loopback clients only).
-    :raises UnauthenticatedServiceError: when there are no tokens and running without them was
-        not allowed, or when there are tokens and it was (one or the other, never both).
+    :raises UnauthenticatedServiceError: as :func:`check_auth_mode`.
     """
 
     def __init__(self, auth: AuthSection, *, allow_unauthenticated: bool = False) -> None:
-        if not auth.tokens and not allow_unauthenticated:
-            raise UnauthenticatedServiceError(
-                "the deployment has no auth.tokens: add tokens under auth.tokens, or run"
-                " without auth explicitly with reef serve --allow-unauthenticated (loopback"
-                " clients only; ServerOptions(allow_unauthenticated=True) when embedding)"
-            )
-        if auth.tokens and allow_unauthenticated:
-            raise UnauthenticatedServiceError(
-                "the deployment has auth.tokens and the service was asked to run without auth;"
-                " choose one"
-            )
+        check_auth_mode(
+            authenticated=bool(auth.tokens), allow_unauthenticated=allow_unauthenticated
+        )
         self.enabled = bool(auth.tokens)
         self._tokens: Mapping[str, Caller] = {
             section.token: Caller(

@@ -27,6 +27,7 @@ from starlette.responses import JSONResponse, Response
 from reef.core.converters import describe, split_described, strict_converter
 from reef.pipeline_context import TrainingMode
 from reef.server.errors import ApiError, ErrorBody, ErrorDetail
+from reef.server.names import valid_name
 
 JSONObject = dict[str, Any]
 
@@ -109,14 +110,15 @@ class ModelList:
 class ReportBody:
     """A report as a client posts it (the scenario is the route's).
 
-    :ivar id: the client's report id; a retry with the same id and content is the same report.
+    :ivar id: the client's report id, a name (:mod:`reef.server.names`); a retry with the same
+        id and content is the same report.
     :ivar references: the inference record ids of the last call of each scored trajectory.
     :ivar score: the reward; absent for feedback without a score.
     :ivar feedback: free-text feedback.
     :ivar metadata: the client's metadata (``metadata.training.eligible`` is refused).
     """
 
-    id: str = attrs.field(validator=attrs.validators.min_len(1))
+    id: str = attrs.field(validator=valid_name)
     references: tuple[str, ...]
     score: float | None = None
     feedback: str | None = None
@@ -147,12 +149,12 @@ class ItemUpload:
     """An ATIF trajectory uploaded as a data item.
 
     :ivar trajectory: the ATIF v1.8 trajectory (JSON object).
-    :ivar id: the item's id; by default the trajectory's ``trajectory_id``, else its
-        ``session_id``.
+    :ivar id: the item's id, a name; by default the trajectory's ``trajectory_id``, else its
+        ``session_id`` (which must then be a name).
     """
 
     trajectory: JSONObject
-    id: str | None = None
+    id: str | None = attrs.field(default=None, validator=valid_name)
 
 
 @attrs.frozen
@@ -194,13 +196,14 @@ class ScenarioUpdated:
 class InstructionBody:
     """A TRAIN instruction for manual mode.
 
-    :ivar request_id: the client's id; the job data's id is ``<scenario>:instruction:<id>``.
+    :ivar request_id: the client's id, a name; the job data's id is
+        ``<scenario>:instruction:<id>``.
     :ivar action: only ``TRAIN``.
     :ivar text: what the client asks for, for stages that read it.
     :ivar parameters: the client's parameters.
     """
 
-    request_id: str = attrs.field(validator=attrs.validators.min_len(1))
+    request_id: str = attrs.field(validator=valid_name)
     action: Literal["TRAIN"] = "TRAIN"
     text: str | None = None
     parameters: JSONObject = attrs.field(factory=dict)
@@ -224,7 +227,7 @@ class BufferEdit:
     """
 
     sample_ids: tuple[str, ...] = attrs.field(validator=attrs.validators.min_len(1))
-    trainer: str | None = None
+    trainer: str | None = attrs.field(default=None, validator=valid_name)
 
 
 @attrs.frozen
@@ -325,7 +328,7 @@ class SampleQuery:
     trained: bool | None = None
     stale: bool | None = None
     chosen: bool | None = None
-    trainer: str | None = None
+    trainer: str | None = attrs.field(default=None, validator=valid_name)
     after: str | None = None
     limit: int = attrs.field(default=50, validator=_page_size(200))
     order: Literal["asc", "desc"] = "asc"
@@ -476,7 +479,7 @@ class JobQuery:
     :ivar limit: the most jobs in the page (1 to 500).
     """
 
-    trainer: str | None = None
+    trainer: str | None = attrs.field(default=None, validator=valid_name)
     before: str | None = None
     limit: int = attrs.field(default=100, validator=_page_size(500))
 

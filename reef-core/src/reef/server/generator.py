@@ -34,6 +34,7 @@ from reef.engines.interface import EngineError
 from reef.record2sample.generator.service import GeneratorService, TaskNotFound
 from reef.server.bodies import answer, structure
 from reef.server.errors import ApiError
+from reef.server.names import valid_name
 from reef.server.openapi import ApiRoute
 from reef.server.request_json import read_json
 from reef.server.service import ServedScenario, service_of
@@ -49,11 +50,11 @@ class TaskBody:
     """A task, as a value or by name (exactly one).
 
     :ivar task: the task's JSON form (``name``, ``files``, ``source_agent_record_ids``).
-    :ivar task_name: the name of a staged or saved task.
+    :ivar task_name: the name of a staged or saved task (a name: no separator, no ``..``).
     """
 
     task: dict[str, Any] | None = None
-    task_name: str | None = None
+    task_name: str | None = attrs.field(default=None, validator=valid_name)
 
 
 @attrs.frozen
@@ -70,7 +71,7 @@ class VerifyBody:
     task's oracle solution."""
 
     task: dict[str, Any] | None = None
-    task_name: str | None = None
+    task_name: str | None = attrs.field(default=None, validator=valid_name)
     attempt: dict[str, str] = attrs.field(factory=dict)
     oracle: bool = False
 
@@ -96,7 +97,7 @@ class PlayBody:
     """
 
     task: dict[str, Any] | None = None
-    task_name: str | None = None
+    task_name: str | None = attrs.field(default=None, validator=valid_name)
     rollouts: int = 1
     hint: str | None = None
     agent: dict[str, Any] = attrs.field(factory=dict)

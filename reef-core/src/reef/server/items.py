@@ -32,6 +32,7 @@ from reef.server.bodies import (
     structure,
 )
 from reef.server.errors import ApiError
+from reef.server.names import check_name
 from reef.server.openapi import ApiRoute
 from reef.server.request_json import read_json
 from reef.server.service import Service, service_of
@@ -98,6 +99,11 @@ async def post_item(request: Request) -> Response:
             "$.id",
             "give the item an id, or the trajectory a trajectory_id or session_id",
         )
+    if upload.id is None:
+        # The id comes from the trajectory: a name like any other the routes take, or the
+        # item could never be read or deleted by its path.
+        named_by = "trajectory_id" if trajectory.trajectory_id else "session_id"
+        check_name(item_id, f"$.trajectory.{named_by}")
     value = {"trajectory": trajectory_to_json(trajectory), "owner": _owner(caller)}
 
     def store() -> tuple[bool, tuple[str, ...]]:

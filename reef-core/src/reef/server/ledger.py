@@ -19,7 +19,9 @@ scenario's :class:`ScenarioLedger`, which runs on a thread of its own:
 - every item is answered only after its batch commits. When the transaction itself fails
   (the database, or a write conflict no check foresaw, such as another process taking an id),
   the index is rebuilt and the items are written again one transaction each, so a failure
-  reaches only the item that causes it.
+  reaches only the item that causes it. An item the database itself cannot take (a full
+  disk) is told to ``on_store_failure`` with the size of its record, so the store's health is
+  decided by that write (:mod:`reef.server.store_health`).
 
 Answers go back to the asyncio loop through :class:`concurrent.futures.Future` values, which
 the routes await with :func:`asyncio.wrap_future`.
@@ -36,9 +38,9 @@ from functools import partial
 from typing import Final
 
 import attrs
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, OperationalError
 
-from reef.core.records import InferenceRecord, Report
+from reef.core.records import InferenceRecord, Report, dumps
 from reef.core.trajectory_index import LinkEntry, TrajectoryIndex
 from reef.server.bodies import ReportReceipt
 from reef.server.errors import ApiError, ReportRejected
@@ -80,12 +82,21 @@ class ScenarioLedger:
     :param store: the scenario's record store.
     :param other_stores: the record stores of the deployment's other scenarios, to tell a
         foreign reference from a missing one.
+    :param on_store_failure: told of each item the database itself could not take, with the
+        size of its record in bytes.
     """
 
-    def __init__(self, store: RecordStore, other_stores: Sequence[RecordStore]) -> None:
+    def __init__(
+        self,
+        store: RecordStore,
+        other_stores: Sequence[RecordStore],
+        *,
+        on_store_failure: Callable[[BaseException, int], None] | None = None,
+    ) -> None:
         self.store = store
         self.scenario = store.scenario
         self._other_stores = other_stores
+        self._on_store_failure = on_store_failure
         self._index = TrajectoryIndex()
         self._cursor: Position | None = None
         self._queue: queue.SimpleQueue[_Item] = queue.SimpleQueue()
@@ -161,6 +172,10 @@ class ScenarioLedger:
                 self._commit(items, reconnected=True)
                 return
             if len(items) == 1:
+                if isinstance(exc, OperationalError) and self._on_store_failure is not None:
+                    item = items[0]
+                    record = item.record if isinstance(item, _Append) else item.report
+                    self._on_store_failure(exc, len(dumps(record).encode()))
                 items[0].done.set_exception(exc)
                 return
             _log.warning(

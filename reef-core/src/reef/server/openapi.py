@@ -1,9 +1,15 @@
-"""The OpenAPI document of the service, generated from its route table and body types.
+"""The route table of the service and its OpenAPI document, generated from it and the body types.
 
 Each route of the application is one :class:`ApiRoute`: its method, path, the attrs class of
 its request body and of each answer. The Starlette routes and the OpenAPI 3.1 document are both
 made from that one list, and each body's JSON Schema from its attrs class (:func:`json_schema`),
 so the document cannot drift from the code.
+
+What every route checks before its handler runs is applied here too, from the same row
+(:meth:`ApiRoute.endpoint`), so a route added later gets it without asking: each path
+parameter is a name (:mod:`reef.server.names`), and a route that reads a JSON body refuses any
+other content type with a 415 (a browser may send ``text/plain`` to any origin without asking
+first; ``application/json`` it may not).
 """
 
 from __future__ import annotations
@@ -15,15 +21,29 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal
 
 import attrs
+from starlette.requests import Request
+from starlette.responses import Response
 
 from reef.core.records import JSON
-from reef.server.errors import ErrorBody
+from reef.server.errors import ApiError, ErrorBody
+from reef.server.names import check_name
 from reef.version import __version__
 
-__all__ = ["ApiRoute", "json_schema", "openapi_document"]
+__all__ = [
+    "JSON_MEDIA_TYPE",
+    "ApiRoute",
+    "check_json_content_type",
+    "json_schema",
+    "openapi_document",
+]
 
 # A path parameter, with Starlette's converter when it has one (``{sample_id:path}``).
 _PATH_PARAMETER = re.compile(r"\{([a-z_]+)(?::[a-z]+)?\}")
+# A path parameter that may hold a ``/``: an id the service made, looked up as given.
+_FREE_PARAMETER = re.compile(r"\{([a-z_]+):path\}")
+
+#: The media type of every request body the service reads.
+JSON_MEDIA_TYPE = "application/json"
 
 
 @attrs.frozen
@@ -58,6 +78,44 @@ class ApiRoute:
     def document_path(self) -> str:
         """The path as the document writes it: parameters without their converters."""
         return _PATH_PARAMETER.sub(r"{\1}", self.path)
+
+    @property
+    def named_parameters(self) -> tuple[str, ...]:
+        """The path parameters that are names (every one but a ``{name:path}``)."""
+        free = set(_FREE_PARAMETER.findall(self.path))
+        return tuple(p for p in _PATH_PARAMETER.findall(self.path) if p not in free)
+
+    def endpoint(self) -> Callable[[Request], Awaitable[Response]]:
+        """The handler behind the checks every route takes (the module docstring): its path
+        parameters are names, and its body, when it reads one, is declared JSON.
+
+        :raises ApiError: 400 for a path parameter that is no name; 415 for a body of another
+            content type.
+        """
+        handler, named, reads_json = self.handler, self.named_parameters, self.request is not None
+
+        async def checked(request: Request) -> Response:
+            for parameter in named:
+                check_name(request.path_params[parameter], parameter)
+            if reads_json:
+                check_json_content_type(request)
+            response: Response = await handler(request)
+            return response
+
+        return checked
+
+
+def check_json_content_type(request: Request) -> None:
+    """:raises ApiError: 415 unless the request declares its body ``application/json``."""
+    declared = request.headers.get("content-type", "")
+    media_type = declared.partition(";")[0].strip().lower()
+    if media_type != JSON_MEDIA_TYPE:
+        raise ApiError.one(
+            415,
+            "unsupported_media_type",
+            "content-type",
+            f"the body must be sent as {JSON_MEDIA_TYPE}, not {declared or 'without a type'!r}",
+        )
 
 
 def json_schema(cls: Any, components: dict[str, JSON]) -> JSON:
@@ -156,7 +214,8 @@ def openapi_document(routes: Sequence[ApiRoute], *, title: str = "Reef") -> JSON
                 "description": "success",
                 "content": {"application/json": content},
             }
-        for refused in ("400", "401", "403", "404", "409", "413"):
+        refusals = ("400", "401", "403", "404", "409", "413")
+        for refused in (*refusals, "415") if route.request is not None else refusals:
             operation["responses"].setdefault(refused, _error_response())
         if route.scope is not None:
             operation["security"] = [{"bearer": []}]

@@ -22,7 +22,7 @@ from starlette.requests import Request
 
 from reef.server.errors import ApiError
 
-__all__ = ["MAX_DEPTH", "MAX_INT", "MIN_INT", "read_json"]
+__all__ = ["MAX_DEPTH", "MAX_INT", "MIN_INT", "read_json", "request_bytes"]
 
 #: The deepest nesting of arrays and objects a body may have.
 MAX_DEPTH: Final = 100
@@ -48,7 +48,14 @@ async def read_json(request: Request, limit: int) -> Any:
         if size > limit:
             raise _too_large(limit)
         parts.append(chunk)
+    request.state.body_bytes = size
     return parse_json(b"".join(parts))
+
+
+def request_bytes(request: Request) -> int:
+    """How many bytes of body :func:`read_json` read from ``request`` (0 before it did)."""
+    size = getattr(request.state, "body_bytes", 0)
+    return size if isinstance(size, int) else 0
 
 
 def parse_json(body: bytes) -> Any:

@@ -210,7 +210,9 @@ class Service:
         stores = [s.records for s in self.scenarios.values()]
         for scenario in self.scenarios.values():
             others = [store for store in stores if store is not scenario.records]
-            scenario.ledger = ScenarioLedger(scenario.records, others)
+            scenario.ledger = ScenarioLedger(
+                scenario.records, others, on_store_failure=scenario.health.failed
+            )
 
     async def stop(self) -> None:
         """Stop the ledgers, close the engines' idle connections and the stages admission
@@ -224,11 +226,11 @@ class Service:
         for scenario in self.scenarios.values():
             scenario.admission.close()
 
-    def store_failed(self, exc: BaseException) -> None:
-        """A write failed for a reason of the database (which one the error does not say):
-        every store is probed before its next chat call is forwarded."""
+    def store_failed(self, exc: BaseException, size: int = 0) -> None:
+        """A write of about ``size`` bytes failed for a reason of the database (which one the
+        error does not say): every store is probed before its next chat call is forwarded."""
         for health in self.health.values():
-            health.failed(exc)
+            health.failed(exc, size)
 
     # -- what every route asks ------------------------------------------------------------------
 

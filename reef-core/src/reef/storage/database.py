@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 from collections.abc import Iterator
 from typing import Any, Final, Literal
 
@@ -43,6 +44,13 @@ MIGRATION_LOCK_KEY: Final = (
 )
 
 _READ_ONLY: Final = "reef_read_only"
+
+# The setting (of no scenario) that a probe write of some size writes and removes again.
+_PROBE_KEY: Final = "reef.store-probe"
+_DELETE_PROBE: Final = text("DELETE FROM reef_scenario_settings WHERE scenario = '' AND key = :key")
+_INSERT_PROBE: Final = text(
+    "INSERT INTO reef_scenario_settings (scenario, key, value) VALUES ('', :key, :value)"
+)
 
 
 class Database:
@@ -74,12 +82,25 @@ class Database:
             with connection.begin():
                 yield connection
 
-    def probe_write(self) -> None:
-        """Commit one write that changes nothing (the schema's version row, set to itself), to
-        learn whether the database can write now (a full disk, a file-size limit, a lost
-        server). :raises sqlalchemy.exc.DBAPIError: when it cannot."""
+    def probe_write(self, size: int = 0) -> None:
+        """Learn whether the database can write now (a full disk, a file-size limit, a lost
+        server): commit a write of ``size`` bytes (incompressible, in a setting of its own,
+        removed again in a second transaction), or, for a ``size`` of 0, one that changes
+        nothing (the schema's version row, set to itself).
+
+        Give the size of the write that failed: a write that changes nothing, or a small one,
+        fits in pages the database already has, and succeeds on a full disk where a record's
+        write does not. :raises sqlalchemy.exc.DBAPIError: when it cannot."""
         with self.write() as connection:
             connection.execute(text("UPDATE alembic_version SET version_num = version_num"))
+            if size > 0:
+                connection.execute(_DELETE_PROBE, {"key": _PROBE_KEY})
+                connection.execute(
+                    _INSERT_PROBE, {"key": _PROBE_KEY, "value": os.urandom(size // 2 + 1).hex()}
+                )
+        if size > 0:
+            with self.write() as connection:
+                connection.execute(_DELETE_PROBE, {"key": _PROBE_KEY})
 
     def held_writer(self) -> HeldWriter:
         """A :class:`HeldWriter`: one connection kept for one thread's write transactions."""

@@ -109,6 +109,7 @@ class ServeProcess:
         ``--allow-unauthenticated`` (loopback only).
     :param env: variables added to this process's environment for it (a fault point:
         ``REEF_FAULT_POINT``).
+    :param log_level: ``--log-level`` (``info`` writes uvicorn's access log).
     :raises AssertionError: when it exits, or does not answer within a minute.
     """
 
@@ -120,6 +121,7 @@ class ServeProcess:
         lease_ttl: float = 10.0,
         token: str | None = None,
         env: Mapping[str, str] | None = None,
+        log_level: str = "warning",
     ) -> None:
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
@@ -127,7 +129,7 @@ class ServeProcess:
         self._log_path = log
         self._log = log.open("ab")
         command = [REEF, "serve", str(deployment), "--port", str(self.port)]
-        command += ["--lease-ttl", str(lease_ttl), "--log-level", "warning"]
+        command += ["--lease-ttl", str(lease_ttl), "--log-level", log_level]
         if token is None:
             command.append("--allow-unauthenticated")
         self.process = subprocess.Popen(
