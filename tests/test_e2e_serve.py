@@ -27,7 +27,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from reef.components.faults import FAULT_POINT_ENV
-from reef.storage import JobHistory, open_database
+from reef.storage import JobHistory, TrainerLeases, open_database
 from reef.testing.serve import (
     TINY_GPT_OPTIONS,
     ScriptedAgent as Agent,
@@ -307,8 +307,8 @@ def test_two_processes_on_postgresql_the_leader_dies_and_the_other_takes_over(
     """
     deployment = tiny_local_deployment(workdir, postgres_url)
     agent = Agent()
-    first = Serve(deployment, workdir / "a.log", lease_ttl=2.0)
-    second = Serve(deployment, workdir / "b.log", lease_ttl=2.0)
+    first = Serve(deployment, workdir / "a.log", lease_ttl=TTL)
+    second = Serve(deployment, workdir / "b.log", lease_ttl=TTL)
     processes = {first.process.pid: first, second.process.pid: second}
     try:
         _wait(lambda: _served(first.base_url) is not None, 60, "a leader", first.base_url)
@@ -317,7 +317,11 @@ def test_two_processes_on_postgresql_the_leader_dies_and_the_other_takes_over(
         for _ in range(2):  # both admit: reports go to either process
             agent.round(leader.base_url)
             agent.round(follower.base_url)
+        died = time.time()
         leader.kill()
+        took = _takeover(postgres_url, follower.process.pid, died)
+        print(f"takeover {took:.2f} s after the SIGKILL (TTL {TTL} s)")
+        assert took <= TTL, took  # the schedule meets the TTL (docs/trainer.md#leases)
         _wait(
             lambda: _holder_pid(postgres_url) == follower.process.pid,
             60,
@@ -391,6 +395,26 @@ def _snapshot_after(
     return found[0]
 
 
+#: The lease TTL of the two-process tests: the follower must hold the lease within it.
+TTL = 2.0
+
+
+def _takeover(url: str, follower_pid: int, died: float) -> float:
+    """Seconds from ``died`` until the lease row names the follower (read every 10 ms)."""
+    database = open_database(url)
+    leases = TrainerLeases(database, SCENARIO, ttl=TTL)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            lease = leases.current("local")
+            if lease is not None and int(lease.holder.split(":")[1]) == follower_pid:
+                return time.time() - died
+            time.sleep(0.01)
+    finally:
+        database.dispose()
+    raise AssertionError("the follower never took the lease over")
+
+
 def _holder_pid(url: str) -> int:
     """The pid of the process whose trainer wrote the last status snapshot."""
     return int(str(json.loads(_settings_snapshot(url))["holder"]).split(":")[1])
@@ -427,16 +451,18 @@ def test_a_leader_killed_at_a_fault_point_loses_nothing_and_trains_nothing_twice
     deployment = tiny_local_deployment(workdir, postgres_url)
     agent = Agent()
     fault = {FAULT_POINT_ENV: "local.weights_saved"}
-    leader = Serve(deployment, workdir / "a.log", lease_ttl=2.0, env=fault)
+    leader = Serve(deployment, workdir / "a.log", lease_ttl=TTL, env=fault)
     follower: Serve | None = None
     try:
         first = _first_weights(leader)  # alone: it holds the lease
-        follower = Serve(deployment, workdir / "b.log", lease_ttl=2.0)
+        follower = Serve(deployment, workdir / "b.log", lease_ttl=TTL)
         assert _holder_pid(postgres_url) == leader.process.pid
         agent.round(leader.base_url)  # half a job: the leader does not train yet
         for _ in range(3):  # both admit; the leader's first job fills and it dies
             agent.round(follower.base_url)
         assert leader.process.wait(120) == -signal.SIGKILL  # at the fault point
+        took = _takeover(postgres_url, follower.process.pid, time.time())
+        assert took <= TTL, took
         _wait(
             lambda: _holder_pid(postgres_url) == follower.process.pid,
             60,

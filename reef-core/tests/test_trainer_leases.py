@@ -1,6 +1,6 @@
 """Trainer leases: one holder at a time, takeover after expiry, fencing of a lost holder's
-writes, and how soon a standby's first job follows a holder's death (on SQLite and
-PostgreSQL)."""
+writes, and how soon a standby takes over from a holder's death: within the TTL, under load
+(on SQLite and PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from reef.storage import (
     open_database,
 )
 from reef.testing.components import RecordingComponent, grouped_parts, store_groups
-from reef.train.trainer import Trainer, TrainerSettings
+from reef.train.trainer import Trainer, TrainerParts, TrainerSettings
 
 
 class Clock:
@@ -37,14 +37,16 @@ class Clock:
 
 def test_one_holder_at_a_time_and_takeover_after_expiry(storage_database: Database) -> None:
     clock = Clock()
-    leases = TrainerLeases(storage_database, "s", ttl=5.0, clock=clock)
+    leases = TrainerLeases(storage_database, "s", ttl=6.0, clock=clock)
+    assert (leases.claim, leases.beat) == (3.0, 1.0)  # half the TTL; a sixth
     first = leases.try_acquire("local", "a")
     assert first is not None
     assert first.token == 1
+    assert first.expires_at == 1003.0
     assert leases.try_acquire("local", "b") is None  # a's claim runs
-    clock.now += 4
+    clock.now += 2
     first = leases.renew(first)  # the heartbeat
-    clock.now += 4
+    clock.now += 2
     assert leases.try_acquire("local", "b") is None  # renewed: still a's
     clock.now += 2
     second = leases.try_acquire("local", "b")  # a stopped renewing: b takes over
@@ -96,7 +98,7 @@ def test_release_hands_over_at_once_and_leases_are_per_trainer(
 HOLDER = """
 import sys, threading
 from reef.storage import open_database
-from reef.train.trainer import Trainer, TrainerSettings
+from reef.train.trainer import Trainer, TrainerParts, TrainerSettings
 
 def build(fenced):
     print("held", flush=True)
@@ -108,14 +110,17 @@ Trainer("s", "c", database=open_database(sys.argv[1]), build=build, holder="dyin
 """
 
 
-def test_a_standby_starts_its_first_job_within_four_thirds_of_the_ttl_of_a_death(
-    storage_url: str,
-) -> None:
-    """docs/trainer.md#leases: a holder SIGKILLed stops renewing; its lease expires at most a
-    TTL after its last renewal, a standby tries every third of the TTL, so the standby holds
-    the lease within 4/3 of the TTL and its first job starts after building its parts. Both
-    ends are read from the store: the dead holder's last renewal (its ``expires_at`` less the
-    TTL) and the first job's ``submitted_at``, with a third of the TTL allowed for the build."""
+#: A process that keeps one core busy: the load a takeover must meet its TTL under.
+SPIN = "while True: pass"
+
+
+def test_a_standby_takes_over_within_the_ttl_of_a_death_under_load(storage_url: str) -> None:
+    """docs/trainer.md#leases: a holder SIGKILLed stops renewing; its claim (half the TTL)
+    lapses, a standby tries every sixth of the TTL, so the standby holds the lease within two
+    thirds of the TTL of the death, with a third to spare, and the promise is the TTL itself.
+    Measured with two more processes spinning on the machine's cores: from the SIGKILL to the
+    standby building its parts (what it does first under the lease), and on to its first job,
+    whose ``submitted_at`` the store keeps."""
     ttl = 3.0
     database = open_database(storage_url)
     holder = subprocess.Popen(
@@ -123,41 +128,51 @@ def test_a_standby_starts_its_first_job_within_four_thirds_of_the_ttl_of_a_death
         stdout=subprocess.PIPE,
         text=True,
     )
+    load = [subprocess.Popen([sys.executable, "-c", SPIN]) for _ in range(2)]
     standby: Trainer | None = None
     try:
         assert holder.stdout is not None
         assert holder.stdout.readline() == "held\n"
         store_groups(TrainerSamples(database, "s"))
         component = RecordingComponent(1)
+        build = grouped_parts(component)
+        taken: list[float] = []
+
+        def timed_build(fenced: Database) -> TrainerParts:
+            taken.append(time.time())
+            return build(fenced)
 
         settings = TrainerSettings(poll_interval=0.05, lease_ttl=ttl)
-        standby = Trainer(
-            "s", "c", database=database, build=grouped_parts(component), settings=settings
-        )
-        standby.start()  # a standby: it tries every third of the TTL
-        time.sleep(ttl / 2)  # at least one renewal by the holder's heartbeat
+        standby = Trainer("s", "c", database=database, build=timed_build, settings=settings)
+        standby.start()  # a standby: it tries every sixth of the TTL
+        time.sleep(ttl / 2)  # several renewals by the holder's heartbeat, under the load
         assert component.submitted == []  # the holder's claim runs
+        # The worst moment to die: just after a renewal, which leaves the longest claim.
+        leases = TrainerLeases(database, "s", ttl=ttl)
+        renewed = leases.current("c")
+        assert renewed is not None
+        while (dead := leases.current("c")) == renewed:
+            time.sleep(0.005)  # polls the store for the next renewal
+        killed = time.time()
         holder.kill()
         holder.wait(30)
-        leases = TrainerLeases(database, "s", ttl=ttl)
-        dead = leases.current("c")  # read at once: its claim runs at least 2/3 TTL more
         assert dead is not None
-        assert (dead.holder, dead.token) == ("dying", 1)
-        last_renewal = dead.expires_at - ttl
+        assert (dead.holder, dead.token) == ("dying", 1)  # it held on under the load
         assert component.all_submitted.wait(30)
         lease = leases.current("c")
         assert lease is not None
         assert (lease.holder, lease.token) == (standby.holder, 2)
         [first_job] = JobHistory(database, "s").read(trainer="c")
         assert first_job.submitted_at is not None
-        took = first_job.submitted_at - last_renewal
-        # A third of the TTL more for the build and the first submission: a standby that
-        # waited twice as long between tries fails this in most phases.
-        assert ttl <= took <= ttl * 4 / 3 + ttl / 3, took
+        takeover, first = taken[0] - killed, first_job.submitted_at - killed
+        print(f"takeover {takeover:.2f} s, first job {first:.2f} s after the death (TTL {ttl} s)")
+        assert taken[0] >= dead.expires_at  # not before the dead holder's claim lapsed
+        assert takeover <= ttl, takeover
     finally:
-        if holder.poll() is None:
-            holder.kill()
-            holder.wait(30)
+        for process in (holder, *load):
+            if process.poll() is None:
+                process.kill()
+                process.wait(30)
         if holder.stdout is not None:
             holder.stdout.close()
         if standby is not None:

@@ -153,8 +153,8 @@ def _configure_serve(parser: argparse.ArgumentParser) -> None:
         "--lease-ttl",
         type=float,
         default=10.0,
-        help="seconds a trainer's lease lasts unrenewed: another process takes over the trainers"
-        " of one that died within 4/3 of this (standbys look every third)",
+        help="seconds within which another process takes over the trainers of one that died"
+        " (a claim lasts half of it; renewals and standbys' tries come every sixth)",
     )
     parser.add_argument("--log-level", default="info", help="uvicorn's and Reef's log level")
 

@@ -10,6 +10,13 @@ is a row of the store per ``(scenario, trainer)``:
 - A process takes the lease when it is free or expired (:meth:`TrainerLeases.try_acquire`).
   A holder that dies (SIGKILL, power loss) stops renewing, and another process takes over once
   ``expires_at`` has passed.
+- The schedule meets the TTL: a dead holder's trainer has a new holder within ``ttl`` seconds
+  of the death. A claim lasts half the TTL (:attr:`TrainerLeases.claim`); the holder renews
+  it, and standbys try to take it, every sixth of the TTL (:attr:`TrainerLeases.beat`). A
+  holder that dies just after a renewal leaves a claim of half the TTL, and the next try of a
+  standby comes at most a sixth later: two thirds of the TTL, and a third to spare for a
+  loaded machine (a late try, a slow write). A holder loses its lease only when no renewal of
+  three commits within half the TTL.
 - Every write the trainer makes goes through a :class:`FencedDatabase`, whose write
   transactions first check, inside the same transaction, that the row still holds the
   trainer's holder and token. A process that lost its lease (it stalled past the expiry and
@@ -19,7 +26,8 @@ is a row of the store per ``(scenario, trainer)``:
   check, and a commit after a takeover sees the new token.
 
 Expiry compares wall-clock times of the processes (``time.time()``): processes on several
-machines need synchronised clocks, and the lease's ``ttl`` must exceed the worst clock skew.
+machines need synchronised clocks, and a claim (half the ``ttl``) must exceed the worst clock
+skew.
 """
 
 from __future__ import annotations
@@ -27,7 +35,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Final
 
 import attrs
 from sqlalchemy import (
@@ -47,7 +55,20 @@ from reef.storage.errors import StorageError
 from reef.storage.tables import metadata
 from reef.storage.upserts import insert_or_ignore
 
-__all__ = ["FencedDatabase", "Lease", "LeaseLostError", "TrainerLeases", "trainer_leases"]
+__all__ = [
+    "BEAT_SHARE",
+    "CLAIM_SHARE",
+    "FencedDatabase",
+    "Lease",
+    "LeaseLostError",
+    "TrainerLeases",
+    "trainer_leases",
+]
+
+#: How much of the TTL one claim lasts.
+CLAIM_SHARE: Final = 1 / 2
+#: How much of the TTL passes between two renewals, and between two tries of a standby.
+BEAT_SHARE: Final = 1 / 6
 
 trainer_leases = Table(
     "reef_trainer_leases",
@@ -97,7 +118,9 @@ class TrainerLeases:
 
     :param database: the opened database.
     :param scenario: the scenario.
-    :param ttl: how long a claim lasts without renewal (seconds).
+    :param ttl: the longest a dead holder's trainer waits for a new holder (seconds): a claim
+        lasts :data:`CLAIM_SHARE` of it, renewals and a standby's tries come every
+        :data:`BEAT_SHARE` (the module docstring).
     :param clock: the wall clock (Unix seconds).
     """
 
@@ -115,6 +138,16 @@ class TrainerLeases:
         self.scenario = scenario
         self.ttl = ttl
         self._clock = clock
+
+    @property
+    def claim(self) -> float:
+        """Seconds a claim lasts without renewal: half the TTL."""
+        return self.ttl * CLAIM_SHARE
+
+    @property
+    def beat(self) -> float:
+        """Seconds between two renewals of a holder, and between two tries of a standby."""
+        return self.ttl * BEAT_SHARE
 
     def _locked_row(self, connection: Connection, trainer: str) -> tuple[str, int, float]:
         insert_or_ignore(
@@ -154,7 +187,7 @@ class TrainerLeases:
                 if current and current != holder and expires_at > now:
                     return None
                 token += 1  # a new tenure: whatever the previous one writes now is refused
-            lease = Lease(self.scenario, trainer, holder, token, now + self.ttl)
+            lease = Lease(self.scenario, trainer, holder, token, now + self.claim)
             connection.execute(
                 update(trainer_leases)
                 .where(self._key(trainer))
@@ -163,7 +196,7 @@ class TrainerLeases:
         return lease
 
     def renew(self, lease: Lease) -> Lease:
-        """Extend ``lease`` by the ttl (the heartbeat).
+        """Extend ``lease`` by a claim (the heartbeat).
 
         A lease that expired but that nobody took over is renewed: no other process wrote.
 
@@ -173,7 +206,7 @@ class TrainerLeases:
             holder, token, _ = self._locked_row(connection, lease.trainer)
             if (holder, token) != (lease.holder, lease.token):
                 raise LeaseLostError(lease, holder or None, token)
-            renewed = attrs.evolve(lease, expires_at=self._clock() + self.ttl)
+            renewed = attrs.evolve(lease, expires_at=self._clock() + self.claim)
             connection.execute(
                 update(trainer_leases)
                 .where(self._key(lease.trainer))

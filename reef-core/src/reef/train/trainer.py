@@ -113,10 +113,10 @@ class TrainerSettings:
 
     :ivar poll_interval: seconds between steps when nothing happened (also how often a running
         job and background work are polled).
-    :ivar lease_ttl: seconds a lease lasts without renewal; the heartbeat renews it every
-        third of that, and standbys try to take it every third of that. A dead holder's lease
-        expires at most one TTL after it died, and a standby takes it within a third more:
-        takeover within 4/3 of the TTL (plus the time to build the trainer's parts).
+    :ivar lease_ttl: the longest a dead holder's trainer goes without a holder: another
+        process takes the lease within this many seconds of the death (a claim lasts half of
+        it; the heartbeat renews and standbys try every sixth: :class:`reef.storage.TrainerLeases`),
+        then builds the trainer's parts.
     :ivar record_batch: the most records read from the store per step.
     """
 
@@ -256,7 +256,7 @@ class Trainer:
         while not self._stopping.is_set():
             lease = self._leases.try_acquire(self.name, self.holder)
             if lease is None:
-                self._stopping.wait(self.settings.lease_ttl / 3)
+                self._stopping.wait(self._leases.beat)
                 continue
             self.lease = lease
             self._lost.clear()
@@ -272,7 +272,7 @@ class Trainer:
             except Exception as exc:  # a bug or a broken store: record it, retry the tenure
                 logger.exception("trainer %s of scenario %s failed", self.name, self.scenario)
                 self._note_error("tenure", exc)
-                self._stopping.wait(self.settings.lease_ttl / 3)
+                self._stopping.wait(self._leases.beat)
             finally:
                 lost = self._lost.is_set()
                 self._lost.set()  # ends the heartbeat
@@ -282,7 +282,7 @@ class Trainer:
                 self.lease = None
 
     def _heartbeat(self) -> None:
-        while not self._lost.wait(self.settings.lease_ttl / 3):
+        while not self._lost.wait(self._leases.beat):
             lease = self.lease
             if lease is None:
                 return
