@@ -555,6 +555,44 @@ def test_the_overview_shows_the_running_job_and_the_last_errors(
     assert busy["empty"] == [], busy
 
 
+def test_a_sample_a_failed_job_consumed_shows_so_not_trained(
+    served: tuple[ServeProcess, str], browser: WebDriver
+) -> None:
+    """rule: P-PIPE-10 -- a sample sent to a job that failed (its holder killed with it) is
+    drawn as consumed by a failed job, in the list and opened, never as trained; the answers
+    are shaped as the sample routes give them."""
+    serve = served[0]
+    browser.get(f"{serve.base_url}/reef/console/")
+    wait_for(browser, lambda d: d.find_element(By.ID, "token").is_displayed(), "the page")
+    status = httpx.get(f"{serve.base_url}/reef/status", headers=serve.headers).json()
+    sample = {
+        "id": "word:r9:0", "kind": "trajectory", "group_id": "r9", "position": "9.1",
+        "made_by": "local", "origin": "record", "reward": 0.5, "report_id": "r9", "steps": 2,
+        "preview": "Say ok.", "trained_by": {}, "manual_buffer": [], "stale_for": [],
+        "failed_by": {"local": 1},
+    }  # fmt: skip
+    page = {"scenario": SCENARIO, "samples": [sample], "total": 1, "next": None}
+    job = {
+        "job_id": "word:data:3", "trainer": "local", "trained": False, "sent": True,
+        "reward": 0.5, "event": "failed", "submitted_at": 1.0, "ended_at": 2.0,
+        "extensions": {}, "job_extensions": {},
+    }  # fmt: skip
+    detail = {
+        "scenario": SCENARIO, "sample": sample,
+        "body": {"trajectory": {"steps": []}, "reward": 0.5},
+        "records": [], "report": None, "upload": None, "task": None, "jobs": [job],
+    }  # fmt: skip
+    drawn = browser.execute_async_script(_DRAW_FAILED_JOB, status["scenarios"][0], page, detail)
+    assert "error" not in drawn, drawn
+    times = "\u00d7"  # the multiplication sign the console writes counts with
+    assert drawn["badges"] == [f"badge failed: consumed by a failed job {times}1"], drawn
+    assert drawn["facts"]["Trained"] == "not yet"
+    assert drawn["facts"]["Consumed by a failed job"].startswith(f"local {times}1")
+    [line] = drawn["jobs"]
+    assert "consumed by a failed job" in line, line
+    assert "trained with" not in line, line
+
+
 def test_the_page_fits_a_small_laptop_screen(
     with_samples: ServeProcess, browser: WebDriver, artifacts: Path
 ) -> None:
@@ -580,6 +618,7 @@ _REACHABLE = (CHECKS / "reachable.js").read_text(encoding="utf-8")
 _COLOURS = (CHECKS / "text_colours.js").read_text(encoding="utf-8")
 _DRAW_CHART = (CHECKS / "draw_chart.js").read_text(encoding="utf-8")
 _DRAW_OVERVIEW = (CHECKS / "draw_overview.js").read_text(encoding="utf-8")
+_DRAW_FAILED_JOB = (CHECKS / "draw_failed_job.js").read_text(encoding="utf-8")
 
 #: Every element a person can reach with Tab, as the page draws it.
 FOCUSABLE = (

@@ -222,6 +222,39 @@ def test_a_sample_shows_where_it_came_from_and_the_jobs_that_consumed_it(
     assert missing.json()["problems"][0]["field"] == "sample_id"
 
 
+def test_a_failed_jobs_samples_show_as_consumed_by_it_not_trained(
+    client: TestClient, storage_database: Database
+) -> None:
+    """rule: P-PIPE-10 -- a job its component failed consumed its samples (they never train
+    again for that trainer) and trained none: the list, the detail and the history say so."""
+    _scored_sample(client, storage_database)
+    samples = TrainerSamples(storage_database, "support")
+    history = JobHistory(storage_database, "support")
+    history.submitted("noop", "job-1", [SampleOfJob("s:0", True, 0.5), SampleOfJob("s:1", True)])
+    samples.commit_submission("noop", "job-1", ["s:0", "s:1"])
+    samples.record_job_outcome(
+        "noop",
+        {"job_id": "job-1", "component": "noop", "event": "failed", "metrics": {},
+         "error": "lost with its process"},
+    )  # fmt: skip
+    assert samples.train_counts("noop", ["s:0"]) == {"s:0": 1}  # consumed for good
+
+    listed = client.get("/reef/scenarios/support/samples", headers=ADMIN).json()["samples"]
+    assert [(s["id"], s["trained_by"], s["failed_by"]) for s in listed] == [
+        ("s:0", {}, {"noop": 1}), ("s:1", {}, {"noop": 1})
+    ]  # fmt: skip
+    assert _ids(client, trained="true") == []
+    assert _ids(client, trained="false") == ["s:0", "s:1"]
+    [job] = client.get("/reef/scenarios/support/samples/s:0", headers=ADMIN).json()["jobs"]
+    assert (job["event"], job["sent"], job["trained"]) == ("failed", True, False)
+    [summary] = client.get("/reef/scenarios/support/jobs", headers=ADMIN).json()["jobs"]
+    assert (summary["event"], summary["trained"], summary["sent"], summary["consumed"]) == (
+        "failed", 0, 2, 2,
+    )  # fmt: skip
+    trainer = client.get("/reef/status", headers=ADMIN).json()["scenarios"][0]["trainers"][0]
+    assert trainer["drops"] == {"failed_job": 2}
+
+
 def test_an_upload_and_a_task_show_their_source(
     client: TestClient, storage_database: Database
 ) -> None:

@@ -313,7 +313,8 @@ class SampleQuery:
 
     :ivar kind: only samples of this kind (``trajectory`` or ``task``).
     :ivar group: only the samples of this group.
-    :ivar trained: only samples a job trained (``true``) or none did (``false``).
+    :ivar trained: only samples a job trained (``true``) or none did (``false``); a sample a
+        failed job consumed was trained by none.
     :ivar stale: only samples a trainer leaves out as stale (``true``) or none does (``false``).
     :ivar chosen: only samples in a manual buffer (``true``) or in none (``false``).
     :ivar trainer: the trainer that ``trained``, ``stale`` and ``chosen`` ask about (default:
@@ -344,9 +345,12 @@ class SampleSummary:
     :ivar reward: the reward it trains with, when it has one.
     :ivar steps: how many steps its trajectory has (``None`` for a task).
     :ivar preview: the start of its first user message, or the task's name.
-    :ivar trained_by: how many committed jobs of each trainer trained it.
+    :ivar trained_by: how many committed jobs of each trainer trained it (failed ones left
+        out).
     :ivar manual_buffer: the trainers whose manual buffer holds it.
     :ivar stale_for: the trainers that leave it out as stale.
+    :ivar failed_by: how many failed jobs of each trainer consumed it: sent to the component,
+        its training thrown away with the job; it never trains again for that trainer.
     """
 
     id: str
@@ -362,6 +366,7 @@ class SampleSummary:
     trained_by: Mapping[str, int]
     manual_buffer: tuple[str, ...]
     stale_for: tuple[str, ...]
+    failed_by: Mapping[str, int] = attrs.field(factory=dict)
 
 
 @attrs.frozen
@@ -427,8 +432,10 @@ class TaskSource:
 class SampleInJob:
     """A job that consumed a sample, and the sample's part in it.
 
-    :ivar trained: the sample went to the component (``False``: the job consumed it without
-        training, an extension retired it).
+    :ivar trained: the job trained it: it went to the component, and the job did not fail.
+    :ivar sent: it went to the component (``False``: the job consumed it without training, an
+        extension retired it). Sent to a failed job, it was consumed by a failed job: its
+        training was thrown away.
     :ivar reward: the reward it trained with.
     :ivar event: how the job ended (``finished``, ``failed``, ``released``); ``None`` while it
         runs.
@@ -440,6 +447,7 @@ class SampleInJob:
     job_id: str
     trainer: str
     trained: bool
+    sent: bool
     reward: float | None
     event: str | None
     submitted_at: float | None
@@ -490,7 +498,9 @@ class JobSummary:
 
     :ivar event: ``finished``, ``failed`` or ``released`` (never reached the component);
         ``None`` while it runs.
-    :ivar trained: the samples it sent to the component.
+    :ivar trained: the samples it trained: those it sent to the component, none when it
+        failed (they were consumed by a failed job).
+    :ivar sent: the samples it sent to the component, trained or thrown away with a failure.
     :ivar consumed: the samples it consumed (sent, or retired by an extension).
     :ivar reward_mean: the mean reward of the samples it sent that have one.
     :ivar metrics: the component's scalar metrics (``loss``, ...).
@@ -504,6 +514,7 @@ class JobSummary:
     event: str | None
     instruction_id: str | None
     trained: int
+    sent: int
     consumed: int
     reward_mean: float | None
     metrics: JSONObject

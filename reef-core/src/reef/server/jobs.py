@@ -14,6 +14,7 @@ from reef.server.bodies import QUERY_ROOT, JobPage, JobQuery, JobSummary, answer
 from reef.server.errors import ApiError
 from reef.server.openapi import ApiRoute
 from reef.server.service import check_trainer, service_of
+from reef.storage.job_history import FAILED
 
 __all__ = ["ROUTES"]
 
@@ -48,7 +49,9 @@ async def list_jobs(request: Request) -> Response:
                     ended_at=job.ended_at,
                     event=job.event,
                     instruction_id=job.instruction_id,
-                    trained=job.trained,
+                    # A failed job's weights were thrown away: it consumed, it trained none.
+                    trained=0 if job.event == FAILED else job.trained,
+                    sent=job.trained,
                     consumed=job.consumed,
                     reward_mean=job.reward_mean,
                     metrics=job.metrics,

@@ -33,6 +33,7 @@ from reef.server.errors import ApiError
 from reef.server.openapi import ApiRoute
 from reef.server.service import ServedScenario, Service, check_trainer, service_of
 from reef.storage import BrowsedSample, Position, RecordStore, SampleFilter
+from reef.storage.job_history import FAILED
 
 __all__ = ["ROUTES"]
 
@@ -111,6 +112,7 @@ def _summary(browsed: BrowsedSample) -> SampleSummary:
         trained_by=dict(browsed.train_counts),
         manual_buffer=browsed.manual_buffers,
         stale_for=browsed.stale_for,
+        failed_by=dict(browsed.failed_counts),
     )
 
 
@@ -209,7 +211,8 @@ def _detail(service: Service, scenario: ServedScenario, sample_id: str) -> Sampl
             SampleInJob(
                 job_id=entry.job.job_id,
                 trainer=entry.job.trainer,
-                trained=entry.sample.trained,
+                trained=entry.sample.trained and entry.job.event != FAILED,
+                sent=entry.sample.trained,
                 reward=entry.sample.reward,
                 event=entry.job.event,
                 submitted_at=entry.job.submitted_at,

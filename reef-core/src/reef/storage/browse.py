@@ -1,9 +1,14 @@
 """Reading a scenario's samples the way a person browses them: in store order, a page at a
 time, filtered, each with what every trainer did with it.
 
-Read-only: it reads the sample store's tables (samples, train counts, manual buffers) and the
-trainers' stale marks (:mod:`reef.storage.stale_samples`), and never changes a row. The
-console's routes use it (``docs/console.md``).
+Read-only: it reads the sample store's tables (samples, train counts, manual buffers), the
+trainers' stale marks (:mod:`reef.storage.stale_samples`) and the job history's failed jobs,
+and never changes a row. The console's routes use it (``docs/console.md``).
+
+A sample a failed job sent to its component is *consumed by a failed job*, not trained: the
+job's weights were thrown away. Its train count still holds that commit (it never trains again
+for that trainer, P-PIPE-10), so what the browser calls trained is the commits less the failed
+jobs that sent it (:attr:`BrowsedSample.failed_counts`).
 """
 
 from __future__ import annotations
@@ -12,9 +17,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
-from sqlalchemy import ColumnElement, Connection, func, literal, select, tuple_
+from sqlalchemy import ColumnElement, Connection, and_, func, literal, select, tuple_
 
 from reef.storage.database import Database
+from reef.storage.job_history import FAILED, job_samples, jobs
 from reef.storage.positions import Position
 from reef.storage.samples import StoredSample, TrainerSamples
 from reef.storage.stale_samples import StaleSamples, stale_samples
@@ -29,7 +35,7 @@ class SampleFilter:
 
     :ivar kind: ``"trajectory"`` or ``"task"``.
     :ivar group_id: the group the samples train with.
-    :ivar trained: trained by a job (True) or by none (False).
+    :ivar trained: trained by a job that did not fail (True) or by none (False).
     :ivar stale: left out of a buffer as stale (True) or not (False).
     :ivar chosen: in a manual buffer (True) or in none (False).
     :ivar trainer: the trainer ``trained``, ``stale`` and ``chosen`` ask about; any trainer
@@ -48,16 +54,19 @@ class SampleFilter:
 class BrowsedSample:
     """A stored sample and what the trainers did with it.
 
-    :ivar train_counts: how many committed jobs of each trainer trained it (trainers that never
-        did are left out).
+    :ivar train_counts: how many committed jobs of each trainer trained it, the failed ones
+        left out (trainers that never did are left out).
     :ivar manual_buffers: the trainers whose manual buffer holds it.
     :ivar stale_for: the trainers that leave it out as stale.
+    :ivar failed_counts: how many failed jobs of each trainer it was sent to: consumed, its
+        training thrown away (trainers of none are left out).
     """
 
     stored: StoredSample
     train_counts: Mapping[str, int]
     manual_buffers: tuple[str, ...]
     stale_for: tuple[str, ...]
+    failed_counts: Mapping[str, int] = attrs.field(factory=dict)
 
 
 class SampleBrowser:
@@ -120,10 +129,12 @@ class SampleBrowser:
         if where.group_id is not None:
             conditions.append(samples.c.group_id == where.group_id)
         # Each mark (trained, stale, chosen): a row of its table for the sample, of the
-        # trainer asked about or of any; the filter wants one (True) or none (False).
+        # trainer asked about or of any; the filter wants one (True) or none (False). Trained
+        # is a train count beyond the failed jobs of that trainer that sent the sample.
         marks = (
             (where.trained, sample_trains.c.trainer,
-             (sample_trains.c.sample_seq == samples.c.seq, sample_trains.c["count"] > 0)),
+             (sample_trains.c.sample_seq == samples.c.seq,
+              sample_trains.c["count"] > self._failed_sends(sample_trains.c.trainer))),
             (where.stale, stale_samples.c.trainer,
              (stale_samples.c.scenario == self.scenario,
               stale_samples.c.sample_id == samples.c.id)),
@@ -139,6 +150,52 @@ class SampleBrowser:
                 found = found.where(trainer == where.trainer)
             conditions.append(found.exists() if wanted else ~found.exists())
         return conditions
+
+    def _failed_sends(self, trainer: Any) -> Any:  # a correlated SQL count
+        """How many failed jobs of ``trainer`` (a column) sent the sample of the outer query."""
+        return (
+            select(func.count())
+            .select_from(job_samples)
+            .join(jobs, self._same_job())
+            .where(
+                job_samples.c.scenario == self.scenario,
+                job_samples.c.sample_id == samples.c.id,
+                job_samples.c.trainer == trainer,
+                job_samples.c.trained.is_(True),
+                jobs.c.event == FAILED,
+            )
+            .correlate(samples, trainer.table)
+            .scalar_subquery()
+        )
+
+    @staticmethod
+    def _same_job() -> ColumnElement[bool]:
+        return and_(
+            jobs.c.scenario == job_samples.c.scenario,
+            jobs.c.trainer == job_samples.c.trainer,
+            jobs.c.job_id == job_samples.c.job_id,
+        )
+
+    def _failed_counts(
+        self, connection: Connection, ids: Sequence[str]
+    ) -> dict[str, dict[str, int]]:
+        """Sample id -> trainer -> how many failed jobs of that trainer sent it."""
+        query = (
+            select(job_samples.c.sample_id, job_samples.c.trainer, func.count())
+            .select_from(job_samples)
+            .join(jobs, self._same_job())
+            .where(
+                job_samples.c.scenario == self.scenario,
+                job_samples.c.sample_id.in_(list(ids)),
+                job_samples.c.trained.is_(True),
+                jobs.c.event == FAILED,
+            )
+            .group_by(job_samples.c.sample_id, job_samples.c.trainer)
+        )
+        found: dict[str, dict[str, int]] = {}
+        for sample_id, trainer, count in connection.execute(query):
+            found.setdefault(str(sample_id), {})[str(trainer)] = int(count)
+        return found
 
     def _browsed(self, stored: Sequence[StoredSample]) -> list[BrowsedSample]:
         if not stored:
@@ -161,13 +218,15 @@ class SampleBrowser:
                 )
                 .order_by(manual_buffer.c.trainer),
             )
+            failed = self._failed_counts(connection, [s.id for s in stored])
         stale = self._stale.marked([s.id for s in stored])
         return [
             BrowsedSample(
                 s,
-                counts.get(s.position.seq, {}),
+                _trained(counts.get(s.position.seq, {}), failed.get(s.id, {})),
                 tuple(buffers.get(s.position.seq, {})),
                 stale.get(s.id, ()),
+                failed.get(s.id, {}),
             )
             for s in stored
         ]
@@ -178,3 +237,9 @@ class SampleBrowser:
         for seq, trainer, value in connection.execute(query):
             found.setdefault(int(seq), {})[str(trainer)] = int(value)
         return found
+
+
+def _trained(commits: Mapping[str, int], failed: Mapping[str, int]) -> dict[str, int]:
+    """Each trainer's commits of a sample less the failed jobs that sent it, where any is left."""
+    left = {trainer: n - failed.get(trainer, 0) for trainer, n in commits.items()}
+    return {trainer: n for trainer, n in left.items() if n > 0}

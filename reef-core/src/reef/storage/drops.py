@@ -1,9 +1,9 @@
 """Durable counts of what will never train, by scenario, trainer and reason.
 
 Silence is never an outcome: every record, report, upload or sample that will not train
-(stale, aborted, skipped, a discarded group, refused at read time, an evicted body) adds to a
-count here, in the same transaction as the change that decided it where there is one, and
-``GET /reef/status`` shows the counts.
+(stale, aborted, skipped, a discarded group, refused at read time, an evicted body, consumed by
+a job that failed) adds to a count here, in the same transaction as the change that decided it
+where there is one, and ``GET /reef/status`` shows the counts.
 """
 
 from __future__ import annotations
@@ -25,6 +25,9 @@ SKIPPED = "skipped"
 DISCARDED = "discarded"
 REFUSED = "refused"
 EVICTED = "evicted"
+#: Samples a failed job consumed: their training was thrown away with the job, and they never
+#: train again for that trainer (P-PIPE-10).
+FAILED_JOB = "failed_job"
 
 
 def add_drops(

@@ -25,6 +25,7 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     Column,
+    Connection,
     Float,
     Index,
     Integer,
@@ -42,12 +43,22 @@ from reef.storage.database import Database
 from reef.storage.tables import metadata
 from reef.storage.upserts import insert_or_ignore
 
-__all__ = ["RELEASED", "JobEntry", "JobHistory", "JobSampleEntry", "SampleOfJob", "scalar_metrics"]
+__all__ = [
+    "FAILED",
+    "RELEASED",
+    "JobEntry",
+    "JobHistory",
+    "JobSampleEntry",
+    "SampleOfJob",
+    "scalar_metrics",
+]
 
 JSON = dict[str, Any]
 
 #: The event of a job whose data went back to the buffer before the component trained it.
 RELEASED: Final = "released"
+#: The event of a job its component failed: the samples it sent were consumed, not trained.
+FAILED: Final = "failed"
 
 jobs = Table(
     "reef_jobs",
@@ -217,30 +228,46 @@ class JobHistory:
         error: str | None = None,
     ) -> None:
         """Note how a job ended. A job the history does not hold (submitted before the history
-        existed) gets a row of its own, without samples."""
+        existed) gets a row of its own, without samples. The trainer notes it inside the
+        transaction that ends the job (:meth:`ended_in`)."""
+        with self._database.write() as connection:
+            self.ended_in(connection, trainer, job_id, event, metrics, error)
+
+    def ended_in(
+        self,
+        connection: Connection,
+        trainer: str,
+        job_id: str,
+        event: str,
+        metrics: Mapping[str, Any],
+        error: str | None = None,
+    ) -> int:
+        """:meth:`ended`, inside the caller's transaction; how many samples the job sent to
+        its component (0 for a job the history did not hold)."""
         values = {
             "ended_at": time.time(),
             "event": event,
             "metrics": json_values.dump(scalar_metrics(metrics)),
             "error": error,
         }
-        with self._database.write() as connection:
-            insert_or_ignore(
-                connection,
-                jobs,
-                [
-                    {
-                        "scenario": self.scenario,
-                        "trainer": trainer,
-                        "job_id": job_id,
-                        "metrics": "{}",
-                        "extensions": "{}",
-                        "trained": 0,
-                        "consumed": 0,
-                    }
-                ],
-            )
-            connection.execute(update(jobs).where(*self._job(trainer, job_id)).values(**values))
+        insert_or_ignore(
+            connection,
+            jobs,
+            [
+                {
+                    "scenario": self.scenario,
+                    "trainer": trainer,
+                    "job_id": job_id,
+                    "metrics": "{}",
+                    "extensions": "{}",
+                    "trained": 0,
+                    "consumed": 0,
+                }
+            ],
+        )
+        connection.execute(update(jobs).where(*self._job(trainer, job_id)).values(**values))
+        sent = connection.execute(select(jobs.c.trained).where(*self._job(trainer, job_id)))
+        return int(sent.scalar_one())
 
     def released(self, trainer: str, job_id: str, reason: str) -> None:
         """Note that a job's data went back to the buffer before the component trained it."""

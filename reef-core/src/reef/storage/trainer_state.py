@@ -1,17 +1,19 @@
 """What each trainer keeps beside its samples: the job it is running.
 
 The *running job* is written before the trainer submits job data to its component and cleared
-once the job's end is committed. A trainer that starts and finds one knows a job of it was in
-flight: it asks the component how it ended instead of replaying the last outcome (P-PIPE-13),
-and it can commit the submission that a crash interrupted. It is written by the trainer that
-holds the lease, through its fenced database.
+in the transaction that commits the job's end (with the trainer's last job outcome and its end
+in the job history), so a restart finds the job either running or ended, never both. A trainer
+that starts and finds one knows a job of it was in flight: it asks the component how it ended
+instead of replaying the last outcome (P-PIPE-13), and it can commit the submission that a
+crash interrupted. It is written by the trainer that holds the lease, through its fenced
+database.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Column, PrimaryKeyConstraint, String, Table, Text, select
+from sqlalchemy import Column, Connection, PrimaryKeyConstraint, String, Table, Text, select
 
 from reef.storage import json_values
 from reef.storage.database import Database
@@ -42,13 +44,18 @@ class TrainerState:
 
     def set_running_job(self, trainer: str, job: JSON | None) -> None:
         """Record the job ``trainer`` is about to submit (``None``: its end is committed)."""
+        with self._database.write() as connection:
+            self.set_running_job_in(connection, trainer, job)
+
+    def set_running_job_in(self, connection: Connection, trainer: str, job: JSON | None) -> None:
+        """:meth:`set_running_job`, inside the caller's transaction (the one that commits a
+        job's end clears its running job: ``TrainerSamples.record_job_outcome``)."""
         row = {
             "scenario": self.scenario,
             "trainer": trainer,
             "running_job": None if job is None else json_values.dump(job),
         }
-        with self._database.write() as connection:
-            insert_or_replace(connection, trainer_state, row, key=("scenario", "trainer"))
+        insert_or_replace(connection, trainer_state, row, key=("scenario", "trainer"))
 
     def running_job(self, trainer: str) -> JSON | None:
         """The job ``trainer`` submitted and whose end is not committed, if any."""

@@ -477,8 +477,10 @@ class TrainingPipeline:
         )
 
     def record_job_outcome(self, outcome: JobOutcome) -> None:
-        """Make a job's end durable, as this trainer's last job outcome (before anyone acts
-        on it: :meth:`job_ended`, the plugins)."""
+        """Make a job's end durable in one transaction, before anyone acts on it
+        (:meth:`job_ended`, the plugins): this trainer's last job outcome, the job history's
+        end, a failed job's drop count and the trainer's running job cleared
+        (:meth:`reef.storage.TrainerSamples.record_job_outcome`)."""
         self.samples.record_job_outcome(self._trainer, attrs.asdict(outcome))
 
     def last_job_outcome(self) -> JobOutcome | None:

@@ -18,18 +18,21 @@ commits once another process took over. Each step, under the trainer's lock:
    ``reef_job_provenance``), submit it to the component and commit the reservation (every
    reserved sample but those given back is consumed; those return to the buffer), or release
    it when anything before the submission refused it;
-5. with a job running: ``poll`` it; once it ended, commit its outcome durably
-   (``record_job_outcome``), hand it to the pipeline (``job_ended``) and to the plugins
-   (``reef_job_ended``), publish the new weights as an artifact (served from the next
-   reservation on), and clear the running job;
+5. with a job running: ``poll`` it; once it ended, commit its end durably in one step
+   (``record_job_outcome``: the trainer's last outcome, the job history's end, a failed job's
+   drop count and the running job cleared, all or none), then hand it to the pipeline
+   (``job_ended``) and to the plugins (``reef_job_ended``), and publish the new weights as an
+   artifact (served from the next reservation on);
 6. write the trainer's status snapshot, with what the extensions report of the scenario
    (``reef_scenario_status``) under ``extensions``, and the samples it leaves out as stale
    when they changed (:class:`reef.storage.StaleSamples`).
 
 Recovery (a start under a new lease): a trainer that finds no running job hands the last
-job outcome to its fresh stage and to the plugins before anything else (P-PIPE-13). One that
-finds a running job asks the component how it ended; a submission that a crash left
-uncommitted is committed when the component trained it, and released otherwise. On SIGTERM
+job outcome to its fresh stage and to the plugins before anything else (P-PIPE-13); a crash
+after a job's end and before its publication lands here, since the end and the clearing of the
+running job are one transaction. One that finds a running job asks the component how it ended;
+a submission that a crash left uncommitted is committed when the component trained it, and
+released otherwise (and the last outcome is then replayed first, as with no running job). On SIGTERM
 (:meth:`Trainer.stop`) the trainer waits for its running job to end and commits it; reserved,
 unacknowledged data is released, and the lease is given up so another process takes over at
 once.
@@ -335,7 +338,7 @@ class Trainer:
                     if running is not None:
                         outcome = component.poll(JobHandle(running.job_id, component.name))
                         if outcome is not None:
-                            serving = self._end_job(pipeline, component, state, history, outcome)
+                            serving = self._end_job(pipeline, component, outcome)
                             self._note_served(serving)
                             running = None
                     snapshot = self.snapshot(pipeline, running, serving)
@@ -359,19 +362,23 @@ class Trainer:
     def _recover(
         self, pipeline: TrainingPipeline, component: TrainingComponent, state: TrainerState
     ) -> _RunningJob | None:
-        """Replay the last outcome, or take over the job a previous tenure left running."""
+        """Take over the job a previous tenure left running, or replay the last outcome to
+        the fresh stage and the plugins before any other call (P-PIPE-13)."""
         body = state.running_job(self.name)
-        if body is None:
-            last = pipeline.last_job_outcome()
-            if last is not None:
-                self._announce_end(pipeline, last)
-            return None
-        running = _RunningJob.from_json(body)
-        # Asked of the store by the job's id: a submission that gave every sample back (or
-        # an instruction without samples) consumes none, yet its commit may be missing.
-        committed = pipeline.committed(running.job_id)
-        outcome = component.poll(JobHandle(running.job_id, component.name))
-        if not committed:
+        last = pipeline.last_job_outcome()
+        running = None if body is None else _RunningJob.from_json(body)
+        if running is not None and last is not None and last.job_id == running.job_id:
+            # Ended, in a store that committed the end and the clearing apart (before they
+            # were one step): only the clearing is missing.
+            state.set_running_job(self.name, None)
+            running = None
+        if running is not None:
+            # Asked of the store by the job's id: a submission that gave every sample back
+            # (or an instruction without samples) consumes none, yet its commit may be missing.
+            committed = pipeline.committed(running.job_id)
+            outcome = component.poll(JobHandle(running.job_id, component.name))
+            if committed:
+                return running
             if outcome is not None and outcome.event == "finished":
                 # It trained, and the crash came before the commit: commit it now, so its
                 # samples never train again.
@@ -382,11 +389,12 @@ class Trainer:
                     released_record_ids=running.released_record_ids,
                     drops=running.drops,
                 )
-            else:
-                # Never trained: the data goes back to the buffer, as released data does.
-                state.set_running_job(self.name, None)
-                return None
-        return running
+                return running
+            # Never trained: the data goes back to the buffer, as released data does.
+            state.set_running_job(self.name, None)
+        if last is not None:
+            self._announce_end(pipeline, last)
+        return None
 
     def _read_records(
         self, records: RecordStore, cursor: Position | None, pipeline: TrainingPipeline
@@ -508,18 +516,14 @@ class Trainer:
             self._plugins.job_ended(self.scenario, self.name, outcome)
 
     def _end_job(
-        self,
-        pipeline: TrainingPipeline,
-        component: TrainingComponent,
-        state: TrainerState,
-        history: JobHistory,
-        outcome: JobOutcome,
+        self, pipeline: TrainingPipeline, component: TrainingComponent, outcome: JobOutcome
     ) -> str:
+        # One durable step: the outcome, the history's end and the cleared running job. A
+        # crash after it replays the outcome first (P-PIPE-13); one before it finds the job
+        # running and asks the component again.
         pipeline.record_job_outcome(outcome)
-        history.ended(self.name, outcome.job_id, outcome.event, outcome.metrics, outcome.error)
         self._announce_end(pipeline, outcome)
         artifact = component.publish()
-        state.set_running_job(self.name, None)
         self.jobs_ended += 1
         if outcome.event == "failed":
             self._note_error("job", RuntimeError(f"job {outcome.job_id}: {outcome.error}"))

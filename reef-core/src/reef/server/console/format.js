@@ -48,6 +48,7 @@ export const REASONS = {
   no_sample: "the recipe made no sample of it",
   refused: "refused when read",
   evicted: "its body was evicted to keep storage within its bound",
+  failed_job: "consumed by a job that failed: its training was thrown away, it does not train again",
   no_samples: "the scenario makes no samples from records",
   shared_trajectory: "its trajectory was already scored by another report",
   slot_taken: "another report already took its place",

@@ -281,7 +281,7 @@ export function jobsTable(jobs) {
                   h("td", {}, h("code", { title: j.job_id }, short(j.job_id, 30))),
                   h("td", {}, j.trainer),
                   h("td", {}, h("span", { class: `badge ${j.event || "busy"}` }, j.event || "running"), j.error ? h("span", { class: "why" }, ` ${j.error}`) : ""),
-                  h("td", { class: "num" }, `${j.trained} / ${j.consumed}`),
+                  h("td", { class: "num", title: j.event === "failed" ? "consumed by a failed job: nothing it sent trained" : null }, `${j.trained} / ${j.consumed}`),
                   h("td", { class: "num" }, number(j.metrics.loss)),
                   h("td", { class: "num" }, number(j.metrics.mean_reward ?? j.reward_mean)),
                   h("td", {}, when(j.ended_at)),

@@ -123,6 +123,9 @@ export function sampleView(detail, selected, actions) {
       ["Reward", number(s.reward)],
       body.feedback ? ["Feedback", body.feedback] : null,
       ["Trained", Object.keys(s.trained_by).length ? Object.entries(s.trained_by).map(([t, n]) => `${t} ×${n}`).join(", ") : "not yet"],
+      Object.keys(s.failed_by || {}).length
+        ? ["Consumed by a failed job", `${Object.entries(s.failed_by).map(([t, n]) => `${t} ×${n}`).join(", ")} (its training thrown away; it does not train again there)`]
+        : null,
       ["Manual buffer", s.manual_buffer.length ? s.manual_buffer.join(", ") : "no"],
       ["Stale", s.stale_for.length ? `for ${s.stale_for.join(", ")}` : "no"],
       ["Stored", `position ${s.position} · ${s.origin}`],
@@ -144,7 +147,11 @@ export function sampleView(detail, selected, actions) {
                 {},
                 h("code", { title: j.job_id }, short(j.job_id, 30)),
                 ` · ${j.trainer} · ${j.event || "running"} · `,
-                j.trained ? `trained with reward ${number(j.reward)}` : "consumed without training",
+                j.trained
+                  ? `trained with reward ${number(j.reward)}`
+                  : j.sent && j.event === "failed"
+                    ? "consumed by a failed job: its training was thrown away"
+                    : "consumed without training",
                 line ? h("div", { class: "ecc" }, line) : null,
               );
             }),

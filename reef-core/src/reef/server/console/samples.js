@@ -67,12 +67,13 @@ export function sampleBrowser(scenario, browsing, page, buffers, actions) {
   const group = h("input", { id: "filter-group", type: "search", "data-key": "filter-group", value: f.group, placeholder: "any group" });
   const status = (s) => {
     const marks = [];
+    const counted = (entries) => entries.map(([t, n]) => (trainers.length > 1 ? `${t}×${n}` : `×${n}`)).join(" ");
     const trained = Object.entries(s.trained_by);
-    marks.push(
-      trained.length
-        ? h("span", { class: "badge finished" }, `trained ${trained.map(([t, n]) => (trainers.length > 1 ? `${t}×${n}` : `×${n}`)).join(" ")}`)
-        : h("span", { class: "badge idle" }, "untrained"),
-    );
+    const failed = Object.entries(s.failed_by || {});
+    if (trained.length) marks.push(h("span", { class: "badge finished" }, `trained ${counted(trained)}`));
+    // Sent to a job that failed: consumed, its training thrown away; it never trains again.
+    if (failed.length) marks.push(h("span", { class: "badge failed" }, `consumed by a failed job ${counted(failed)}`));
+    if (!trained.length && !failed.length) marks.push(h("span", { class: "badge idle" }, "untrained"));
     if (s.manual_buffer.length) marks.push(h("span", { class: "badge chosen" }, "in manual buffer"));
     if (s.stale_for.length) marks.push(h("span", { class: "badge stale" }, "stale"));
     return marks;
