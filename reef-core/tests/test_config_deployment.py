@@ -10,11 +10,20 @@ import pytest
 
 from reef.core.config import config_option
 from reef.core.deployment import DeploymentError
-from reef.core.plugins import PluginSettings, Record2SampleSettings
+from reef.core.plugins import (
+    PluginConfigError,
+    PluginSettings,
+    RecipeConfigError,
+    Record2SampleSettings,
+)
 from reef.plugins import Plugins
 from reef.plugins.scenarios import load_deployment
 from reef.recipe import PipelineSpec, Recipe
+from reef.record2sample.stage import Record2Sample
+from reef.sample2job import GroupedJobData
+from reef.storage import Database
 from reef.testing import inline_plugins
+from reef.train.stages import build_pipeline, check_stages
 
 
 class TestSamples:
@@ -189,3 +198,50 @@ def test_recipe_may_be_written_with_class_and_config(plugins: Plugins) -> None:
         "WeightRecipe: unknown key 'x': this plugin takes no keys"
         " @ $.scenarios.support.recipe.config.x"
     )
+
+
+class OneUnitJobData(GroupedJobData):
+    """A fixed-unit stage: one job holds at most two samples (P-SIZE-4)."""
+
+    @classmethod
+    def max_job_samples_for(cls, record2sample: Record2Sample) -> int | None:
+        return 2
+
+
+def test_a_deployment_error_is_also_the_refusing_stages_own_error(
+    storage_database: Database,
+) -> None:
+    """rule: P-SIZE-2 P-SIZE-4 -- the documented types are caught by code that embeds Reef: a
+    weight recipe without job_samples fails reading the deployment with an error that is a
+    DeploymentError and a RecipeConfigError; a fixed-unit stage asked for more than its unit
+    fails building the trainer's pipeline (the real build_pipeline, and reef check's
+    check_stages) with a DeploymentError that is a PluginConfigError. Each names the key at
+    its path in the file; the message is the deployment error's."""
+    installed = Plugins(blocked=())
+    installed.load()
+    trains = "training: {component: 'reef.testing.components:RecordingComponent'}"
+    with pytest.raises(RecipeConfigError) as recipe_error:
+        load(f"scenarios: {{collect: {{recipe: grouped, {trains}}}}}", installed)
+    assert isinstance(recipe_error.value, DeploymentError)
+    assert recipe_error.value.key == "$.scenarios.collect.pipeline.sample2job.config.job_samples"
+    assert str(recipe_error.value).startswith("<deployment>: 1 problem(s)\n  GroupedRecipe: ")
+
+    one_unit = f"{__name__}:OneUnitJobData"
+    text = (
+        "scenarios:\n  grid:\n    recipe: grouped\n    pipeline:\n"
+        f"      sample2job: {{class: '{one_unit}', config: {{job_samples: 3}}}}\n    {trains}\n"
+    )
+    deployment = load(text, installed)  # the stage's own check runs when it is built
+    section = deployment.scenarios["grid"]
+    with pytest.raises(PluginConfigError) as stage_error:
+        build_pipeline("grid", section, plugins=installed, database=storage_database)
+    assert isinstance(stage_error.value, DeploymentError)
+    assert not isinstance(stage_error.value, RecipeConfigError)
+    assert stage_error.value.key == "$.job_samples"  # the stage's own, as it raised it
+    (problem,) = stage_error.value.problems
+    assert problem.endswith("set job_samples to at most 2 @ $.scenarios.grid.pipeline"
+                            ".sample2job.config.job_samples")  # fmt: skip
+    with pytest.raises(PluginConfigError) as checked:
+        check_stages(deployment, plugins=installed)
+    assert isinstance(checked.value, DeploymentError)
+    assert checked.value.problems == (problem,)

@@ -192,6 +192,27 @@ def test_uploads(storage_database: Database) -> None:
     assert {s.id for s in store.untrained("c")} == {"empty"}
 
 
+def test_a_removed_upload_leaves_the_buffer_computed_from_what_remains(
+    storage_database: Database,
+) -> None:
+    """rule: P-BUF-5 P-UP-2 -- an upload that left the scenario is forgotten before the buffer
+    takes its first buffer_size samples, not after: two trainers, jobs of 2, a buffer of 3,
+    the store [x, up1, y, z] read once, then up1 removed: the buffer is x, y, z, ready for 3,
+    and the next job takes all three (it used to take x, y: up1's place went unfilled)."""
+    pipeline = build(storage_database, job_samples=2, buffer_size=3, trainers=("c", "d"))
+    store = TrainerSamples(storage_database, "s")
+    store.register_trainer("d", reads_uploads=True)
+    feed(pipeline, "x")
+    upload = {"steps": [{"source": "agent", "message": "x"}]}
+    store.add_upload(NewSample("up1", "trajectory", {"trajectory": upload}))
+    feed(pipeline, "y")
+    feed(pipeline, "z")
+    assert [s.sample_id for s in pipeline.buffer()] == ["c:x:0", "up1", "c:y:0"]
+    assert store.remove_upload("up1")
+    assert pipeline.ready(3)
+    assert ids(pipeline.build_job_data(2)) == ["c:x:0", "c:y:0", "c:z:0"]
+
+
 def test_manual_mode(storage_database: Database) -> None:
     """rule: P-MODE-5 P-MODE-7 P-MODE-8 P-MODE-10 P-MODE-11 P-MODE-12 P-MODE-13 manual trains
     only for an instruction, from the manual buffer; the auto buffer moves in on the switch;

@@ -11,15 +11,17 @@ This module reads text it is given and does no I/O; resolving the classes a scen
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Mapping
+import typing
+from collections.abc import Mapping, Sequence
 from typing import Any, Final, Literal
 
 import attrs
 import yaml
 
 from reef.core.config import config_option
-from reef.core.plugins import PluginSettings
+from reef.core.plugins import PluginConfigError, PluginSettings
 from reef.errors import ReefError
 
 _ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -30,13 +32,56 @@ DEFAULT_STORAGE_URL = "sqlite:///reef.db"
 
 class DeploymentError(ReefError, ValueError):
     """A deployment file cannot be used. ``problems`` holds every problem of the file, each as
-    ``<reason> @ <path>`` (a stage's problem starts with the stage's class name)."""
+    ``<reason> @ <path>`` (a stage's problem starts with the stage's class name).
 
-    def __init__(self, source: str, problems: tuple[str, ...]) -> None:
+    When a stage, a recipe or another plugin refused its config, the error raised is also of
+    that refusal's own type (:meth:`of`): a weight recipe without ``job_samples`` is a
+    ``DeploymentError`` and a :class:`~reef.core.plugins.RecipeConfigError` (P-SIZE-2), a
+    ``job_samples`` a fixed-unit stage refuses a ``DeploymentError`` and a
+    :class:`~reef.core.plugins.PluginConfigError` (P-SIZE-4), so code that embeds Reef catches
+    either. ``causes`` holds those refusals (``plugin``, ``key``, ``reason`` and ``errors`` are
+    then the first's, and every problem of them all).
+    """
+
+    def __init__(
+        self,
+        source: str,
+        problems: tuple[str, ...],
+        *,
+        causes: Sequence[PluginConfigError] = (),
+    ) -> None:
         self.source = source
         self.problems = problems
+        self.causes = tuple(causes)
         listed = "\n".join(f"  {p}" for p in problems)
-        super().__init__(f"{source}: {len(problems)} problem(s)\n{listed}")
+        # Not super().__init__: in a class that is also a stage's error, the next __init__ in
+        # the order is that error's, which takes other arguments.
+        ValueError.__init__(self, f"{source}: {len(problems)} problem(s)\n{listed}")
+        if self.causes:
+            first = self.causes[0]
+            self.plugin, self.key, self.reason = first.plugin, first.key, first.reason
+            self.errors = tuple(e for cause in self.causes for e in cause.errors)
+
+    @classmethod
+    def of(
+        cls, source: str, problems: tuple[str, ...], causes: Sequence[PluginConfigError] = ()
+    ) -> DeploymentError:
+        """The error of ``problems``: a ``DeploymentError`` that is also of each type in
+        ``causes`` (the most specific ones), or a plain one without causes."""
+        kinds = tuple(dict.fromkeys(type(c) for c in causes))
+        kinds = tuple(k for k in kinds if not any(o is not k and issubclass(o, k) for o in kinds))
+        if not kinds:
+            return cls(source, problems)
+        return _deployment_error_of(kinds)(source, problems, causes=causes)
+
+
+@functools.cache
+def _deployment_error_of(kinds: tuple[type[PluginConfigError], ...]) -> type[DeploymentError]:
+    """The class of a deployment error that is also each of ``kinds`` (made once per kinds)."""
+    name = "Deployment" + "".join(kind.__name__ for kind in kinds)
+    doc = f"A deployment error that is also a {' and a '.join(k.__name__ for k in kinds)}."
+    made = type(name, (DeploymentError, *kinds), {"__module__": __name__, "__doc__": doc})
+    return typing.cast(type[DeploymentError], made)
 
 
 # --------------------------------------------------------------------------------------------

@@ -118,6 +118,7 @@ def _check_config(
     config: Mapping[str, Any] | None,
     path: str,
     problems: list[str],
+    causes: list[PluginConfigError],
 ) -> PluginSettings | None:
     """``config`` parsed by ``settings`` (by default ``owner``'s own ``Settings``), or ``None``
     with its problems appended; errors name ``owner`` (a class, or its name)."""
@@ -128,6 +129,7 @@ def _check_config(
         return settings.parse(config, plugin_class=owner, path=path)
     except PluginConfigError as exc:
         problems.extend(f"{e.plugin}: {e.reason} @ {e.key}" for e in exc.errors)
+        causes.append(exc)
     except TypeError as exc:
         problems.append(f"{exc} @ {path}")
     return None
@@ -159,14 +161,20 @@ def _check_own_state(
 
 
 def scenario_classes(
-    name: str, scenario: ScenarioSection, plugins: Plugins, problems: list[str] | None = None
+    name: str,
+    scenario: ScenarioSection,
+    plugins: Plugins,
+    problems: list[str] | None = None,
+    causes: list[PluginConfigError] | None = None,
 ) -> ScenarioClasses | None:
     """Resolve the classes of scenario ``name`` and check each config against its class's
-    settings, appending every problem to ``problems`` (``None``: raise them all).
+    settings, appending every problem to ``problems`` (``None``: raise them all) and each
+    plugin's refusal of its config to ``causes`` (the types the raised error is of too).
 
     :raises DeploymentError: when ``problems`` is ``None`` and anything is wrong.
     """
     found: list[str] = [] if problems is None else problems
+    refusals: list[PluginConfigError] = [] if causes is None else causes
     before = len(found)
     path = f"$.scenarios.{name}"
     recipe = _resolve(plugins, PluginKind.RECIPE, scenario.recipe.class_, f"{path}.recipe", found)
@@ -181,7 +189,7 @@ def scenario_classes(
     recipe_settings = None
     if recipe is not None:
         recipe_settings = _check_config(
-            recipe, None, scenario.recipe.config, f"{path}.recipe.config", found
+            recipe, None, scenario.recipe.config, f"{path}.recipe.config", found, refusals
         )
     for stage, kind in (
         ("record2sample", PluginKind.RECORD2SAMPLE),
@@ -199,7 +207,9 @@ def scenario_classes(
         stage_class = _resolve(plugins, kind, class_name, f"{stage_path}.class", found)
         classes[stage] = stage_class
         if stage_class is not None:
-            _check_config(stage_class, None, section.config, f"{stage_path}.config", found)
+            _check_config(
+                stage_class, None, section.config, f"{stage_path}.config", found, refusals
+            )
     # The recipe checks the pipeline its trainers will build (a weight recipe's job_samples);
     # a scenario without a training section builds none, so it only records until one is added.
     if recipe is not None and recipe_settings is not None and scenario.trainings:
@@ -207,6 +217,7 @@ def scenario_classes(
             recipe.check_pipeline(scenario.pipeline, recipe_settings, path=f"{path}.pipeline")
         except PluginConfigError as exc:
             found.extend(f"{e.plugin}: {e.reason} @ {e.key}" for e in exc.errors)
+            refusals.append(exc)
     components: dict[str, str] = {}
     holders: dict[str, str] = {}  # state folder -> the trainer that keeps its state there
     entries = scenario.trainings
@@ -221,7 +232,7 @@ def scenario_classes(
             found.append(f"{exc} @ {training_path}.component")
             continue
         components[entry.trainer] = entry.component
-        _check_config(owner, settings, entry.options, f"{training_path}.options", found)
+        _check_config(owner, settings, entry.options, f"{training_path}.options", found, refusals)
         _check_own_state(entry.trainer, settings, entry.options, training_path, holders, found)
     extensions: dict[str, PluginSettings] = {}
     for extension, config in scenario.extensions.items():
@@ -230,12 +241,14 @@ def scenario_classes(
         if settings_class is None:
             continue
         # An extension registers its settings class itself: it is what the scenario configures.
-        parsed = _check_config(settings_class, settings_class, config, extension_path, found)
+        parsed = _check_config(
+            settings_class, settings_class, config, extension_path, found, refusals
+        )
         if parsed is not None:
             extensions[extension] = parsed
     if len(found) > before:
         if problems is None:
-            raise DeploymentError(f"scenario {name}", tuple(found))
+            raise DeploymentError.of(f"scenario {name}", tuple(found), refusals)
         return None
     assert recipe is not None
     return ScenarioClasses(
@@ -278,6 +291,7 @@ def load_deployment(
     else:
         origin, text = "<deployment>", source
     problems: list[str] = []
+    causes: list[PluginConfigError] = []
     document = deployment_document(
         text, origin=origin, environ=os.environ if environ is None else environ, problems=problems
     )
@@ -288,7 +302,7 @@ def load_deployment(
         if not deployment.scenarios:
             problems.append("a deployment needs at least one scenario @ $.scenarios")
         for name, scenario in deployment.scenarios.items():
-            scenario_classes(name, scenario, plugins, problems)
+            scenario_classes(name, scenario, plugins, problems, causes)
             try:
                 deployment.served_training(name)
             except ValueError as exc:
@@ -299,8 +313,8 @@ def load_deployment(
         for name, raw in document["scenarios"].items():
             readable = ScenarioSection.structure_at(raw, f"$.scenarios.{name}", [])
             if readable is not None:
-                scenario_classes(str(name), readable, plugins, problems)
+                scenario_classes(str(name), readable, plugins, problems, causes)
     if problems:
-        raise DeploymentError(origin, tuple(problems))
+        raise DeploymentError.of(origin, tuple(problems), causes)
     assert deployment is not None
     return deployment

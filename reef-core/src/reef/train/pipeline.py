@@ -250,16 +250,16 @@ class TrainingPipeline:
         ]
         return self._untrained.buffer_of(sorted(chosen + mates, key=lambda e: e.position))
 
-    def _without_removed_uploads(self, buffer: list[Entry]) -> list[Entry]:
+    def _forget_removed_uploads(self, buffer: list[Entry]) -> bool:
         # An upload whose item left the scenario is forgotten (P-UP-2): check the buffer's
-        # uploads against the store, a query bounded by the buffer's size.
-        uploads = [e.sample.sample_id for e in buffer if e.origin == "upload"]
+        # uploads against the store, a query bounded by the buffer's size. True when some were.
+        uploads = [str(e.sample.sample_id) for e in buffer if e.origin == "upload"]
         if not uploads:
-            return buffer
-        present = {s.id for s in self.samples.get([str(u) for u in uploads])}
-        gone = {u for u in uploads if u not in present}
-        self._untrained.remove(str(sample_id) for sample_id in gone)
-        return [e for e in buffer if e.sample.sample_id not in gone] if gone else buffer
+            return False
+        present = {s.id for s in self.samples.get(uploads)}
+        gone = [u for u in uploads if u not in present]
+        self._untrained.remove(gone)
+        return bool(gone)
 
     def buffer(self) -> tuple[Sample, ...]:
         """The samples the next job would take, in store order (no reservation)."""
@@ -267,9 +267,13 @@ class TrainingPipeline:
         return self._read_buffer()
 
     def _read_buffer(self) -> tuple[Sample, ...]:
-        # The buffer of the samples read so far (buffer() reads the new ones first).
-        entries = self._manual_buffer() if self._mode == "manual" else self._auto_buffer()
-        return tuple(e.sample for e in self._without_removed_uploads(entries))
+        # The buffer of the samples read so far (buffer() reads the new ones first), computed
+        # from what remains once the removed uploads it held are forgotten: their places go
+        # to the samples after them (P-BUF-5), so it is computed again until none was removed.
+        while True:
+            entries = self._manual_buffer() if self._mode == "manual" else self._auto_buffer()
+            if not self._forget_removed_uploads(entries):
+                return tuple(e.sample for e in entries)
 
     def ready(self, sample_count: int | None) -> bool:
         """Whether job data of ``sample_count`` samples is available (P-PIPE-6).

@@ -90,7 +90,8 @@ def build_stages(
 @contextlib.contextmanager
 def _refusals_at(scenario: str, path: str) -> Iterator[None]:
     """Re-raise a stage's refusal of its config (keys relative to it, ``$.buffer_size``) as a
-    :class:`DeploymentError` whose problems carry their path in the file."""
+    :class:`DeploymentError` whose problems carry their path in the file, and which is of the
+    refusal's own type too (a ``RecipeConfigError`` stays one, P-SIZE-2, P-SIZE-4)."""
     try:
         yield
     except PluginConfigError as exc:
@@ -98,7 +99,7 @@ def _refusals_at(scenario: str, path: str) -> Iterator[None]:
             f"{e.plugin}: {e.reason} @ {path}{e.key[1:] if e.key.startswith('$') else e.key}"
             for e in exc.errors
         )
-        raise DeploymentError(f"scenario {scenario!r}", problems) from exc
+        raise DeploymentError.of(f"scenario {scenario!r}", problems, (exc,)) from exc
 
 
 def check_stages(
@@ -116,6 +117,7 @@ def check_stages(
     :raises reef.core.deployment.DeploymentError: listing every stage's refusal, at its path.
     """
     problems: list[str] = []
+    causes: list[PluginConfigError] = []
     for name, section in deployment.scenarios.items():
         trainers = scenario_trainers(section)
         for trainer in trainers:
@@ -126,10 +128,11 @@ def check_stages(
                 )
             except DeploymentError as exc:
                 problems.extend(exc.problems)
+                causes.extend(exc.causes)
                 continue
             close_stages((sample2job, record2sample))
     if problems:
-        raise DeploymentError(origin, tuple(problems))
+        raise DeploymentError.of(origin, tuple(problems), causes)
 
 
 def build_pipeline(
