@@ -110,12 +110,16 @@ def test_a_page_of_another_site_cannot_change_the_service(
 def test_a_text_body_is_refused_on_every_json_route_even_without_an_origin(service: str) -> None:
     """A body the route reads as JSON must say so (415): ``text/plain`` is what any page may
     send anywhere, and an old browser or a plugin may leave the Origin out."""
-    mode = httpx.post(
-        f"{service}/reef/scenarios/support/update",
-        content=b'{"training_mode": "manual"}',
-        headers={"content-type": "text/plain"},
-        timeout=30,
-    )
+
+    def update(content_type: str) -> Any:
+        return httpx.post(
+            f"{service}/reef/scenarios/support/update",
+            content=b'{"training_mode": "manual"}',
+            headers={"content-type": content_type},
+            timeout=30,
+        )
+
+    mode = update("text/plain")
     assert mode.status_code == 415, mode.text
     assert mode.json()["problems"][0]["field"] == "content-type"
     chat = httpx.post(
@@ -124,13 +128,7 @@ def test_a_text_body_is_refused_on_every_json_route_even_without_an_origin(servi
         timeout=30,
     )
     assert chat.status_code == 415, chat.text
-    # Declared JSON, with its charset: taken.
-    taken = httpx.post(
-        f"{service}/reef/scenarios/support/update",
-        content=b'{"training_mode": "manual"}',
-        headers={"content-type": "application/json; charset=utf-8"},
-        timeout=30,
-    )
+    taken = update("application/json; charset=utf-8")  # declared JSON, with its charset
     assert taken.status_code == 200, taken.text
 
 

@@ -17,10 +17,8 @@ import pytest
 from reef.components.interface import JobHandle
 from reef.core.job_data import JobOutcome
 from reef.hookspecs import hookimpl
-from reef.pipeline_context import PipelineContext
 from reef.plugins import Plugins
 from reef.record2sample.no_samples import NoSamples
-from reef.sample2job import GroupedJobData
 from reef.storage import (
     Database,
     DropCounters,
@@ -31,9 +29,8 @@ from reef.storage import (
     TrainerState,
     open_database,
 )
-from reef.testing.components import RecordingComponent, store_groups
-from reef.train.pipeline import TrainingPipeline
-from reef.train.trainer import Trainer, TrainerParts, TrainerSettings
+from reef.testing.components import RecordingComponent, grouped_parts, store_groups
+from reef.train.trainer import Trainer, TrainerSettings
 
 #: A trainer process (scenario ``s``, trainer ``c``, jobs of one group of two) whose component
 #: finishes each job at once. ``publish`` says so and hangs after a job ended (``publish``
@@ -43,13 +40,9 @@ DYING = """
 import sys, threading
 from pathlib import Path
 from reef.components.interface import Artifact
-from reef.pipeline_context import PipelineContext
-from reef.record2sample.no_samples import NoSamples
-from reef.sample2job import GroupedJobData
-from reef.storage import TrainerSamples, open_database
-from reef.testing.components import RecordingComponent
-from reef.train.pipeline import TrainingPipeline
-from reef.train.trainer import Trainer, TrainerParts, TrainerSettings
+from reef.storage import open_database
+from reef.testing.components import RecordingComponent, grouped_parts
+from reef.train.trainer import Trainer, TrainerSettings
 
 mode = sys.argv[3]
 
@@ -69,14 +62,7 @@ class Dying(RecordingComponent):
             threading.Event().wait()
         return Artifact("art-0", Path("."))
 
-def build(fenced):
-    context = PipelineContext("s", "c")
-    pipeline = TrainingPipeline(
-        NoSamples(context), GroupedJobData(context, job_samples=2, buffer_size=2),
-        samples=TrainerSamples(fenced, "s"), context=context, replay_last_outcome=False,
-    )
-    return TrainerParts(pipeline, Dying())
-
+build = grouped_parts(Dying(), buffer_size=2, replay_last_outcome=False)
 settings = TrainerSettings(poll_interval=0.05, lease_ttl=float(sys.argv[2]))
 Trainer("s", "c", database=open_database(sys.argv[1]), build=build, holder="dying",
         settings=settings).run()
@@ -149,17 +135,9 @@ def restarted(database: Database, component: RecordingComponent, plugins: Plugin
     """A trainer in this process, built as the runtime builds it (the last outcome is the
     trainer's to replay), run until ``component`` got its job, then stopped."""
 
-    def build(fenced: Database) -> TrainerParts:
-        context = PipelineContext("s", "c")
-        pipeline = TrainingPipeline(
-            CallsOfTheStage(context),
-            GroupedJobData(context, job_samples=2, buffer_size=2),
-            samples=TrainerSamples(fenced, "s"),
-            context=context,
-            replay_last_outcome=False,
-        )
-        return TrainerParts(pipeline, component)
-
+    build = grouped_parts(
+        component, buffer_size=2, record2sample=CallsOfTheStage, replay_last_outcome=False
+    )
     settings = TrainerSettings(poll_interval=0.05, lease_ttl=TTL)
     trainer = Trainer("s", "c", database=database, build=build, plugins=plugins, settings=settings)
     trainer.start()

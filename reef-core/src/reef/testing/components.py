@@ -80,19 +80,23 @@ def grouped_parts(
     component: RecordingComponent,
     *,
     job_samples: int = 2,
+    buffer_size: int = 10,
     record2sample: type[Record2Sample] = NoSamples,
+    replay_last_outcome: bool = True,
 ) -> Callable[[Database], TrainerParts]:
     """How a test's trainer (scenario ``s``, trainer ``c``) builds its parts on the fenced
     database of a tenure: a ``record2sample`` stage, grouped jobs of ``job_samples`` samples
-    (buffer 10), and ``component``."""
+    (a buffer of ``buffer_size``), and ``component``. ``replay_last_outcome=False`` builds the
+    pipeline as the runtime does: the trainer replays the last outcome itself."""
 
     def build(database: Database) -> TrainerParts:
         context = PipelineContext("s", "c")
         pipeline = TrainingPipeline(
             record2sample(context),
-            GroupedJobData(context, job_samples=job_samples, buffer_size=10),
+            GroupedJobData(context, job_samples=job_samples, buffer_size=buffer_size),
             samples=TrainerSamples(database, "s"),
             context=context,
+            replay_last_outcome=replay_last_outcome,
         )
         return TrainerParts(pipeline, component)
 
