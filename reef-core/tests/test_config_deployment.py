@@ -19,8 +19,8 @@ from reef.core.plugins import (
 from reef.plugins import Plugins
 from reef.plugins.scenarios import load_deployment
 from reef.recipe import PipelineSpec, Recipe
+from reef.recipe.grouped.processor import GroupedJobData
 from reef.record2sample.stage import Record2Sample
-from reef.sample2job import GroupedJobData
 from reef.storage import Database
 from reef.testing import inline_plugins
 from reef.train.stages import build_pipeline, check_stages

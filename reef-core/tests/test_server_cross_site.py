@@ -183,7 +183,7 @@ def test_with_tokens_any_host_unless_the_deployment_lists_them(
     storage_url: str, storage_database: Database
 ) -> None:
     """With tokens every Host is taken by default (a token is the credential); a deployment
-    that lists ``service.allowed_hosts`` is answered for those names only."""
+    that lists ``service.allowed_hosts`` is answered for those names and loopback only."""
     with authenticated_client(
         storage_url, storage_database, "", "http://reef.internal:8000"
     ) as client:
@@ -193,7 +193,7 @@ def test_with_tokens_any_host_unless_the_deployment_lists_them(
         ("http://reef.example.com:1234", 200),  # a name without a port: any port
         ("http://gpu-box:8000", 200),
         ("http://gpu-box:9000", 403),
-        ("http://127.0.0.1:8000", 403),  # with a list, loopback is no exception
+        ("http://127.0.0.1:8000", 200),  # loopback is the service's own, list or not
         ("http://rebound.example", 403),
     ):
         with authenticated_client(storage_url, storage_database, listed, base_url) as client:

@@ -312,8 +312,8 @@ class ServiceSection(PluginSettings):
     )
     allowed_hosts: tuple[str, ...] | None = config_option(
         default=None,
-        help="the Host names (host or host:port) requests may name; without auth loopback names"
-        " are allowed too, with auth every name when absent",
+        help="the Host names (host or host:port) requests may name besides loopback ones;"
+        " with auth and no list, every name",
         validator=attrs.validators.optional(attrs.validators.deep_iterable(_host_name)),
     )
     allowed_origins: tuple[str, ...] = config_option(

@@ -7,10 +7,11 @@ with a form or a ``fetch`` that needs no permission, and a host name rebound to 
 rebinding) could read every answer back. :class:`CrossSiteGuard` wraps the whole application,
 so every route has the checks, the ones added later and the console's page included:
 
-- **Host**: without tokens only a loopback name (``localhost``, ``*.localhost``,
-  ``127.0.0.0/8``, ``[::1]``) or one in ``service.allowed_hosts``; with tokens the names in
-  ``service.allowed_hosts`` when it is given, any otherwise. A rebound name is refused
-  before anything is read or done (403, field ``host``).
+- **Host**: a loopback name (``localhost``, ``*.localhost``, ``127.0.0.0/8``, ``[::1]``) or
+  one in ``service.allowed_hosts``; with tokens and no list, any. A rebound name is refused
+  before anything is read or done (403, field ``host``). A loopback name is always the
+  service's own: a page cannot make a browser send one for its own origin, and the process's
+  own clients (the task generators reaching the generator service) call it so.
 - **Origin**, on every request that may change state (any method but ``GET``, ``HEAD`` and
   ``OPTIONS``): a browser names the page's origin; one that is not the service's own (the
   ``Origin``'s host and port against the request's ``Host``) nor in
@@ -112,7 +113,7 @@ class CrossSiteGuard:
         if host is None:
             return not self._loopback_only and self._hosts is None
         name, port = _split_host(host)
-        if self._loopback_only and is_loopback_host(name):
+        if is_loopback_host(name):
             return True
         if self._hosts is None:
             return not self._loopback_only
@@ -126,7 +127,10 @@ class CrossSiteGuard:
                 f" not {named}: call it as localhost or 127.0.0.1, or list the name in"
                 " service.allowed_hosts"
             )
-        return f"{named} is not in service.allowed_hosts ({', '.join(self._listed())})"
+        return (
+            f"{named} is neither a loopback name nor in service.allowed_hosts"
+            f" ({', '.join(self._listed())})"
+        )
 
     def _listed(self) -> list[str]:
         return [h if p is None else f"{h}:{p}" for h, p in self._hosts or ()]
