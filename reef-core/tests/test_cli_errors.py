@@ -71,16 +71,16 @@ def test_check_builds_every_stage_and_refuses_what_serve_would(
     assert check(fixed, capsys)[0] == 0
 
 
-def test_a_missing_deployment_file_is_named_without_a_traceback(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_a_missing_deployment_file_is_named(tmp_path: Path) -> None:
+    """What a program that loads a deployment is told (``reef`` refuses the argument before,
+    test_cli_flags.py)."""
     missing = tmp_path / "nowhere.yaml"
-    status, err = check(missing, capsys)
-    assert status == 1
+    with pytest.raises(DeploymentError) as info:
+        load_deployment(missing, plugins=Plugins(), environ={})
+    err = str(info.value)
     assert err.startswith(f"{missing}: 1 problem(s)")
     assert "cannot read the deployment file (No such file or directory)" in err
     assert "give the path of a YAML file" in err
-    assert "Traceback" not in err
 
 
 def test_yaml_errors_name_the_file_line_and_column(
@@ -147,7 +147,7 @@ def blocked_by_distribution(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
 def test_check_refuses_a_block_that_blocks_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], blocked_by_distribution: str
 ) -> None:
-    status, err = check(tmp_path / "deployment.yaml", capsys)
+    status, err = check(write(tmp_path, ""), capsys)
     assert status == 1
     assert err.startswith(f"reef check: {blocked_by_distribution}")
     assert err.rstrip().endswith("; name only those, or unset REEF_BLOCK_PLUGINS")
@@ -157,7 +157,9 @@ def test_serve_refuses_to_start_on_a_block_that_blocks_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], blocked_by_distribution: str
 ) -> None:
     pytest.importorskip("reef.runtime")  # the server extra
-    status = main(["serve", str(tmp_path / "deployment.yaml")])
+    from reef.testing.service import free_port
+
+    status = main(["serve", str(write(tmp_path, "")), "--port", str(free_port())])
     assert status == 1
     assert capsys.readouterr().err.startswith(f"reef serve: {blocked_by_distribution}")
 

@@ -1,8 +1,11 @@
 """The ``reef`` command.
 
-Each subcommand is one entry of :data:`SUBCOMMANDS`: a help line, a function that adds its
-arguments and a function that runs it and returns the exit status. A subcommand that needs
-heavy modules imports them in its ``run``, so ``reef --help`` stays fast.
+Each subcommand is one entry of :data:`SUBCOMMANDS`: a one-line description, its page of the
+docs, a function that adds its arguments, the checks that need several of them, and a function
+that runs it and returns the exit status. Every value is read through a check of
+:mod:`reef.cli.flags`, so a bad one is refused, naming the argument and what it may be, before
+the subcommand does any work. A subcommand that needs heavy modules imports them in its
+``run``, so ``reef --help`` stays fast.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from pathlib import Path
 
 import attrs
 
+from reef.cli import flags
 from reef.core.deployment import DeploymentError, auth_of
 from reef.plugins import BLOCK_ENV_VAR, PluginError, PluginKind, Plugins
 from reef.plugins.builtin import built_in_components
@@ -25,11 +29,32 @@ from reef.version import __version__
 
 @attrs.frozen
 class Subcommand:
-    """One ``reef <name>`` subcommand."""
+    """One ``reef <name>`` subcommand.
+
+    :ivar help: what it does, in one line (``reef --help`` and the top of its own help).
+    :ivar doc: the page of Reef's docs that explains it, named at the end of its help.
+    :ivar configure: adds its arguments, each read through a check of :mod:`reef.cli.flags`.
+    :ivar run: runs it; the exit status.
+    :ivar checks: checks of several arguments at once, run after parsing and before ``run``:
+        each returns what is wrong, or ``None``.
+    """
 
     help: str
+    doc: str
     configure: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace], int]
+    checks: tuple[Callable[[argparse.Namespace], str | None], ...] = ()
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """Each option's help ends with its default, where it has one to show."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        shown = action.default not in (None, False, argparse.SUPPRESS)
+        if shown and action.option_strings and "%(default)" not in text:
+            text += " (default: %(default)s)"
+        return text
 
 
 def _loaded_plugins() -> Plugins:
@@ -117,7 +142,7 @@ def _run_plugins(args: argparse.Namespace) -> int:
 
 
 def _configure_check(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("deployment", type=Path, help="the deployment file (YAML)")
+    parser.add_argument("deployment", type=flags.deployment_file, help="the deployment file (YAML)")
 
 
 def _run_check(args: argparse.Namespace) -> int:
@@ -138,9 +163,9 @@ def _run_check(args: argparse.Namespace) -> int:
 
 
 def _configure_serve(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("deployment", type=Path, help="the deployment file (YAML)")
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
-    parser.add_argument("--port", type=int, default=8000, help="port to listen on")
+    parser.add_argument("deployment", type=flags.deployment_file, help="the deployment file (YAML)")
+    parser.add_argument("--host", type=flags.host, default="127.0.0.1", help="address to listen on")
+    parser.add_argument("--port", type=flags.port, default=8000, help="port to listen on")
     parser.add_argument(
         "--allow-unauthenticated",
         action="store_true",
@@ -151,12 +176,17 @@ def _configure_serve(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--lease-ttl",
-        type=float,
+        type=flags.positive_seconds,
         default=10.0,
         help="seconds within which another process takes over the trainers of one that died"
         " (a claim lasts half of it; renewals and standbys' tries come every sixth)",
     )
-    parser.add_argument("--log-level", default="info", help="uvicorn's and Reef's log level")
+    parser.add_argument(
+        "--log-level",
+        type=flags.log_level,
+        default="info",
+        help=f"uvicorn's and Reef's log level: {', '.join(flags.LOG_LEVELS)}",
+    )
 
 
 def _needs_server_extra(command: str, error: ModuleNotFoundError) -> int:
@@ -226,10 +256,16 @@ def _run_serve(args: argparse.Namespace) -> int:
 
 def _configure_status(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--url", default="http://127.0.0.1:8000", help="the service's base URL (%(default)s)"
+        "--url",
+        type=flags.http_url,
+        default="http://127.0.0.1:8000",
+        help="the service's base URL (%(default)s)",
     )
     parser.add_argument(
-        "--token", default=None, help="an admin bearer token (default: $REEF_TOKEN)"
+        "--token",
+        type=flags.token,
+        default=None,
+        help="an admin bearer token (default: $REEF_TOKEN)",
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
@@ -271,10 +307,14 @@ def _run_status(args: argparse.Namespace) -> int:
 
 def _configure_new(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("what", choices=["recipe"], help="what to write: a recipe package")
-    parser.add_argument("name", help="the recipe's name (lower case: what a deployment writes)")
+    parser.add_argument(
+        "name",
+        type=flags.recipe_name,
+        help="the recipe's name (lower case: what a deployment writes)",
+    )
     parser.add_argument(
         "--directory",
-        type=Path,
+        type=flags.folder,
         default=Path(),
         help="where the package's folder goes (%(default)s: the current folder)",
     )
@@ -288,7 +328,10 @@ def _run_new(args: argparse.Namespace) -> int:
     except ScaffoldError as exc:
         print(f"reef new: {exc}", file=sys.stderr)
         return 1
-    print(f"wrote {root}: cd {root} && pip install -e '.[test]' && pytest")
+    print(
+        f"wrote {root}: cd {root} && pip install -e '.[test]' && pytest (in an environment that"
+        " has reef-core, or with --find-links naming a folder of its wheels: docs/installing.md)"
+    )
     return 0
 
 
@@ -297,24 +340,33 @@ def _run_new(args: argparse.Namespace) -> int:
 SUBCOMMANDS: dict[str, Subcommand] = {
     "plugins": Subcommand(
         "list every registered name with its kind, distribution and version",
+        "docs/plugins.md#loading-blocking-listing",
         _configure_plugins,
         _run_plugins,
     ),
     "check": Subcommand(
-        "check a deployment file and print every problem", _configure_check, _run_check
+        "check a deployment file as reef serve would, and print every problem",
+        "docs/configuration.md",
+        _configure_check,
+        _run_check,
     ),
     "serve": Subcommand(
-        "serve a deployment: the HTTP service and the scenarios' trainers",
+        "serve a deployment: the HTTP service and the scenarios' trainers, until stopped",
+        "docs/trainer.md#running-it",
         _configure_serve,
         _run_serve,
+        checks=(flags.port_is_free,),
     ),
     "new": Subcommand(
-        "write a new recipe package that works as written: reef new recipe NAME",
+        "write reef-recipe-NAME/, a recipe package that passes its tests as written: its"
+        " pyproject.toml, the recipe, its stage (processor.py), a deployment and tests",
+        "docs/recipe-authoring.md",
         _configure_new,
         _run_new,
     ),
     "status": Subcommand(
         "print each scenario and trainer of a running service as a table",
+        "docs/service.md#routes",
         _configure_status,
         _run_status,
     ),
@@ -322,15 +374,36 @@ SUBCOMMANDS: dict[str, Subcommand] = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``reef`` with ``argv`` (default: the process's arguments); the exit status."""
-    parser = argparse.ArgumentParser(prog="reef", description="Reef: train agents on their traffic")
+    """Run ``reef`` with ``argv`` (default: the process's arguments); the exit status.
+
+    A bad argument ends the run with argparse's status 2 and a message naming it, before the
+    subcommand does anything.
+    """
+    parser = argparse.ArgumentParser(
+        prog="reef",
+        description="Reef: train agents on their traffic",
+        epilog="Each command's --help names its page of the docs; start at docs/index.md.",
+    )
     parser.add_argument("--version", action="version", version=f"reef {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parsers = {}
     for name, subcommand in SUBCOMMANDS.items():
-        subcommand.configure(commands.add_parser(name, help=subcommand.help))
+        parsers[name] = commands.add_parser(
+            name,
+            help=subcommand.help,
+            description=f"{subcommand.help[0].upper()}{subcommand.help[1:]}.",
+            epilog=f"Documentation: {subcommand.doc} in Reef's repository.",
+            formatter_class=_HelpFormatter,
+        )
+        subcommand.configure(parsers[name])
     args = parser.parse_args(argv)
+    command = SUBCOMMANDS[args.command]
+    for check in command.checks:
+        problem = check(args)
+        if problem is not None:
+            parsers[args.command].error(problem)
     try:
-        return SUBCOMMANDS[args.command].run(args)
+        return command.run(args)
     except PluginError as exc:
         print(f"reef {args.command}: {exc}", file=sys.stderr)
         return 2
