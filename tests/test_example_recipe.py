@@ -313,6 +313,19 @@ def test_the_pipeline_is_the_runtime_trainers(plugins: Plugins, storage_database
     )
 
 
+def test_reefs_layout_rule_holds_with_the_example_installed(site: Path) -> None:
+    """rule: P-LAYOUT-4 Reef's own test of the layout passes with the example installed: both
+    stages in ``reef_thumbs.processor``, named by ``reef_thumbs.recipe``."""
+    layout_test = (
+        f"{ROOT}/reef-core/tests/test_pipeline_rules.py"
+        "::test_installed_recipes_keep_their_own_stages_in_their_processor_module"
+    )
+    run(
+        sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", layout_test,
+        env=environ_with(site),
+    )  # fmt: skip
+
+
 def test_the_example_passes_its_own_tests(site: Path) -> None:
     run(
         sys.executable,

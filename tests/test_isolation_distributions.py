@@ -1,10 +1,12 @@
 """Each distribution builds a wheel, installs alone in a fresh venv with only its declared
-dependencies (plus pytest and hypothesis), and passes its own tests there; and `sft` appears in
-`reef plugins` only when reef-recipes-sft is installed."""
+dependencies (plus pytest and hypothesis), and passes its own tests there; `sft` appears in
+`reef plugins` only when reef-recipes-sft is installed; and a package `reef new recipe` writes
+installs with exactly its declared extras, as its README says, and passes its tests."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -14,6 +16,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
+
+from reef.cli import main
 
 pytestmark = pytest.mark.slow
 
@@ -93,6 +97,31 @@ def test_reef_ecc_installs_alone_and_passes_its_tests(wheels: Path, tmp_path: Pa
         tmp_path / "venv", wheels, with_test_extra("reef-ecc"), "pytest", "hypothesis"
     )
     run_tests(python, ROOT / "reef-ecc" / "tests", tmp_path, marks="not slow")
+
+
+def test_a_new_recipe_package_installs_with_its_declared_extras_and_passes_its_tests(
+    wheels: Path, tmp_path: Path
+) -> None:
+    """rule: P-LAYOUT-4 what the package's README says, in a fresh venv with reef-core from the
+    built wheels (it is on no index): ``pip install -e '.[test]'``, ``pytest``, ``reef plugins``,
+    ``reef check deployment.yaml``; nothing else is installed. Reef's layout test passes there
+    too, with the package installed."""
+    assert main(["new", "recipe", "votes", "--directory", str(tmp_path)]) == 0
+    package = tmp_path / "reef-recipe-votes"
+    python = fresh_venv(tmp_path / "venv", wheels, "-e", f"{package}[test]")
+    tests = run(python, "-m", "pytest", "-q", "-p", "no:cacheprovider", cwd=package)
+    assert " passed" in tests
+    assert "skipped" not in tests or "REEF_TEST_DATABASE_URL" not in os.environ, tests
+    assert {"votes", "VotesSamples"} <= plugin_names(python, package)
+    reef = python.parent / "reef"
+    assert run(reef, "check", "deployment.yaml", cwd=package).strip() == (
+        "deployment.yaml: ok (votes)"
+    )
+    layout_test = (
+        f"{ROOT}/reef-core/tests/test_pipeline_rules.py"
+        "::test_installed_recipes_keep_their_own_stages_in_their_processor_module"
+    )
+    run(python, "-m", "pytest", "-q", "-p", "no:cacheprovider", layout_test, cwd=tmp_path)
 
 
 #: A reference to another site: a scheme or a protocol-relative "//host.tld".

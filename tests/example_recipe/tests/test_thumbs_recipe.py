@@ -6,9 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from reef_thumbs.job_data import ThumbsJobData
+from reef_thumbs.processor import UNREADABLE_THUMB, ThumbsJobData, ThumbsSamples
 from reef_thumbs.recipe import ThumbsRecipe
-from reef_thumbs.samples import UNREADABLE_THUMB, ThumbsSamples
 
 from reef import (
     InferenceRecord,

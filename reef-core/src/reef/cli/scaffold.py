@@ -1,11 +1,12 @@
 """``reef new recipe NAME``: a recipe package that works as written.
 
 :func:`write_recipe_package` writes ``reef-recipe-<name>/``: a ``pyproject.toml`` whose
-``reef.plugins`` entry point registers the plugin, the recipe, one record-to-sample stage of its
-own (reports grouped by ``metadata.group``, scored reports only), a deployment that names the
-recipe, and tests with ``reef.testing`` that pass once the package is installed
-(``pip install -e '.[test]'`` then ``pytest``). The author edits from there;
-``docs/recipe-authoring.md`` explains every part.
+``reef.plugins`` entry point registers the plugin, the recipe (``recipe.py``), one
+record-to-sample stage of its own in ``processor.py`` (reports grouped by ``metadata.group``,
+scored reports only), a deployment that names the recipe, and tests with ``reef.testing`` that
+pass once the package is installed with its test extra (``pip install -e '.[test]'`` then
+``pytest``). The layout is the one every recipe package keeps (P-LAYOUT-4). The author edits
+from there; ``docs/recipe-authoring.md`` explains every part.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Final
 from reef.errors import ReefError
 from reef.version import __version__
 
-__all__ = ["ScaffoldError", "write_recipe_package"]
+__all__ = ["ScaffoldError", "check_recipe_name", "write_recipe_package"]
 
 #: What a recipe name may be: the entry point's and the deployment's short name.
 _NAME: Final = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -47,8 +48,10 @@ requires-python = ">=3.11"
 dependencies = ["reef-core{range}"]
 
 [project.optional-dependencies]
-# pytest and Reef's test helpers (reef.testing, and its storage fixtures).
-test = ["reef-core[testing]{range}"]
+# pytest for Reef's test helpers (reef.testing and its storage fixtures), psycopg for those
+# fixtures' PostgreSQL run (where REEF_TEST_DATABASE_URL names a database), and torch for the
+# local training component that deployment.yaml names (its test loads the file).
+test = ["reef-core[testing,postgres,torch]{range}"]
 
 # The line that makes Reef find the plugin: the entry point's name is the plugin's short name
 # (what `reef plugins` and REEF_BLOCK_PLUGINS show), its value the module of hook functions.
@@ -69,15 +72,21 @@ _README: Final = """\
 The `{name}` recipe for Reef, as `reef new recipe {name}` wrote it: scored reports, grouped by
 their `metadata.group`, trained GRPO-style by the core's `GroupedJobData`.
 
-```
-pip install -e '.[test]'
+```bash
+pip install -e '.[test]'   # with reef-core installed, or --find-links naming its wheels
 pytest
-reef plugins   # lists {name} and {cls}Samples
+reef plugins               # lists {name} and {cls}Samples
 reef check deployment.yaml
 ```
 
-Edit `src/{module}/samples.py` (which reports train and how) and `recipe.py` (the stages and the
-job parameters). Reef's recipe-authoring guide explains every part.
+reef-core is on no package index yet: install it first from a checkout of Reef, or add
+`--find-links DIR` to the first command with DIR holding the wheels that Reef's `scripts/build`
+makes (Reef's `docs/installing.md` says how). To serve the deployment, install
+`reef-core[server,torch]` too, then run `reef serve deployment.yaml --allow-unauthenticated`.
+
+Edit `src/{module}/processor.py` (the stages: which reports train and how) and `recipe.py`
+(which stages, the job parameters); a recipe keeps its stages in `processor.py` and names them
+in `recipe.py`. {guide} explains every part.
 """
 
 _INIT: Final = '''\
@@ -91,8 +100,8 @@ short names a deployment writes."""
 from __future__ import annotations
 
 from reef import PluginRegistrar, hookimpl
+from {module}.processor import {cls}Samples
 from {module}.recipe import {cls}Recipe
-from {module}.samples import {cls}Samples
 
 
 @hookimpl
@@ -130,8 +139,9 @@ class {cls}Recipe(Recipe):
         return PipelineSpec(record2sample="{cls}Samples", sample2job="GroupedJobData")
 '''
 
-_SAMPLES: Final = '''\
-"""The record-to-sample stage of the ``{name}`` recipe: ``{cls}Samples``.
+_PROCESSOR: Final = '''\
+"""The stages of the ``{name}`` recipe: ``{cls}Samples``, its record-to-sample stage (its
+sample-to-job stage is the core's ``GroupedJobData``; one of its own would go here too).
 
 Each report that carries a score becomes one trajectory sample (the scored calls, the score as
 reward); a report without one ends without training, counted under ``{name}_unscored``.
@@ -220,8 +230,8 @@ from pathlib import Path
 from reef import GroupedJobData, InferenceRecord, PluginKind, Report, validate_job_data
 from reef.embed import Plugins, load_deployment
 from reef.testing import Database, pipeline_context, sample_store, training_pipeline
+from {module}.processor import UNSCORED, {cls}Samples
 from {module}.recipe import {cls}Recipe
-from {module}.samples import UNSCORED, {cls}Samples
 
 DEPLOYMENT = Path(__file__).resolve().parents[1] / "deployment.yaml"
 CONTEXT = pipeline_context("{name}", "local")
@@ -280,17 +290,43 @@ def test_scored_reports_become_a_job(storage_database: Database) -> None:
 '''
 
 
-def write_recipe_package(name: str, parent: Path) -> Path:
-    """Write the package of recipe ``name`` as ``parent/reef-recipe-<name>``; its folder.
+_CONFTEST: Final = '''\
+"""The suite's fixtures: Reef's storage fixtures (``storage_database``, on SQLite, and on
+PostgreSQL where ``REEF_TEST_DATABASE_URL`` names one)."""
 
-    :raises ScaffoldError: for a name that is not lower-case letters, digits and ``_``
-        (starting with a letter), or a folder that exists.
+pytest_plugins = ["reef.testing"]
+'''
+
+
+def _guide() -> str:
+    """The recipe-authoring guide, as a link where this reef-core runs from a checkout."""
+    guide = Path(__file__).resolve().parents[4] / "docs" / "recipe-authoring.md"
+    if guide.is_file():
+        return f"[Reef's recipe-authoring guide]({guide.as_posix()})"
+    return "Reef's recipe-authoring guide (`docs/recipe-authoring.md` in Reef's repository)"
+
+
+def check_recipe_name(name: str) -> str:
+    """``name`` if it can name a recipe package.
+
+    :raises ScaffoldError: for a name that is not lower-case letters, digits and ``_``,
+        starting with a letter.
     """
     if not _NAME.match(name):
         raise ScaffoldError(
             f"recipe name {name!r}: use lower-case letters, digits and '_', starting with a"
             " letter (it is the entry point's, the deployment's and the module's name)"
         )
+    return name
+
+
+def write_recipe_package(name: str, parent: Path) -> Path:
+    """Write the package of recipe ``name`` as ``parent/reef-recipe-<name>``; its folder.
+
+    :raises ScaffoldError: for a name that is not lower-case letters, digits and ``_``
+        (starting with a letter), or a folder that exists.
+    """
+    check_recipe_name(name)
     root = parent / f"reef-recipe-{name}"
     if root.exists():
         raise ScaffoldError(f"{root} exists: choose another name or folder, or remove it")
@@ -300,6 +336,7 @@ def write_recipe_package(name: str, parent: Path) -> Path:
         "module": module,
         "cls": "".join(part.capitalize() for part in name.split("_")),
         "range": _minor_range(),
+        "guide": _guide(),
     }
     files = {
         "pyproject.toml": _PYPROJECT,
@@ -309,7 +346,8 @@ def write_recipe_package(name: str, parent: Path) -> Path:
         f"src/{module}/py.typed": "",
         f"src/{module}/plugin.py": _PLUGIN,
         f"src/{module}/recipe.py": _RECIPE,
-        f"src/{module}/samples.py": _SAMPLES,
+        f"src/{module}/processor.py": _PROCESSOR,
+        "tests/conftest.py": _CONFTEST,
         f"tests/test_{name}.py": _TEST,
     }
     for relative, template in files.items():

@@ -7,9 +7,8 @@ classes under the short names a deployment writes.
 from __future__ import annotations
 
 from reef import PluginRegistrar, hookimpl
-from reef_thumbs.job_data import ThumbsJobData
+from reef_thumbs.processor import ThumbsJobData, ThumbsSamples
 from reef_thumbs.recipe import ThumbsRecipe
-from reef_thumbs.samples import ThumbsSamples
 
 
 @hookimpl

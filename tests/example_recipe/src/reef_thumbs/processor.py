@@ -1,4 +1,6 @@
-"""The record-to-sample stage of the thumbs recipe: ``ThumbsSamples`` and its grouping.
+"""The stages of the thumbs recipe: ``ThumbsSamples`` (record-to-sample) with its grouping,
+and ``ThumbsJobData`` (sample-to-job). A recipe package keeps its own stages here, in its
+``processor`` module, and names them in its ``recipe`` module (P-LAYOUT-4).
 
 A user rates an agent's reply with a thumb; the client reports it on the reply's call with
 ``metadata.thumbs`` set to ``"up"`` or ``"down"`` (and, optionally, ``metadata.rater``). Each
@@ -11,17 +13,22 @@ and is discarded. A reply outside any conversation trains by itself.
 
 Everything else (which calls a report covers, one set per record, groups kept whole, what ends
 without training and why) is ``ReportSamples``' work, not the recipe's.
+
+``ThumbsJobData`` hands the buffer to the training component as it is, each sample with the
+group the store gave it, and tells the component what it holds. It computes no advantage and
+no loss: those belong to the component's objective (P-STG-15).
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from typing import ClassVar, Final, Self
 
 import attrs
 
 from reef import (
     GroupDecision,
+    JobData,
     PluginSettings,
     Record2SampleSettings,
     Report,
@@ -29,6 +36,7 @@ from reef import (
     ReportGrouping,
     ReportSamples,
     Sample,
+    Sample2Job,
     SampleAssembly,
     SkippedReport,
     StageBuild,
@@ -134,3 +142,25 @@ class ThumbsSamples(ReportSamples[ThumbsSamplesSettings]):
             return SkippedReport(UNREADABLE_THUMB)
         sample: TrajectorySample = SampleAssembly().build(context)
         return attrs.evolve(sample, reward=reward)
+
+
+class ThumbsJobData(Sample2Job):
+    """The buffer's rated replies as one job; a weight recipe, so the deployment sets
+    ``job_samples`` (P-SIZE-2). The base class's settings (``job_samples``, ``buffer_size``)
+    are all it takes. It takes no uploads: an uploaded trajectory carries no thumb."""
+
+    def make_job_data(self, samples: Sequence[Sample], data_id: str) -> JobData:
+        """Every sample, in store order, keeping its group (P-STG-3, P-REP-6), with counts the
+        component can log."""
+        rewards = [s.reward for s in samples if isinstance(s, TrajectorySample)]
+        groups = {sample.group_id for sample in samples if sample.group_id is not None}
+        return JobData(
+            data_id,
+            tuple(samples),
+            metadata={
+                "objective": "group_relative",
+                "thumbs_up": rewards.count(REWARDS["up"]),
+                "thumbs_down": rewards.count(REWARDS["down"]),
+                "groups": len(groups),
+            },
+        )
