@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -41,3 +42,19 @@ def test_summary_links_retries_branches_and_tool_changes(tmp_path: Path) -> None
     assert atif["schema_version"] == "ATIF-v1.8"
     assert [s["source"] for s in atif["steps"]][:2] == ["system", "user"]
     assert (tmp_path / "reef.db").exists()
+
+
+def test_without_a_folder_the_store_lives_in_a_temporary_folder_that_is_removed(
+    tmp_path: Path,
+) -> None:
+    """What ``scripts/example`` runs leaves nothing in the temporary folder."""
+    result = subprocess.run(
+        [sys.executable, EXAMPLE / "summarise.py"],
+        check=True,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+    )
+    (store,) = [line for line in result.stdout.splitlines() if line.startswith("store: ")]
+    assert store.startswith(f"store: sqlite:///{tmp_path}/reef-example-")
+    assert list(tmp_path.iterdir()) == []

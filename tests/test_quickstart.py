@@ -8,9 +8,12 @@ Whether the model learns the task in the quickstart's full run (minutes) is meas
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import ModuleType
 
@@ -131,3 +134,65 @@ def test_the_quickstart_run_prints_progress_the_text_curve_and_writes_the_png(
     assert _png_size(png) == (800, 650)
     summary = r"^mean reward: \d\.\d{3} \(initial weights\) -> \d\.\d{3}"
     assert re.search(summary, result.stdout, re.MULTILINE)
+
+
+def test_the_quickstart_on_a_taken_port_says_so_at_once_and_how_to_choose_another(
+    tmp_path: Path,
+) -> None:
+    """It checks the port before setting anything up, instead of leaving reef serve to die in
+    its log while the agent waits."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        done = subprocess.run(
+            ["bash", str(ROOT / "scripts" / "quickstart")],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env={
+                **os.environ,
+                "REEF_QUICKSTART_PORT": str(port),
+                "REEF_QUICKSTART_DIR": str(tmp_path / "run"),
+            },
+        )
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        f"quickstart: port {port} is taken on 127.0.0.1 (another process listens there): stop"
+        " it, or run the quickstart on another port: REEF_QUICKSTART_PORT=8766 bash"
+        " scripts/quickstart"
+    )
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_agent_says_at_once_when_reef_serve_exits_before_it_comes_up(tmp_path: Path) -> None:
+    """reef serve refused to start (here: a deployment file that is not there); the agent,
+    told its process and log, says so with the log's last lines instead of waiting."""
+    log = tmp_path / "serve.log"
+    with log.open("w") as out:
+        serve = subprocess.Popen(
+            [sys.executable, "-m", "reef.cli", "serve", str(tmp_path / "none.yaml")],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+        # Until it exits, without reaping it: a zombie, as an exited reef serve is until the
+        # quickstart's shell reaps it.
+        os.waitid(os.P_PID, serve.pid, os.WEXITED | os.WNOWAIT)
+        started = time.monotonic()
+        done = subprocess.run(
+            [
+                *(sys.executable, QUICKSTART / "agent.py", "--base-url", "http://127.0.0.1:9"),
+                *("--serve-pid", str(serve.pid), "--serve-log", str(log)),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        serve.wait()
+    assert time.monotonic() - started < 60  # the startup timeout is 120 s
+    assert done.returncode == 1
+    assert done.stderr.startswith(
+        f"reef serve exited before it came up at http://127.0.0.1:9; the end of its log ({log}):"
+    )
+    assert "argument deployment: " in done.stderr
+    assert "no such file" in done.stderr

@@ -1,9 +1,10 @@
 """The bundled example: load recorded traffic into a fresh store and show what Reef makes of it.
 
 ``bash scripts/example`` runs it. It reads the deployment (validating every scenario), opens a
-fresh SQLite store, stores each recorded call and report of ``records.jsonl`` with its
-trajectory link, and prints, per scenario, the calls, trajectories and reports, then the ATIF
-form of one trajectory. Only the public API of reef-core is used.
+fresh SQLite store (in ``--dir``, kept; by default in a temporary folder, removed at the end),
+stores each recorded call and report of ``records.jsonl`` with its trajectory link, and prints,
+per scenario, the calls, trajectories and reports, then the ATIF form of one trajectory. Only
+the public API of reef-core is used.
 """
 
 from __future__ import annotations
@@ -30,20 +31,28 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=Path, default=HERE / "records.jsonl")
     parser.add_argument("--deployment", type=Path, default=HERE / "deployment.yaml")
-    parser.add_argument("--dir", type=Path, help="where to keep the store (default: a temp dir)")
+    parser.add_argument(
+        "--dir", type=Path, help="where to keep the store (default: a temporary folder, removed)"
+    )
     args = parser.parse_args(argv)
+    if args.dir is not None:
+        args.dir.mkdir(parents=True, exist_ok=True)
+        return summarise(args.records, args.deployment, args.dir)
+    with tempfile.TemporaryDirectory(prefix="reef-example-") as workdir:
+        return summarise(args.records, args.deployment, Path(workdir))
 
-    workdir = args.dir or Path(tempfile.mkdtemp(prefix="reef-example-"))
-    workdir.mkdir(parents=True, exist_ok=True)
+
+def summarise(records_file: Path, deployment_file: Path, workdir: Path) -> int:
+    """Load ``records_file`` into a fresh store in ``workdir`` and print the summary."""
     plugins = Plugins()
     plugins.load()
     deployment = load_deployment(
-        args.deployment, plugins=plugins, environ={**os.environ, "REEF_EXAMPLE_DIR": str(workdir)}
+        deployment_file, plugins=plugins, environ={**os.environ, "REEF_EXAMPLE_DIR": str(workdir)}
     )
     database = open_database(deployment.storage.url)
 
     records: dict[str, list[Record]] = defaultdict(list)
-    for line in args.records.read_text(encoding="utf-8").splitlines():
+    for line in records_file.read_text(encoding="utf-8").splitlines():
         record = loads(line)
         if record.scenario not in deployment.scenarios:
             print(f"skipping {record.id}: scenario {record.scenario!r} is not deployed")

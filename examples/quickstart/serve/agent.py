@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -57,12 +58,37 @@ def ask(client: openai.OpenAI) -> Any:
     )
 
 
-def wait_for_service(base_url: str, timeout: float) -> None:
-    """Until ``GET /reef/status`` answers and the trainer has published its first weights."""
+def has_exited(pid: int) -> bool:
+    """Whether process ``pid`` is gone, or ended and not yet reaped by its parent."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    try:  # the state follows the command's closing parenthesis: Z for a zombie
+        return stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def wait_for_service(
+    base_url: str, timeout: float, serve_pid: int | None = None, serve_log: Path | None = None
+) -> None:
+    """Until ``GET /reef/status`` answers and the trainer has published its first weights;
+    when ``serve_pid`` is the ``reef serve`` process and it exits first, say so at once, with
+    the end of its log ``serve_log``."""
     print(f"waiting for reef serve at {base_url} to publish its first weights", flush=True)
     started = time.monotonic()
     deadline = started + timeout
     while time.monotonic() < deadline:
+        if serve_pid is not None and has_exited(serve_pid):
+            said = ""
+            if serve_log is not None and serve_log.is_file():
+                tail = serve_log.read_text(errors="replace").strip().splitlines()[-5:]
+                said = f"; the end of its log ({serve_log}):\n" + "\n".join(tail)
+            raise SystemExit(f"reef serve exited before it came up at {base_url}{said}")
         try:
             if _trainer(httpx.get(f"{base_url}/reef/status", timeout=5).json())["served_artifact"]:
                 print(f"[{time.monotonic() - started:6.1f}s] reef serve is up", flush=True)
@@ -70,7 +96,8 @@ def wait_for_service(base_url: str, timeout: float) -> None:
         except (httpx.HTTPError, KeyError, IndexError, ValueError):
             pass
         time.sleep(0.5)
-    raise SystemExit(f"reef serve did not come up at {base_url} within {timeout} s")
+    where = f"; see its log, {serve_log}" if serve_log is not None else ""
+    raise SystemExit(f"reef serve did not come up at {base_url} within {timeout} s{where}")
 
 
 def _trainer(status: Any) -> Any:
@@ -91,7 +118,7 @@ def _job_losses(http: httpx.Client, scenario: str) -> list[float | None]:
 
 def run(args: argparse.Namespace) -> int:
     base_url = args.base_url.rstrip("/")
-    wait_for_service(base_url, args.startup_timeout)
+    wait_for_service(base_url, args.startup_timeout, args.serve_pid, args.serve_log)
     client = openai.OpenAI(
         base_url=f"{base_url}/scenarios/{args.scenario}/v1", api_key="not-needed", max_retries=5
     )
@@ -174,6 +201,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=150, help="stop after this many trained jobs")
     parser.add_argument("--time-limit", type=float, default=480, help="seconds, at most")
     parser.add_argument("--startup-timeout", type=float, default=120)
+    parser.add_argument("--serve-pid", type=int, help="the reef serve process, watched at start")
+    parser.add_argument("--serve-log", type=Path, help="its log, shown when it exits at start")
     parser.add_argument("--run-id", default=f"run{int(time.time())}")
     parser.add_argument("--plot", default="reward_curve.png", help="where the PNG goes")
     return run(parser.parse_args(argv))
