@@ -9,7 +9,8 @@
   and listed once.
 - A path of the repository named in a page (``benchmarks/bench_distill.py`` in code, in a
   block that does not run, or in its not-run reason) names a file or folder that exists.
-- Nothing points at documents kept outside the repository.
+- Nothing points at documents kept outside the repository; a link to another site credits
+  upstream work, over https, on a listed site, and says what it points at.
 """
 
 from __future__ import annotations
@@ -282,6 +283,43 @@ def test_pointers_to_doc_pages_in_code_and_text_resolve() -> None:
                 problems.append(f"{where}: no such page")
             elif pointer["anchor"] and pointer["anchor"] not in anchors(page):
                 problems.append(f"{where}: {page.name} has no heading #{pointer['anchor']}")
+    assert not problems, "\n".join(problems)
+
+
+#: The sites a page may link to (docs/contributing.md#links-to-other-sites), each with why: the
+#: upstream work a part of Reef follows or drives, credited where that part is explained.
+_OTHER_SITES = {
+    "github.com": "the repositories of methods and trainers Reef follows (OpenClaw-RL, slime,"
+    " Tinker's cookbook)",
+    "tinker-docs.thinkingmachines.ai": "the documentation of Tinker, the service the tinker"
+    " component trains on",
+}
+#: Link texts that say nothing of where they go.
+_VAGUE_LINK_TEXTS = frozenset({"here", "this", "link", "this page", "click here", "docs", "source"})
+_EXTERNAL_LINK = re.compile(
+    r"\[(?P<text>(?:[^\[\]]|\[[^\]]*\])*)\]\((?P<target>[A-Za-z][\w+.-]*:[^)\s]*)\)"
+)
+
+
+def test_links_to_other_sites_credit_listed_upstream_work() -> None:
+    """rule of docs/contributing.md: a link elsewhere is https, to a listed site, and names what
+    it points at."""
+    problems = []
+    for path in markdown_files():
+        for number, line in prose_lines(path):
+            for link in _EXTERNAL_LINK.finditer(_INLINE_CODE.sub("", line)):
+                target, text = link["target"], link["text"].strip("` ")
+                where = f"{path.relative_to(ROOT)}:{number}: {target}"
+                host = re.sub(r"^https://([^/:]+).*", r"\1", target)
+                if not target.startswith("https://"):
+                    problems.append(f"{where}: link other sites over https:// only")
+                elif host not in _OTHER_SITES:
+                    problems.append(
+                        f"{where}: {host} is not a site the docs may link to: credit upstream"
+                        " work only, and add the site to _OTHER_SITES with why"
+                    )
+                if text.lower() in _VAGUE_LINK_TEXTS:
+                    problems.append(f"{where}: say what the link points at, not {text!r}")
     assert not problems, "\n".join(problems)
 
 
