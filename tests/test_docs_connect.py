@@ -23,21 +23,18 @@ import pytest
 
 from reef.storage import RecordStore, open_database
 from reef.testing.engines import scripted_engine
-from reef.testing.service import ServiceToken, auth_section, serve_on_loopback, service_app
+from reef.testing.service import (
+    ServiceToken,
+    auth_section,
+    serve_on_loopback,
+    served_scenario,
+    service_app,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 CONNECT = ROOT / "docs" / "connect.md"
 SERVICE = ROOT / "docs" / "service.md"
 AGENT = ServiceToken("agent", ("infer", "feedback"))
-DEPLOYMENT = """
-storage: {url: "%(url)s"}
-serving: {engine: "%(engine)s"}
-%(auth)s
-scenarios:
-  support:
-    recipe: servicetest
-    training: {component: noop}
-"""
 _BLOCK = re.compile(r"^(<!-- not-run:[^\n]*-->\n)?```(python|bash)\n(.*?)^```$", re.S | re.M)
 
 
@@ -47,7 +44,7 @@ def reef(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Record
     url = f"sqlite:///{tmp_path_factory.mktemp('connect') / 'reef.db'}"
     database = open_database(url)
     with serve_on_loopback(scripted_engine()) as engine:
-        text = DEPLOYMENT % {"url": url, "engine": f"{engine}/v1", "auth": auth_section(AGENT)}
+        text = served_scenario(url, f"{engine}/v1", auth_section(AGENT))
         with serve_on_loopback(service_app(text, url, database)) as base:
             yield base, RecordStore(database, "support")
     database.dispose()

@@ -36,17 +36,14 @@ from reef.server import (
 )
 from reef.storage import Database, RecordStore, open_database
 from reef.testing.engines import SCRIPTED_ARTIFACT, scripted_engine, scripted_reply
-from reef.testing.service import ServiceToken, auth_section, serve_on_loopback, service_app
+from reef.testing.service import (
+    ServiceToken,
+    auth_section,
+    serve_on_loopback,
+    served_scenario,
+    service_app,
+)
 
-DEPLOYMENT = """
-storage: {url: "%(url)s"}
-serving: {engine: "%(engine)s"}
-%(auth)s
-scenarios:
-  support:
-    recipe: servicetest
-    training: {component: noop}
-"""
 AGENT = ServiceToken("agent", ("infer", "feedback"))
 AUTH = auth_section(AGENT)
 
@@ -101,7 +98,7 @@ def serve(
     options: ServerOptions | None = None,
 ) -> Any:
     url, opened = database
-    text = DEPLOYMENT % {"url": url, "engine": engine, "auth": auth}
+    text = served_scenario(url, engine, auth)
     return serve_on_loopback(service_app(text, url, opened, options=options, runtime=runtime))
 
 

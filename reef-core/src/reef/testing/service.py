@@ -5,6 +5,7 @@
   :func:`reef.testing.engines.scripted_engine` with it for an engine that answers.
 - :class:`ServiceToken` is a token of a test deployment: :func:`auth_section` declares tokens in
   the deployment's YAML and :attr:`ServiceToken.headers` presents one, from one definition;
+  :func:`served_scenario` writes a deployment of one scenario answered by an engine URL, and
   :func:`service_app` builds the service of a test deployment on an opened database.
 - :class:`UploadingJobData` and :class:`AgentTurnSamples` are minimal stages for a scenario
   that takes uploads in both modes; :class:`AutoOnlyJobData` one that supports ``auto`` only
@@ -49,6 +50,7 @@ __all__ = [
     "auth_section",
     "free_port",
     "serve_on_loopback",
+    "served_scenario",
     "service_app",
     "service_test_plugins",
 ]
@@ -78,6 +80,16 @@ class ServiceToken:
         scopes = ", ".join(self.scopes)
         limited = "" if self.scenarios is None else f", scenarios: [{', '.join(self.scenarios)}]"
         return f"    {self.name}: {{token: {self.secret}, scopes: [{scopes}]{limited}}}\n"
+
+
+def served_scenario(storage_url: str, engine_url: str, auth: str, scenario: str = "support") -> str:
+    """A deployment (YAML) of one scenario of the service-test recipe (``servicetest``, with the
+    ``noop`` component) on the store at ``storage_url``, answered by the OpenAI-compatible
+    engine at ``engine_url``; ``auth`` is its auth section (:func:`auth_section`, or ``""``)."""
+    return (
+        f'storage: {{url: "{storage_url}"}}\nserving: {{engine: "{engine_url}"}}\n{auth}\n'
+        f"scenarios:\n  {scenario}:\n    recipe: servicetest\n    training: {{component: noop}}\n"
+    )
 
 
 def auth_section(*tokens: ServiceToken) -> str:
