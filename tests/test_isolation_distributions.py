@@ -121,7 +121,9 @@ def test_a_new_recipe_package_installs_with_its_declared_extras_and_passes_its_t
         f"{ROOT}/reef-core/tests/test_pipeline_rules.py"
         "::test_installed_recipes_keep_their_own_stages_in_their_processor_module"
     )
-    run(python, "-m", "pytest", "-q", "-p", "no:cacheprovider", layout_test, cwd=tmp_path)
+    # reef-core's own pytest options name Hypothesis's profile; this venv has no Hypothesis.
+    options = ["-o", "addopts=--import-mode=importlib"]
+    run(python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *options, layout_test, cwd=tmp_path)
 
 
 #: A reference to another site: a scheme or a protocol-relative "//host.tld".

@@ -160,7 +160,7 @@ def loop_of(storage_url: str, storage_database: Database, tmp_path: Path) -> Ite
             runtime=Runtime(publisher),
             options=ServerOptions(allow_unauthenticated=True),
         )
-        client = TestClient(app, client=("127.0.0.1", 50000))  # a loopback peer
+        client = TestClient(app, base_url="http://127.0.0.1", client=("127.0.0.1", 50000))
         client.__enter__()
         stack.append(client)
         return Loop(client, publisher, state, source, RecordStore(storage_database, SCENARIO))

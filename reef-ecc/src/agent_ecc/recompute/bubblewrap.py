@@ -79,9 +79,10 @@ class BubblewrapExecutor(Executor):
                 args += ["--symlink", os.readlink(f"/{link}"), f"/{link}"]
         for path in _ETC:
             args += ["--ro-bind-try", path, path]
-        for folder in self._readable:
-            args += ["--ro-bind", folder, folder]
+        # /tmp first: an interpreter or a workspace under the host's /tmp is bound onto it.
         size = str(self.limits.memory_mb << 20)
         args += ["--proc", "/proc", "--dev", "/dev", "--size", size, "--tmpfs", "/tmp"]
+        for folder in self._readable:
+            args += ["--ro-bind", folder, folder]
         args += ["--bind", str(workspace), str(workspace), "--remount-ro", "/"]
         return [*args, "--chdir", str(cwd), "--", *argv]
