@@ -1,11 +1,11 @@
 """The examples of docs/connect.md and the report bodies of docs/service.md work as written.
 
 A Reef application on loopback (SQLite, a token with the ``infer`` and ``feedback`` scopes, a
-scenario ``support`` answered by the scripted OpenAI-compatible engine) serves them: each
-Python and shell block of the connect page runs in a process of its own with ``REEF_URL`` and
-``REEF_TOKEN`` set, through the real ``openai``, ``langchain-openai`` and ``langgraph``
-packages, and must exit 0; the report examples of the service page are posted and answered
-with the status and body the page shows.
+scenario ``support`` answered by the scripted OpenAI-compatible engine) serves them: each Python
+and shell block of the connect page runs in a process of its own with ``REEF_URL`` and
+``REEF_TOKEN`` set, through the real ``openai``, ``anthropic``, ``langchain-openai`` and
+``langgraph`` packages, and must exit 0; the report examples of the service page are posted and
+answered with the status and body the page shows.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def blocks() -> list[tuple[str, str]]:
 
 
 def test_the_page_has_its_examples() -> None:
-    assert [lang for lang, _ in blocks()] == ["python", "python", "python", "bash", "bash"]
+    assert [lang for lang, _ in blocks()] == ["python"] * 3 + ["bash"] * 2 + ["python"] * 2
 
 
 @pytest.mark.parametrize("index", range(len(blocks())))
@@ -78,7 +78,7 @@ def test_each_example_runs_against_reef(index: int, reef: tuple[str, RecordStore
     )
     assert done.returncode == 0, f"{body}\n{done.stdout}\n{done.stderr}"
     assert len(store.read_after(None)) > before  # the example's calls were recorded
-    ids = set(re.findall(r"\binf-[0-9a-f]{32}\b", done.stdout))
+    ids = set(re.findall(r"\b(?:inf-|resp_|msg_)[0-9a-f]{32}\b", done.stdout))
     stored = {record.id for record in store.read_after(None)}
     assert ids, f"the example prints no answer's id:\n{done.stdout}"
     assert ids <= stored  # the ids it shows are the records' ids, what a report references
