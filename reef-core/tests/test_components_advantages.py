@@ -59,9 +59,26 @@ def test_leave_one_out_weights_divide_by_the_other_rollouts(
     weights = entropic_weights(rewards, beta, "leave_one_out")
     for index, (term, weight) in enumerate(zip(terms, weights, strict=True)):
         others = [t for j, t in enumerate(terms) if j != index]
-        assert math.isclose(weight * (sum(others) / len(others) + 1e-12), term, rel_tol=1e-9)
+        denominator = sum(others) / len(others)
+        assert math.isclose(weight * (denominator or 1e-12), term, rel_tol=1e-9)
     if all(t > 1e-6 for t in terms):  # no term so small that the floor matters
         assert sum(weights) >= len(rewards) * (1 - 1e-9)
+
+
+@given(
+    st.floats(-50, 50, allow_nan=False),
+    st.integers(1, 16),
+    st.one_of(st.none(), BETAS),
+    NORMALISATIONS,
+)
+def test_a_tied_group_has_advantages_of_exactly_zero(
+    reward: float, size: int, beta: float | None, normalisation: str
+) -> None:
+    # No signal is exactly 0 (so the component takes no optimizer step), not -1e-12 (the
+    # published code's floor on every denominator).
+    for estimator in ("entropic", "group_mean"):
+        settings = AdvantageSettings(estimator=estimator, beta=beta, normalisation=normalisation)
+        assert group_advantages([reward] * size, ["g"] * size, settings) == [0.0] * size
 
 
 @given(REWARDS, st.one_of(st.none(), BETAS), NORMALISATIONS)

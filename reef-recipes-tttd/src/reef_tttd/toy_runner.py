@@ -12,8 +12,13 @@ Each step of the grid, the runner:
    (``POST /scenarios/<scenario>/v1/chat/completions``), scores each and reports it
    (``POST /reef/scenarios/<scenario>/reports``) with its cell in ``metadata.tttd`` and the id
    ``<run>-s<step>-g<group>-r<rollout>``;
-3. waits until the stage reports the step ready and the scenario serves new weights; a step the
-   stage abandoned or refused as an invariant failure stops the run (:class:`StepFailed`).
+3. waits until the stage reports the step ready and the job that trained it ended (the sample of
+   its first rollout names that job, ``GET /reef/scenarios/<scenario>/samples/<id>``), and, when
+   the job moved the weights (its ``optimizer_steps`` metric is not 0), until the scenario
+   serves the new ones. A step that trained nothing (every group tied: every advantage 0)
+   keeps the weights, so the next step samples from the same artifact. A step the stage
+   abandoned or refused as an invariant failure, or whose job failed, stops the run
+   (:class:`StepFailed`).
 
 Run it against a ``reef serve`` whose scenario uses the ``tttd`` recipe with the same grid::
 
@@ -30,6 +35,7 @@ import json
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -124,6 +130,9 @@ class StepResult:
     step: int
     scores: tuple[float, ...]
     best_so_far: float
+    #: the optimizer steps of the step's job (0: it trained nothing; None: the component
+    #: cannot tell)
+    optimizer_steps: int | None = None
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -131,6 +140,7 @@ class StepResult:
             "mean": sum(self.scores) / len(self.scores),
             "best": max(self.scores),
             "best_so_far": self.best_so_far,
+            "optimizer_steps": self.optimizer_steps,
         }
 
 
@@ -212,11 +222,19 @@ class ToyRunner:
         record = {k.lower(): v for k, v in headers.items()}["x-reef-record-id"]
         return reply["choices"][0]["message"]["content"] or "", record
 
+    def report_id(self, step: int, group: int, rollout: int) -> str:
+        """The id of a rollout's report."""
+        return f"{self.run}-s{step}-g{group}-r{rollout}"
+
+    def score(self, reply: str) -> float:
+        """The toy verifier's score of ``reply``."""
+        return vowel_score(reply)
+
     def report(self, step: int, group: int, rollout: int, record: str, reply: str) -> float:
         """Score one rollout and report it with its cell (and feedback); returns the score."""
-        score = vowel_score(reply)
+        score = self.score(reply)
         body: dict[str, Any] = {
-            "id": f"{self.run}-s{step}-g{group}-r{rollout}",
+            "id": self.report_id(step, group, rollout),
             "references": [record],
             "score": score,
             "metadata": {self.cell_key: {"step": step, "group": group, "rollout": rollout}},
@@ -239,8 +257,8 @@ class ToyRunner:
                 scores.append(score)
                 self.archive.append((score, reply))
         self.archive = sorted(self.archive, key=lambda entry: -entry[0])[: self.archive_size]
-        self.wait_trained(step, served)
-        return StepResult(step, tuple(scores), self.archive[0][0])
+        moved = self.wait_trained(step, served)
+        return StepResult(step, tuple(scores), self.archive[0][0], moved)
 
     def served_artifact(self) -> str:
         """The artifact the scenario serves, once it serves one (the first weights are published
@@ -256,23 +274,52 @@ class ToyRunner:
             time.sleep(0.2)
         raise TimeoutError(f"scenario {self.scenario!r} served no weights within {self.timeout}s")
 
-    def wait_trained(self, step: int, served: object) -> None:
-        """Wait until the stage readied ``step`` and the scenario serves new weights.
+    def wait_trained(self, step: int, served: object) -> int | None:
+        """Wait until the stage readied ``step``, its job ended, and, when the job moved the
+        weights, the scenario serves new ones; returns the job's ``optimizer_steps``.
 
-        :raises StepFailed: the stage abandoned the step or refused it (mixed artifacts).
+        :raises StepFailed: the stage abandoned the step or refused it (mixed artifacts), or
+            the step's job failed.
         :raises TimeoutError: after :attr:`timeout` seconds.
         """
         deadline = time.monotonic() + self.timeout
+        ended: Mapping[str, Any] | None = None
         while time.monotonic() < deadline:
             trainer = self.trainer_status()
             grid = trainer["pipeline"].get(self.cell_key) or {}
             failures = [f for f in grid.get("invariant_failures", ()) if f["step"] == step]
             if failures or step in grid.get("abandoned_steps", ()):
                 raise StepFailed(f"step {step} will not train: {failures or 'abandoned'}")
-            if step in grid.get("ready_steps", ()) and trainer.get("served_artifact") != served:
-                return
+            if ended is None and step in grid.get("ready_steps", ()):
+                ended = self.ended_job(self.report_id(step, 0, 0))
+            if ended is not None:
+                moved = ended["metrics"].get("optimizer_steps")
+                if moved == 0 or trainer.get("served_artifact") != served:
+                    return None if moved is None else int(moved)
             time.sleep(0.2)
         raise TimeoutError(f"step {step} did not train within {self.timeout}s")
+
+    def ended_job(self, report_id: str) -> Mapping[str, Any] | None:
+        """The finished job that trained the sample of ``report_id`` (``GET
+        /reef/scenarios/<scenario>/jobs``), or ``None`` while it has none.
+
+        :raises StepFailed: the job failed.
+        """
+        base = f"/reef/scenarios/{self.scenario}"
+        page, _ = self._request("GET", f"{base}/samples?order=desc&limit=200")
+        found = [s["id"] for s in page["samples"] if s.get("report_id") == report_id]
+        if not found:
+            return None
+        detail, _ = self._request("GET", f"{base}/samples/{urllib.parse.quote(found[0])}")
+        for entry in detail["jobs"]:
+            if entry["event"] == "failed":
+                raise StepFailed(f"the job {entry['job_id']} that trained {report_id} failed")
+            if entry["event"] == "finished":
+                jobs, _ = self._request("GET", f"{base}/jobs?trainer={entry['trainer']}")
+                for job in jobs["jobs"]:
+                    if job["job_id"] == entry["job_id"]:
+                        return dict(job, metrics=job["metrics"] or {})
+        return None
 
     def job_metrics(self) -> list[Mapping[str, Any]]:
         """The metrics of the scenario's jobs that ended, oldest first (``GET

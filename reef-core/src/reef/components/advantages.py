@@ -38,7 +38,7 @@ NORMALISATIONS: Final = ("leave_one_out", "mean")
 LN2: Final = math.log(2)
 #: The largest beta the adaptive rule tries; a group that cannot reach the target gets it.
 BETA_MAX: Final = 1e6
-#: Added to a leave-one-out denominator, which is 0 when every other term underflows.
+#: A leave-one-out denominator that is 0 (every other term underflows) is this instead.
 _FLOOR: Final = 1e-12
 #: Bisection rounds of the adaptive rule (the bracket halves each round).
 _BISECTIONS: Final = 60
@@ -142,13 +142,17 @@ def entropic_weights(
         total = math.fsum(tilted)
         return [t / (total / size) for t in tilted]
     # The best rollout's term is 1, so a denominator is 0 only when every other rollout's term
-    # underflows (a group of two at a huge beta); the published code adds the same constant.
-    # The others' sum is added up afresh for each rollout: the whole sum minus one term would
-    # lose the small terms next to the best one's 1.
-    return [
-        t / (math.fsum(tilted[:i] + tilted[i + 1 :]) / (size - 1) + _FLOOR)
-        for i, t in enumerate(tilted)
-    ]
+    # underflows (a group of two at a huge beta). The published code adds 1e-12 to every
+    # denominator; here it replaces only a 0 one, so a tied group (every term 1, every
+    # denominator exactly 1) has weights of exactly 1: no signal, no step (its advantages would
+    # be -1e-12 otherwise). The difference elsewhere is 1e-12 relative. The others' sum is
+    # added up afresh for each rollout: the whole sum minus one term would lose the small
+    # terms next to the best one's 1.
+    weights = []
+    for i, t in enumerate(tilted):
+        others = math.fsum(tilted[:i] + tilted[i + 1 :]) / (size - 1)
+        weights.append(t / (others if others > 0 else _FLOOR))
+    return weights
 
 
 def _groups(groups: Sequence[str | None]) -> dict[str | None, list[int]]:
@@ -168,6 +172,7 @@ def group_advantages(
 
     Samples without a group form one group together: the job's ungrouped samples are compared
     with each other, so a recipe that does not group still learns which replies scored better.
+    A group whose rewards all tie has advantages of exactly 0 whatever the estimator.
     """
     if len(rewards) != len(groups):
         raise ValueError(f"{len(rewards)} rewards for {len(groups)} groups")
@@ -177,6 +182,10 @@ def group_advantages(
     advantages = [0.0] * len(rewards)
     for indexes in _groups(groups).values():
         values = [rewards[i] for i in indexes]
+        if min(values) == max(values):
+            # A tied group has no signal under any estimator: exactly 0 (a mean of equal floats
+            # is not always the float itself), so the component takes no optimizer step.
+            continue
         if settings.estimator == "group_mean":
             mean = sum(values) / len(values)
             computed = [value - mean for value in values]

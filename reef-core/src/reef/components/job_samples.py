@@ -216,12 +216,16 @@ def job_metrics(
     losses: Sequence[float],
     trained_tokens: int,
     step_tokens: Sequence[Mapping[int, int]],
+    optimizer_steps: int | None,
     teacher_kl: float | None = None,
 ) -> JSON:
     """The metrics of a finished job, under the names every component reports.
 
     :param step_tokens: each step's loss tokens by position in ``job.rendered``, in step order
         (the ``consumed`` lines, :func:`consumed_lines`).
+    :param optimizer_steps: the steps that moved the weights (the others had no signal,
+        :func:`moves_no_weight`); 0 says the job trained nothing and its weights are its start
+        weights. ``None`` where the component cannot know (slime steps on its own).
     :param teacher_kl: a distilling job's mean KL to its teacher at the start weights.
     """
     rewards = [r for i, _ in job.rendered if (r := sample_reward(job.samples[i])) is not None]
@@ -229,6 +233,7 @@ def job_metrics(
         "loss": sum(losses) / len(losses) if losses else None,
         "step_losses": list(losses),
         "steps": len(losses),
+        "optimizer_steps": optimizer_steps,
         "samples": len(job.rendered) - plan.dropped_samples,
         "unrenderable_samples": job.unrenderable_samples,
         "samples_without_reward": job.samples_without_reward,

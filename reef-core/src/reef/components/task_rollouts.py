@@ -242,11 +242,13 @@ def task_metrics(
     trained_tokens: int,
     dropped_samples: int,
     artifact_id: str,
+    optimizer_steps: int,
 ) -> JSON:
     """A finished task job's metrics (``docs/generator-service.md``), in every component.
 
     :param trained_samples: the rollouts that trained (in groups of at least two).
     :param artifact_id: the artifact of the job's start weights, which sampled every rollout.
+    :param optimizer_steps: the steps that moved the weights (as :func:`job_metrics`).
     """
     rewards = [r.reward for r in done.rollouts]
     rollouts: list[Any] = [
@@ -262,6 +264,7 @@ def task_metrics(
         "loss": sum(losses) / len(losses) if losses else None,
         "step_losses": list(losses),
         "steps": len(losses),
+        "optimizer_steps": optimizer_steps,
         "samples": trained_samples - dropped_samples,
         "dropped_samples": dropped_samples,
         "trained_tokens": trained_tokens,

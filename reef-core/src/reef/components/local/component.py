@@ -308,7 +308,7 @@ class LocalComponent:
             values = [prepared.advantage_of(r[0]) for r in refs]
             return torch.tensor(values, dtype=torch.float32, device=self.device)
 
-        step_losses, trained_tokens, step_tokens = self._optimize(
+        step_losses, trained_tokens, step_tokens, moved = self._optimize(
             job, plan, sequence, job.objective, start, advantage_rows
         )
         return job_metrics(
@@ -317,6 +317,7 @@ class LocalComponent:
             losses=step_losses,
             trained_tokens=trained_tokens,
             step_tokens=step_tokens,
+            optimizer_steps=moved,
             teacher_kl=teacher_kl,
         )
 
@@ -344,7 +345,7 @@ class LocalComponent:
             values = [batch.advantages[r[0]] for r in refs]
             return torch.tensor(values, dtype=torch.float32, device=self.device)
 
-        losses, trained_tokens, _ = self._optimize(
+        losses, trained_tokens, _, moved = self._optimize(
             job,
             plan,
             lambda ref: batch.sequences[ref[0]],
@@ -359,6 +360,7 @@ class LocalComponent:
             trained_tokens=trained_tokens,
             dropped_samples=plan.dropped_samples,
             artifact_id=artifact_id,
+            optimizer_steps=moved,
         )
 
     def _optimize(
@@ -369,15 +371,17 @@ class LocalComponent:
         loss_family: str,
         start: Mapping[SequenceRef, torch.Tensor],
         advantage_rows: Callable[[Sequence[SequenceRef]], torch.Tensor | None],
-    ) -> tuple[list[float], int, list[dict[int, int]]]:
+    ) -> tuple[list[float], int, list[dict[int, int]], int]:
         """One AdamW step per planned step, under ``loss_family``: each step's loss, the
-        tokens trained, and each step's trained tokens by unit."""
+        tokens trained, each step's trained tokens by unit, and the steps that moved the
+        weights."""
         learning_rate = job.learning_rate or self.settings.learning_rate
         for group in self._optimizer.param_groups:
             group["lr"] = learning_rate
         losses: list[torch.Tensor] = []
         trained_tokens = 0
         step_tokens: list[dict[int, int]] = []
+        moved = 0
         self.model.module.train()
         for step in plan.steps:
             refs = step.sequences
@@ -419,9 +423,10 @@ class LocalComponent:
             step_tokens.append(loss_tokens)
             losses.append(total / divisor)
             trained_tokens += tokens
+            moved += 1
         self.model.module.eval()
         step_losses = [float(v) for v in torch.stack(losses).tolist()] if losses else []
-        return step_losses, trained_tokens, step_tokens
+        return step_losses, trained_tokens, step_tokens, moved
 
 
 def _trained_tokens(sequence: RenderedSequence) -> int:

@@ -192,7 +192,12 @@ class SlimeComponent:
             reward_baseline=job.reward_baseline,
         )
         metrics = job_metrics(
-            prepared, StepPlan((), 0), losses=[], trained_tokens=0, step_tokens=[]
+            prepared,
+            StepPlan((), 0),
+            losses=[],
+            trained_tokens=0,
+            step_tokens=[],
+            optimizer_steps=None,  # slime plans and takes its own steps
         )
         body: JSON = {"groups": _groups(prepared), "metrics": metrics}
         if job.objective == "ppo":

@@ -429,6 +429,7 @@ class TinkerComponent:
             losses=losses,
             trained_tokens=trained_tokens,
             step_tokens=step_tokens,
+            optimizer_steps=moved,
             teacher_kl=teacher_kl,
         )
         outcome = JobOutcome(data.id, self._name, "finished", metrics=metrics)
@@ -551,6 +552,7 @@ class TinkerComponent:
             trained_tokens=trained_tokens,
             dropped_samples=plan.dropped_samples,
             artifact_id=artifact_id,
+            optimizer_steps=moved,
         )
         outcome = JobOutcome(data.id, self._name, "finished", metrics=metrics)
         if moved:
