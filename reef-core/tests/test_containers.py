@@ -155,6 +155,7 @@ def test_a_link_in_a_tasks_place_is_refused_even_into_the_root(tmp_path: Path) -
 
 
 def test_a_scenarios_folder_is_proven_to_stay_under_the_tasks_root(tmp_path: Path) -> None:
+    pytest.importorskip("anyio", reason="the generator service is the server extra's")
     from reef.core.deployment import GeneratorSection
     from reef.record2sample.generator.service import GeneratorService
 
