@@ -18,6 +18,13 @@ rule holds there with no lock of ours.
 
 Rows carry ``commit_tx`` beside ``seq``; it is 0 for every row written this way (see
 ``docs/storage.md``, "Decisions").
+
+Reading in store order from a cursor is one index range from the cursor on both databases
+(:func:`after_cursor`). PostgreSQL seeks an index on ``(..., commit_tx, seq)`` to the row
+comparison ``(commit_tx, seq) > (c, s)``. SQLite seeks with it on ``commit_tx`` alone and, every
+``commit_tx`` being 0, walks the scenario's rows from the start; there the read is the rows of
+``commit_tx = c AND seq > s`` followed by those of ``commit_tx > c``, each a range of the index,
+merged in store order. A test checks both databases' plans for every such read.
 """
 
 from __future__ import annotations
@@ -26,9 +33,20 @@ import hashlib
 from typing import Any
 
 import attrs
-from sqlalchemy import ColumnElement, Connection, func, literal, select, tuple_
+from sqlalchemy import (
+    BindParameter,
+    ColumnElement,
+    CompoundSelect,
+    Connection,
+    Select,
+    bindparam,
+    func,
+    select,
+    tuple_,
+    union_all,
+)
 
-__all__ = ["Position", "after", "lock_store_order"]
+__all__ = ["Position", "after_cursor", "cursor_parameters", "lock_store_order"]
 
 
 @attrs.frozen(order=True)
@@ -53,10 +71,41 @@ def lock_store_order(connection: Connection, store: str, scenario: str) -> None:
         connection.execute(select(func.pg_advisory_xact_lock(key)))
 
 
-def after(
-    commit_tx: ColumnElement[Any], seq: ColumnElement[Any], cursor: Position | None
-) -> ColumnElement[bool]:
-    """A condition true for rows stored after ``cursor`` (every row when it is ``None``)."""
-    if cursor is None:
-        return literal(True)
-    return tuple_(commit_tx, seq) > tuple_(literal(cursor.commit_tx), literal(cursor.seq))
+def after_cursor(
+    dialect: str,
+    query: Select[Any],
+    commit_tx: ColumnElement[int],
+    seq: ColumnElement[int],
+    *,
+    order: tuple[str, str] = ("commit_tx", "seq"),
+    limit: bool = False,
+) -> Select[Any] | CompoundSelect[Any]:
+    """``query``'s rows stored after a cursor, in store order, read as an index range from
+    the cursor (see the module docstring).
+
+    The statement takes the cursor as the parameters :func:`cursor_parameters` gives, and
+    ``limit`` with ``limit=True``.
+
+    :param dialect: the database's (:attr:`reef.storage.Database.dialect`).
+    :param commit_tx, seq: the position's columns, the last two of an index whose other columns
+        ``query`` fixes by equality.
+    :param order: the names under which ``query``'s result holds ``commit_tx`` and ``seq``.
+    """
+    tx: BindParameter[int] = bindparam("cursor_tx")
+    after_seq: BindParameter[int] = bindparam("cursor_seq")
+    ordered: Select[Any] | CompoundSelect[Any]
+    if dialect == "sqlite":
+        both = union_all(query.where(commit_tx == tx, seq > after_seq), query.where(commit_tx > tx))
+        ordered = both.order_by(*(both.selected_columns[name] for name in order))
+    else:
+        ordered = query.where(tuple_(commit_tx, seq) > tuple_(tx, after_seq)).order_by(
+            commit_tx, seq
+        )
+    return ordered.limit(bindparam("limit")) if limit else ordered
+
+
+def cursor_parameters(cursor: Position | None) -> dict[str, int]:
+    """The parameters of an :func:`after_cursor` statement for ``cursor`` (from the start of
+    store order when ``None``: no stored position is negative)."""
+    start = cursor or Position(-1, -1)
+    return {"cursor_tx": start.commit_tx, "cursor_seq": start.seq}

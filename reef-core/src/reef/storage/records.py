@@ -34,14 +34,14 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Final
 
 import attrs
-from sqlalchemy import Connection, Row, bindparam, func, select, tuple_, update
+from sqlalchemy import Connection, Row, bindparam, func, select, update
 
 from reef.core.records import InferenceRecord, Record, Report, dumps, loads
 from reef.core.trajectory_index import LinkEntry, TrajectoryIndex
 from reef.storage.database import Database, HeldWriter
 from reef.storage.drops import EVICTED, add_drops
 from reef.storage.errors import ConflictError, MissingLinkError
-from reef.storage.positions import Position, after, lock_store_order
+from reef.storage.positions import Position, after_cursor, cursor_parameters, lock_store_order
 from reef.storage.tables import record_usage, records
 from reef.storage.upserts import add_counts_statement
 
@@ -177,24 +177,20 @@ class RecordStore:
             records.c.request_key,
             records.c.reply_keys,
         ).where(records.c.id.in_(bindparam("ids", expanding=True)))
-        self._links_after_query = (
-            select(
-                records.c.commit_tx,
-                records.c.seq,
-                records.c.id,
-                records.c.parent_id,
-                records.c.request_key,
-                records.c.reply_keys,
-            )
-            .where(
-                records.c.scenario == scenario,
-                records.c.kind == "inference",
-                tuple_(records.c.commit_tx, records.c.seq)
-                > tuple_(bindparam("commit_tx"), bindparam("seq")),
-            )
-            .order_by(records.c.commit_tx, records.c.seq)
-        )
-        self._links_page_query = self._links_after_query.limit(bindparam("limit"))
+        links = select(
+            records.c.commit_tx,
+            records.c.seq,
+            records.c.id,
+            records.c.parent_id,
+            records.c.request_key,
+            records.c.reply_keys,
+        ).where(records.c.scenario == scenario, records.c.kind == "inference")
+        position = (records.c.commit_tx, records.c.seq)
+        self._links_after_query = after_cursor(database.dialect, links, *position)
+        self._links_page_query = after_cursor(database.dialect, links, *position, limit=True)
+        rows = select(records).where(records.c.scenario == scenario)
+        self._read_after_query = after_cursor(database.dialect, rows, *position)
+        self._read_page_query = after_cursor(database.dialect, rows, *position, limit=True)
 
     @property
     def database(self) -> Database:
@@ -340,7 +336,9 @@ class RecordStore:
                     records.c.evicted_reason.is_(None),
                     records.c.seq > last_seq,
                 )
-                .order_by(records.c.seq)
+                # evicted_reason (NULL in every row) too: PostgreSQL follows the index's
+                # order then, instead of sorting every held body.
+                .order_by(records.c.evicted_reason, records.c.seq)
                 .limit(_EVICTION_BATCH)
             ).all()
             if not batch:
@@ -379,15 +377,10 @@ class RecordStore:
 
         :param limit: the most records to return; ``None`` for all.
         """
-        query = (
-            select(records)
-            .where(records.c.scenario == self.scenario)
-            .order_by(records.c.commit_tx, records.c.seq)
-            .limit(limit)
-        )
+        query = self._read_after_query if limit is None else self._read_page_query
+        parameters = {**cursor_parameters(cursor), "limit": limit}
         with self._database.read() as connection:
-            query = query.where(after(records.c.commit_tx, records.c.seq, cursor))
-            return [_stored(row) for row in connection.execute(query)]
+            return [_stored(row) for row in connection.execute(query, parameters)]
 
     def get(self, record_id: str) -> StoredRecord | None:
         """The record stored under ``record_id`` in this scenario, or ``None``."""
@@ -412,9 +405,7 @@ class RecordStore:
     def _links_after(
         self, connection: Connection, cursor: Position | None, limit: int | None
     ) -> list[StoredLink]:
-        # No stored position is negative: (-1, -1) is before every row.
-        start = cursor or Position(-1, -1)
-        parameters = {"commit_tx": start.commit_tx, "seq": start.seq, "limit": limit}
+        parameters = {**cursor_parameters(cursor), "limit": limit}
         query = self._links_after_query if limit is None else self._links_page_query
         links = []
         for row in connection.execute(query, parameters):

@@ -18,13 +18,13 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Literal, TypeAlias
 
 import attrs
-from sqlalchemy import Connection, Row, delete, literal, select
+from sqlalchemy import Connection, Row, bindparam, delete, literal, select
 
 from reef.storage import json_values
 from reef.storage.database import Database
 from reef.storage.driver import driver_cursor, driver_sql
 from reef.storage.errors import ConflictError, UnknownTrainerError
-from reef.storage.positions import Position, after, lock_store_order
+from reef.storage.positions import Position, after_cursor, cursor_parameters, lock_store_order
 from reef.storage.tables import (
     consumed_records,
     pending_samples,
@@ -131,6 +131,21 @@ class SampleRows:
         self._insert_consumed = driver_sql(database.dialect, _INSERT_CONSUMED)
         self._insert_pending_rows = driver_sql(database.dialect, _INSERT_PENDING)
         self._sample_values = driver_sql(database.dialect, _SAMPLE_VALUES)
+        # The position as the pending row's key holds it, named for the merge's order.
+        position = (pending_samples.c.commit_tx, pending_samples.c.sample_seq)
+        untrained = (
+            select(samples, position[0].label("pending_tx"), position[1].label("pending_seq"))
+            .join(pending_samples, pending_samples.c.sample_seq == samples.c.seq)
+            .where(
+                pending_samples.c.scenario == scenario,
+                pending_samples.c.trainer == bindparam("reader"),
+            )
+        )
+        order = ("pending_tx", "pending_seq")
+        self._untrained_query = after_cursor(database.dialect, untrained, *position, order=order)
+        self._untrained_page_query = after_cursor(
+            database.dialect, untrained, *position, order=order, limit=True
+        )
 
     @property
     def database(self) -> Database:
@@ -337,22 +352,11 @@ class SampleRows:
         :param limit: the most samples to return.
         :raises UnknownTrainerError: when ``trainer`` never registered.
         """
-        query = (
-            select(samples)
-            .join(pending_samples, pending_samples.c.sample_seq == samples.c.seq)
-            .where(
-                pending_samples.c.scenario == self.scenario,
-                pending_samples.c.trainer == trainer,
-            )
-            .order_by(pending_samples.c.commit_tx, pending_samples.c.sample_seq)
-            .limit(limit)
-        )
+        query = self._untrained_query if limit is None else self._untrained_page_query
+        parameters = {**cursor_parameters(after_position), "reader": trainer, "limit": limit}
         with self._database.read() as connection:
             self._check_registered(connection, trainer)
-            query = query.where(
-                after(pending_samples.c.commit_tx, pending_samples.c.sample_seq, after_position)
-            )
-            return [stored_sample(row) for row in connection.execute(query)]
+            return [stored_sample(row) for row in connection.execute(query, parameters)]
 
     def get(self, sample_ids: Sequence[str]) -> list[StoredSample]:
         """The stored samples with these ids (removed uploads excluded), in store order."""
