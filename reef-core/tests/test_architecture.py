@@ -23,6 +23,8 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("reef.storage", "reef.components"),
     # Engines answer calls with the weights components make, and publish what they store.
     ("reef.engines",),
+    # Evaluations reach an artifact through an engine and keep their results in the stores.
+    ("reef.evals",),
     # The recipe base names its stages by name, so it sits below them.
     ("reef.recipe",),
     ("reef.record2sample",),

@@ -30,9 +30,9 @@ import os
 import signal
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from reef.components.interface import Artifact, JobHandle, TrainingComponent
+from reef.components.interface import Artifact, ArtifactSource, JobHandle, TrainingComponent
 from reef.core.deployment import (
     LOCAL_ENGINE,
     Deployment,
@@ -46,15 +46,21 @@ from reef.engines.interface import CompletionFunction
 from reef.engines.publisher import Publisher
 from reef.engines.sglang import SglangAdapters, SglangFullWeights
 from reef.engines.vllm import VllmAdapters
+from reef.evals.gate import GatedArtifacts, GatedComponent
+from reef.evals.sets import EvalSet, load_eval_set
+from reef.evals.targets import EvalTarget, LocalTarget, PublisherTarget
 from reef.pipeline_context import TrainingMode
 from reef.plugins import Plugins
 from reef.plugins.scenarios import recipe_job_parameters, scenario_classes
 from reef.record2sample.generator.client import GENERATOR_URL
 from reef.server.service import engine_address
 from reef.server.service_runtime import ServiceRuntime
-from reef.storage import Database, ScenarioSettings
+from reef.storage import ArtifactEvaluations, Database, ScenarioSettings
 from reef.train.stages import build_pipeline
 from reef.train.trainer import PartsFactory, Trainer, TrainerParts, TrainerSettings, process_holder
+
+if TYPE_CHECKING:
+    from reef.components.local.artifacts import ArtifactStore
 
 __all__ = ["PublishedComponent", "ReefRuntime"]
 
@@ -90,11 +96,13 @@ class ReefRuntime(ServiceRuntime):
         self.trainers: dict[tuple[str, str], Trainer] = {}
         self._engines: dict[str, CompletionFunction] = {}
         self.publishers: dict[str, Publisher] = {}
+        self._eval_sets: dict[str, dict[str, EvalSet]] = {}
         for name, section in deployment.scenarios.items():
             classes = scenario_classes(name, section, plugins)
             assert classes is not None  # scenario_classes raises instead
             serving = deployment.serving_of(name)
             served = deployment.served_training(name)
+            self._eval_sets[name] = self._evals_of(name, section, served, classes.components)
             if serving is not None and serving.engine == LOCAL_ENGINE:
                 self._engines[name] = self._local_engine(name, served, classes.components)
             elif serving is not None and served is not None:
@@ -128,6 +136,43 @@ class ReefRuntime(ServiceRuntime):
     def _database(self, scenario: str) -> Database:
         return self._databases[self.deployment.storage_of(scenario).url]
 
+    def _evals_of(
+        self,
+        scenario: str,
+        section: ScenarioSection,
+        served: TrainingSection | None,
+        components: Mapping[str, type[Any]],
+    ) -> dict[str, EvalSet]:
+        """The scenario's eval sets, read; checked against what can evaluate them."""
+        if not section.evals:
+            return {}
+        if served is None:
+            raise ValueError(
+                f"scenario {scenario!r}: evals score the artifacts its engine serves, and its"
+                " engine serves none: serve the scenario with engine local, vllm or sglang"
+            )
+        if (
+            section.serve_if is not None
+            and section.serve_if.resume_from == "served"
+            and not callable(getattr(components[served.trainer], "restore", None))
+        ):
+            raise ValueError(
+                f"scenario {scenario!r}: serve_if.resume_from served needs a component that"
+                f" goes back to an artifact's weights (local); {served.component} does not:"
+                " set resume_from: trained"
+            )
+        return {name: load_eval_set(name, entry) for name, entry in section.evals.items()}
+
+    def _served_source(
+        self, scenario: str, store: ArtifactStore, served: TrainingSection
+    ) -> ArtifactSource:
+        """What the scenario's engine serves: under a gate, the artifact the gate let serve
+        last; else the one published last."""
+        if self.deployment.scenarios[scenario].serve_if is None:
+            return store
+        evaluations = ArtifactEvaluations(self._database(scenario), scenario)
+        return GatedArtifacts(store, evaluations, served.trainer)
+
     def _local_engine(
         self,
         scenario: str,
@@ -149,8 +194,9 @@ class ReefRuntime(ServiceRuntime):
                 " (with several components, on the entry that sets serves: true)"
             )
         settings = LocalComponentSettings.parse(served.options, plugin_class=component)
+        store = ArtifactStore(Path(settings.state_dir) / "artifacts")
         return LocalEngine(
-            ArtifactStore(Path(settings.state_dir) / "artifacts"),
+            self._served_source(scenario, store, served),
             chat_template_args=settings.chat_template_args,
             # A LoRA artifact is an adapter folder: the engine puts it on the base model.
             base_model=None if settings.lora is None else Path(str(settings.model_path)),
@@ -193,6 +239,12 @@ class ReefRuntime(ServiceRuntime):
             )
         else:
             admin = SglangFullWeights(serving.model)
+            if section.evals:
+                raise ValueError(
+                    f"scenario {scenario!r}: evals reach a new artifact beside the served one"
+                    " under a name the agents do not see, and SGLang takes full weights only by"
+                    " swapping what serves; set training.options.lora to train an adapter"
+                )
         staleness = (section.pipeline.record2sample.config or {}).get("max_staleness", 0)
         keep = staleness + 1 if isinstance(staleness, int) and staleness >= 0 else 1
         return Publisher(
@@ -200,7 +252,9 @@ class ReefRuntime(ServiceRuntime):
             admin,
             serving.model,
             url=engine_address(serving.url),
-            source=ArtifactStore(Path(settings.state_dir) / "artifacts"),
+            source=self._served_source(
+                scenario, ArtifactStore(Path(settings.state_dir) / "artifacts"), served
+            ),
             engine_path=serving.artifacts_path,
             api_key=serving.admin_api_key or serving.api_key,
             keep=keep,
@@ -223,6 +277,7 @@ class ReefRuntime(ServiceRuntime):
         loader = serves and (scenario in self._engines or publisher is not None)
         serving = self.deployment.serving_of(scenario)
         trainer = entry.trainer
+        eval_sets = self._eval_sets.get(scenario, {})
 
         def build(database: Database) -> TrainerParts:
             pipeline = build_pipeline(
@@ -236,11 +291,50 @@ class ReefRuntime(ServiceRuntime):
                 replay_last_outcome=False,  # the trainer replays it once it knows no job runs
             )
             component: TrainingComponent = component_class.from_config(entry.options, name=trainer)
+            if serves and eval_sets:
+                component = self._gated(scenario, section, entry, component, database)
             if publisher is not None and serving is not None:
                 component = PublishedComponent(component, publisher, serving.publish_timeout)
             return TrainerParts(pipeline, component)
 
         return build
+
+    def _gated(
+        self,
+        scenario: str,
+        section: ScenarioSection,
+        entry: TrainingSection,
+        component: TrainingComponent,
+        database: Database,
+    ) -> GatedComponent:
+        """The served component, its publications evaluated (and gated, with serve_if)."""
+        from reef.components.local.artifacts import ArtifactStore
+        from reef.components.local.settings import LocalComponentSettings
+
+        settings = LocalComponentSettings.parse(entry.options, plugin_class=type(component))
+        target: EvalTarget
+        publisher = self.publishers.get(scenario)
+        serving = self.deployment.serving_of(scenario)
+        if publisher is not None and serving is not None:
+            target = PublisherTarget(
+                publisher, api_key=serving.api_key, timeout=serving.publish_timeout
+            )
+        else:
+            target = LocalTarget(
+                chat_template_args=settings.chat_template_args,
+                base_model=None if settings.lora is None else Path(str(settings.model_path)),
+            )
+        return GatedComponent(
+            component,
+            scenario=scenario,
+            trainer=entry.trainer,
+            evals=self._eval_sets[scenario],
+            gate=section.serve_if,
+            target=target,
+            artifacts=ArtifactStore(Path(settings.state_dir) / "artifacts"),
+            evaluations=ArtifactEvaluations(database, scenario),
+            settings=ScenarioSettings(database, scenario),
+        )
 
     # -- lifecycle -------------------------------------------------------------------------
 

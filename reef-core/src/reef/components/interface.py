@@ -78,6 +78,16 @@ class Artifact:
     path: Path
 
 
+class ArtifactSource(Protocol):
+    """What an engine serves from: :class:`reef.components.local.artifacts.ArtifactStore` (the
+    artifact published last), or the eval gate's choice among them
+    (:class:`reef.evals.gate.GatedArtifacts`)."""
+
+    def latest(self) -> Artifact | None:
+        """The artifact to serve (``None`` before there is one)."""
+        ...
+
+
 class TrainingComponent(Protocol):
     """A training component, as the trainer drives it.
 

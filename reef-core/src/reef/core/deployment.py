@@ -21,6 +21,7 @@ import attrs
 import yaml
 
 from reef.core.config import config_option
+from reef.core.evals import EvalSetSection, ServeIfSection, gate_problems
 from reef.core.plugins import PluginConfigError, PluginSettings
 from reef.errors import ReefError
 
@@ -445,6 +446,19 @@ class ScenarioSection(PluginSettings):
     extensions: Mapping[str, Mapping[str, Any] | None] = config_option(
         factory=dict, help="each extension's config for this scenario, by extension name"
     )
+    evals: Mapping[str, EvalSetSection] = config_option(
+        factory=dict,
+        help="evaluation sets, by name: every new artifact is scored on each (docs/evals.md)",
+    )
+    serve_if: ServeIfSection | None = config_option(
+        default=None,
+        help="the eval gate: {eval, not_worse_than, resume_from}; serve a new artifact only"
+        " when it scores no worse than the served one by more than the margin",
+    )
+
+    def __attrs_post_init__(self) -> None:
+        for problem in gate_problems(self.evals, self.serve_if):
+            raise ValueError(problem)
 
     @property
     def trainings(self) -> tuple[TrainingSection, ...]:

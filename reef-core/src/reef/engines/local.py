@@ -35,7 +35,8 @@ from typing import Any, Final
 
 import torch
 
-from reef.components.local.artifacts import ArtifactStore, load_model_folder
+from reef.components.interface import ArtifactSource
+from reef.components.local.artifacts import load_model_folder
 from reef.components.local.causal_lm import CausalLM, Generation, SamplingRequest
 from reef.core.chat_rendering import ChatRenderer, RenderError, Tokenizer
 from reef.core.records import JSON
@@ -117,9 +118,11 @@ def _logprob_entry(tokenizer: Tokenizer, token_id: int, logprob: float) -> JSON:
 
 
 class LocalEngine:
-    """Serves chat completions from the latest artifact of an :class:`ArtifactStore`.
+    """Serves chat completions from the latest artifact of an
+    :class:`~reef.components.local.artifacts.ArtifactStore`.
 
-    :param artifacts: the store the local component publishes into.
+    :param artifacts: the store the local component publishes into (or any source of the
+        artifact to serve: the eval gate's, one artifact evaluated).
     :param chat_template_args: the engine's chat template arguments; the component must train
         with the same (its ``chat_template_args`` setting).
     :param default_max_tokens: the completion length of a request that sets none.
@@ -129,7 +132,7 @@ class LocalEngine:
 
     def __init__(
         self,
-        artifacts: ArtifactStore,
+        artifacts: ArtifactSource,
         *,
         chat_template_args: Mapping[str, Any] | None = None,
         default_max_tokens: int = 256,

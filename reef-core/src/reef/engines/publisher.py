@@ -39,12 +39,12 @@ import re
 import threading
 import time
 from pathlib import Path
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 import attrs
 import httpx
 
-from reef.components.interface import Artifact
+from reef.components.interface import Artifact, ArtifactSource
 from reef.core.records import JSON
 from reef.engines.admin import EngineAdmin, PublicationError
 from reef.storage import ScenarioSettings
@@ -97,14 +97,6 @@ class EngineRoute:
     artifact_id: str
     model: str
     switch: int
-
-
-class ArtifactSource(Protocol):
-    """Where the trainer publishes: :class:`reef.components.local.artifacts.ArtifactStore`."""
-
-    def latest(self) -> Artifact | None:
-        """The artifact published last."""
-        ...
 
 
 class Publisher:
@@ -385,6 +377,35 @@ class Publisher:
                 with self._changed:
                     self._unload_failed.append(name)
                     self._last_error = {"at": time.time(), "error": str(exc)}
+
+    # -- an artifact under evaluation ------------------------------------------------------
+
+    def load_hidden(self, artifact: Artifact) -> str:
+        """Load ``artifact`` as an adapter beside what serves, without routing any call to it
+        (an evaluation reaches it by the name returned: the request's ``model``).
+
+        :raises PublicationError: when the engine does not take it, or takes full weights only
+            (loading them would serve them).
+        """
+        if self.admin.weights != "adapter":
+            raise PublicationError(
+                f"{self.admin.kind} takes full weights: an artifact cannot be loaded for an"
+                " evaluation without serving it"
+            )
+        name = adapter_name(self.scenario, artifact.artifact_id)
+        self.admin.load(self._client, name, self._engine_folder(artifact), artifact.artifact_id)
+        return self.admin.model(name)
+
+    def unload_hidden(self, artifact: Artifact) -> None:
+        """Let an artifact that :meth:`load_hidden` loaded go, unless it serves now.
+
+        :raises PublicationError: when the engine refuses.
+        """
+        name = adapter_name(self.scenario, artifact.artifact_id)
+        with self._changed:
+            if name in self._loaded:
+                return
+        self.admin.unload(self._client, name)
 
     # -- what the trainer and the service ask --------------------------------------------------
 

@@ -24,6 +24,7 @@ from reef.core.deployment import (
     deployment_document,
 )
 from reef.core.plugins import PluginConfigError, PluginSettings
+from reef.evals.sets import EvalSetError, load_eval_set
 from reef.plugins.manager import Plugins, settings_class_of
 from reef.plugins.registrar import PluginKind, PluginLoadError, UnknownPluginError
 from reef.recipe import Recipe
@@ -265,6 +266,24 @@ def _known(cls: type[Any] | None) -> type[Any]:
     return cls
 
 
+def _eval_problems(name: str, scenario: ScenarioSection, served: bool) -> list[str]:
+    """What is wrong with the scenario's eval sets: a file, an item, a verifier, or an engine
+    that serves no artifact to evaluate."""
+    path = f"$.scenarios.{name}.evals"
+    if scenario.evals and not served:
+        return [
+            "evals score the artifacts the scenario's engine serves, and it serves none: serve"
+            f" the scenario with engine local, vllm or sglang @ {path}"
+        ]
+    found = []
+    for eval_name, section in scenario.evals.items():
+        try:
+            load_eval_set(eval_name, section)
+        except EvalSetError as exc:
+            found.append(f"{exc} @ {path}.{eval_name}")
+    return found
+
+
 def load_deployment(
     source: str | Path,
     *,
@@ -304,9 +323,11 @@ def load_deployment(
         for name, scenario in deployment.scenarios.items():
             scenario_classes(name, scenario, plugins, problems, causes)
             try:
-                deployment.served_training(name)
+                served = deployment.served_training(name)
             except ValueError as exc:
                 problems.append(f"{exc} @ $.scenarios.{name}.training")
+            else:
+                problems.extend(_eval_problems(name, scenario, served is not None))
     elif isinstance(document, Mapping) and isinstance(document.get("scenarios"), Mapping):
         # Another section is wrong: still check the stages of every scenario that reads, so
         # the file's problems are all reported at once (the section's own are listed above).

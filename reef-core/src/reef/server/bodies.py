@@ -291,6 +291,9 @@ class ScenarioStatus:
     #: Publication into the scenario's vLLM or SGLang server, as this process sees it
     #: (``Publisher.status``); ``None`` for any other engine.
     engine: Mapping[str, Any] | None = None
+    #: Its eval sets, the newest results per artifact and the eval gate's decisions
+    #: (``docs/evals.md``); ``None`` for a scenario without ``evals``.
+    evaluations: Mapping[str, Any] | None = None
 
 
 @attrs.frozen

@@ -20,6 +20,7 @@ from starlette.requests import Request
 
 from reef.containers.interface import ContainerError
 from reef.core.deployment import LOCAL_ENGINE, PUBLISHING_ENGINES, Deployment, ServingSection
+from reef.core.evals import ServeIfSection
 from reef.engines.http import HttpEngine
 from reef.engines.interface import ChatEngine, FunctionEngine
 from reef.plugins import Plugins
@@ -33,6 +34,7 @@ from reef.server.response_chains import ResponseChains
 from reef.server.service_runtime import ServiceRuntime
 from reef.server.store_health import StoreHealth
 from reef.storage import (
+    ArtifactEvaluations,
     Database,
     JobHistory,
     RecordStore,
@@ -95,6 +97,8 @@ class ServedScenario:
     :ivar served_trainer: the trainer whose artifacts its engine answers with; ``None`` when
         the engine takes no trained weights (``Deployment.served_training``).
     :ivar serving_model: the model its serving section names, if any (``GET /v1/models``).
+    :ivar evaluations: its artifacts' evaluation results and gate decisions, when it has
+        ``evals``; ``gate`` its ``serve_if``.
     :ivar response_chains: what resolves its Responses calls' ``previous_response_id``
         (:class:`~reef.server.response_chains.ResponseChains`), made at its first such call.
     """
@@ -112,6 +116,8 @@ class ServedScenario:
     served_trainer: str | None = None
     serving_model: str | None = None
     response_chains: ResponseChains | None = None
+    evaluations: ArtifactEvaluations | None = None
+    gate: ServeIfSection | None = None
 
 
 class Service:
@@ -160,6 +166,8 @@ class Service:
                 health=self.health[url],
                 served_trainer=None if served is None else served.trainer,
                 serving_model=None if serving is None else serving.model,
+                evaluations=ArtifactEvaluations(database, name) if section.evals else None,
+                gate=section.serve_if,
             )
             if serving is not None:
                 self.scenarios[name].engine = self._engine(name, serving)

@@ -20,13 +20,21 @@ import anyio.to_thread
 from starlette.requests import Request
 from starlette.responses import Response
 
+from reef.core.evals import ServeIfSection
 from reef.core.records import JSON
 from reef.engines.publisher import Publisher, publisher_statuses
+from reef.evals.gate import EVAL_ERROR_PREFIX
 from reef.server.admission import TrainerAdmission
 from reef.server.bodies import ScenarioStatus, StatusDocument, TrainerStatus, answer
 from reef.server.openapi import ApiRoute
 from reef.server.service import service_of
-from reef.storage import DropCounters, RecordStore, ScenarioSettings, TrainerSamples
+from reef.storage import (
+    ArtifactEvaluations,
+    DropCounters,
+    RecordStore,
+    ScenarioSettings,
+    TrainerSamples,
+)
 from reef.storage.scenario_settings import TRAINING_MODE_SETTING, snapshot_key, stored_training_mode
 
 __all__ = ["ROUTES", "scenario_status", "status_table"]
@@ -86,6 +94,36 @@ def trainer_status(
     )
 
 
+#: How many results and gate decisions the status shows, newest last.
+SHOWN_EVALUATIONS: Final = 20
+
+
+def evaluation_status(
+    evaluations: ArtifactEvaluations,
+    gate: ServeIfSection | None,
+    trainer: str | None,
+    stored: Mapping[str, Any],
+) -> JSON:
+    """A scenario's evaluations as the status shows them: the newest results (without their
+    items), the gate and its newest decisions, and an evaluation that could not finish."""
+    status: JSON = {
+        "results": [r.summary() for r in evaluations.results(trainer, limit=SHOWN_EVALUATIONS)],
+        "gate": None,
+        "last_error": None if trainer is None else stored.get(f"{EVAL_ERROR_PREFIX}{trainer}"),
+    }
+    if gate is not None and trainer is not None:
+        decisions = evaluations.decisions(trainer, limit=SHOWN_EVALUATIONS)
+        status["gate"] = {
+            "eval": gate.eval,
+            "not_worse_than": gate.not_worse_than,
+            "resume_from": gate.resume_from,
+            "served_artifact": evaluations.served_artifact(trainer),
+            "held_back": sum(1 for d in decisions if not d.served),
+            "decisions": [d.to_json() for d in decisions],
+        }
+    return status
+
+
 def scenario_status(
     scenario: str,
     *,
@@ -95,6 +133,8 @@ def scenario_status(
     trainers: Mapping[str, TrainerAdmission],
     engine: Mapping[str, Any] | None = None,
     served: str | None = None,
+    evaluations: ArtifactEvaluations | None = None,
+    gate: ServeIfSection | None = None,
 ) -> ScenarioStatus:
     """One scenario's status.
 
@@ -104,6 +144,8 @@ def scenario_status(
     :param engine: the publication status of its vLLM or SGLang server in this process, if it
         has one; every process's (as each wrote it to the settings) is added as ``processes``.
     :param served: the trainer whose artifacts the scenario's engine answers with, if any.
+    :param evaluations: its evaluation results and gate decisions, when it has ``evals``;
+        ``gate`` its ``serve_if``.
     """
     stored = settings.items()
     if engine is not None:
@@ -129,6 +171,9 @@ def scenario_status(
         bodies_held=held,
         evicted_bodies=evicted,
         engine=engine,
+        evaluations=None
+        if evaluations is None
+        else evaluation_status(evaluations, gate, served, stored),
     )
 
 
@@ -153,6 +198,43 @@ def _publication_note(status: Mapping[str, Any]) -> str:
         f" published, {status.get('failures')} failed; pending"
         f" {_shown(status.get('pending_artifact'))})" + (f"; last error: {error}" if error else "")
     )
+
+
+def _evaluation_notes(name: str, evaluations: Mapping[str, Any] | None) -> list[str]:
+    """A scenario's evaluations in a few lines: each artifact's newest scores, the gate and
+    its last decision, an evaluation that could not finish."""
+    if not evaluations:
+        return []
+    notes = []
+    scores: dict[str, list[str]] = {}
+    for result in evaluations.get("results") or []:
+        scores.setdefault(str(result.get("artifact_id")), []).append(
+            f"{result.get('eval')}={result.get('score'):.4f}"
+            + (f" ({result.get('errors')} verifier errors)" if result.get("errors") else "")
+        )
+    for artifact, shown in scores.items():
+        notes.append(f"{name}: eval {artifact}: {', '.join(shown)}")
+    gate = evaluations.get("gate")
+    if gate:
+        decisions = gate.get("decisions") or []
+        last = decisions[-1] if decisions else None
+        said = (
+            f"; last: {last.get('artifact_id')} {'served' if last.get('served') else 'held back'}:"
+            f" {last.get('reason')}"
+            if last
+            else ""
+        )
+        notes.append(
+            f"{name}: gate {gate.get('eval')} (not worse than {gate.get('not_worse_than')}):"
+            f" serves {_shown(gate.get('served_artifact'))}, held back"
+            f" {gate.get('held_back')}{said}"
+        )
+    error = evaluations.get("last_error")
+    if error:
+        notes.append(
+            f"{name}: evaluation of {error.get('artifact_id')} unfinished: {error.get('error')}"
+        )
+    return notes
 
 
 def status_table(document: Mapping[str, Any]) -> str:
@@ -220,6 +302,7 @@ def status_table(document: Mapping[str, Any]) -> str:
             f"{name}: bodies held {scenario.get('bodies_held')}, evicted"
             f" {scenario.get('evicted_bodies')}; scenario drops: {scenario_drops or 'none'}"
         )
+        notes.extend(_evaluation_notes(name, scenario.get("evaluations")))
         engine = scenario.get("engine")
         if engine:
             notes.append(f"{name}: {engine.get('engine')} {_publication_note(engine)}")
@@ -259,6 +342,8 @@ async def get_status(request: Request) -> Response:
                     trainers=scenario.admission.trainers,
                     engine=_publication(service.runtime.publisher(scenario.name)),
                     served=scenario.served_trainer,
+                    evaluations=scenario.evaluations,
+                    gate=scenario.gate,
                 )
                 for scenario in service.scenarios.values()
                 if caller.sees(scenario.name)

@@ -13,7 +13,9 @@ of each scenario on it:
   each trainer is running);
 - for people to read: :class:`JobHistory` (each trainer's jobs, their metrics and samples),
   :class:`StaleSamples` (what each trainer leaves out as stale) and :class:`SampleBrowser`
-  (samples a page at a time, filtered).
+  (samples a page at a time, filtered);
+- :class:`ArtifactEvaluations`: each artifact's evaluation results and the eval gate's
+  decisions.
 
 See ``docs/storage.md`` for the tables, transactions and durability choices.
 """
@@ -28,6 +30,7 @@ from reef.storage.errors import (
     UnknownSampleError,
     UnknownTrainerError,
 )
+from reef.storage.evaluations import ArtifactEvaluations, GateDecision
 from reef.storage.job_history import JobEntry, JobHistory, JobSampleEntry, SampleOfJob
 from reef.storage.leases import FencedDatabase, Lease, LeaseLostError, TrainerLeases
 from reef.storage.positions import Position
@@ -39,11 +42,13 @@ from reef.storage.tasks import KeyValueStore, TaskStorage, TaskStore, TaskStores
 from reef.storage.trainer_state import TrainerState
 
 __all__ = [
+    "ArtifactEvaluations",
     "BrowsedSample",
     "ConflictError",
     "Database",
     "DropCounters",
     "FencedDatabase",
+    "GateDecision",
     "Instruction",
     "JobEntry",
     "JobHistory",

@@ -210,6 +210,14 @@ class LocalComponent:
                 self.state_dir / _CURRENT, self._digest, skip={_OPTIMIZER, _TRAINED_BY}
             )
 
+    def restore(self, artifact: Artifact) -> None:
+        """Go on from the weights of ``artifact`` (the eval gate held a newer one back): they
+        become the current weights, with a fresh optimizer state."""
+        with self._lock:
+            model = load_model_folder(artifact.path, base_model=self.base_model)
+            save_model_folder(self.state_dir / _CURRENT, model)
+            self._load_current()
+
     def close(self) -> None:
         """Take no more jobs; wait for the running one."""
         self.jobs.close()

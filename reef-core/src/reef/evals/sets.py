@@ -1,0 +1,145 @@
+"""An eval set read from its JSONL file, its verifier imported, and an artifact scored on it.
+
+:func:`load_eval_set` is what ``reef check`` and ``reef serve`` call for each of a scenario's
+``evals`` (a file that does not read, an item that is not usable, a verifier that does not import
+is a problem of the deployment); :meth:`EvalSet.evaluate` runs every item through a completion
+function (the artifact under evaluation, :mod:`reef.evals.targets`) and scores the replies.
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from reef.core.evals import (
+    BUILTIN_VERIFIERS,
+    EvalItem,
+    EvalItemError,
+    EvalResult,
+    EvalSetSection,
+    ItemOutcome,
+    mean_score,
+    parse_eval_lines,
+    verify_builtin,
+)
+from reef.core.records import JSON
+from reef.errors import ReefError
+
+__all__ = ["EvalIncomplete", "EvalSet", "EvalSetError", "Verifier", "load_eval_set"]
+
+#: A verifier: the score in [0, 1] of a reply to an item.
+Verifier = Callable[[str, EvalItem], float]
+
+
+class EvalSetError(ReefError, ValueError):
+    """An eval set cannot be used: its file, an item, or its verifier; the message says which."""
+
+
+class EvalIncomplete(ReefError, RuntimeError):
+    """The engine did not answer every item: the score would be a guess, so none is kept."""
+
+
+@attrs.frozen
+class EvalSet:
+    """One eval set of a scenario: its name, settings, items and verifier."""
+
+    name: str
+    section: EvalSetSection
+    items: tuple[EvalItem, ...]
+    verify: Verifier
+
+    def evaluate(
+        self,
+        complete: Callable[[JSON], JSON],
+        *,
+        scenario: str,
+        trainer: str,
+        artifact_id: str,
+    ) -> EvalResult:
+        """Every item's reply from ``complete`` (a chat-completions request to a
+        ``chat.completion`` body), scored.
+
+        :raises EvalIncomplete: when ``complete`` raised for an item (the engine is away).
+        """
+        outcomes = []
+        for item in self.items:
+            try:
+                body = complete(item.request(self.section.sampling))
+            except Exception as exc:
+                raise EvalIncomplete(
+                    f"eval {self.name}: item {item.item_id} got no answer: {exc}"
+                ) from exc
+            reply = _reply_text(body)
+            try:
+                score = float(self.verify(reply, item))
+                if not 0.0 <= score <= 1.0:
+                    raise ValueError(f"a score is in [0, 1], the verifier gave {score}")
+            except Exception as exc:  # the user's verifier: its failure is the item's outcome
+                outcomes.append(ItemOutcome(item.item_id, 0.0, reply, f"verifier: {exc!r}"))
+                continue
+            outcomes.append(ItemOutcome(item.item_id, score, reply))
+        return EvalResult(
+            scenario=scenario,
+            trainer=trainer,
+            artifact_id=artifact_id,
+            eval=self.name,
+            score=mean_score(outcomes),
+            items=tuple(outcomes),
+            sampling=self.section.sampling.request_fields(),
+            at=time.time(),
+        )
+
+
+def _reply_text(body: Mapping[str, Any]) -> str:
+    choices = body.get("choices")
+    message = choices[0].get("message") if isinstance(choices, list) and choices else None
+    content = message.get("content") if isinstance(message, dict) else None
+    return content if isinstance(content, str) else ""
+
+
+def _function_verifier(reference: str) -> Verifier:
+    module_name, _, name = reference.partition(":")
+    try:
+        function = getattr(importlib.import_module(module_name), name)
+    except (ImportError, AttributeError) as exc:
+        raise EvalSetError(
+            f"verifier {reference}: cannot import it ({exc}); is its module on the Python path"
+            " reef runs with?"
+        ) from exc
+    if not callable(function):
+        raise EvalSetError(f"verifier {reference} is not a function")
+
+    def verify(reply: str, item: EvalItem) -> float:
+        return float(function(reply, {"id": item.item_id, **item.fields}))
+
+    return verify
+
+
+def load_eval_set(name: str, section: EvalSetSection) -> EvalSet:
+    """The eval set ``name`` of ``section``: its file read, its items checked, its verifier
+    imported.
+
+    :raises EvalSetError: naming the file and the line or the verifier that is wrong.
+    """
+    path = Path(section.data)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise EvalSetError(f"eval {name}: cannot read {path} ({reason})") from exc
+    try:
+        items = parse_eval_lines(text, section)
+    except EvalItemError as exc:
+        raise EvalSetError(f"eval {name}: {path}: {exc}") from exc
+    if section.verifier in BUILTIN_VERIFIERS:
+
+        def verify(reply: str, item: EvalItem) -> float:
+            return verify_builtin(section, item, reply)
+
+        return EvalSet(name, section, items, verify)
+    return EvalSet(name, section, items, _function_verifier(section.verifier))

@@ -1,0 +1,391 @@
+"""Evaluations of each artifact and the eval gate (``docs/evals.md``).
+
+Real pieces throughout: a TinyGPT trained by the ``local`` component, the local engine, the
+stores on SQLite and PostgreSQL, a verifier imported by ``module:name``, and the vLLM stand-in
+(``doubles.engine_standins``) on loopback HTTP behind a real publisher.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("torch")
+
+from doubles.engine_standins import vllm_standin
+
+from reef.components.interface import Artifact
+from reef.components.local.artifacts import ArtifactStore
+from reef.core.deployment import DeploymentError
+from reef.core.evals import EvalSamplingSection, EvalSetSection, ServeIfSection
+from reef.core.job_data import JobData, TrajectorySample
+from reef.core.records import JSON
+from reef.engines.local import LocalEngine
+from reef.engines.publisher import Publisher, adapter_name
+from reef.engines.vllm import VllmAdapters
+from reef.evals import evaluation_results
+from reef.evals.gate import GatedArtifacts, GatedComponent
+from reef.evals.sets import EvalSet, load_eval_set
+from reef.evals.targets import LocalTarget, PublisherTarget
+from reef.plugins.scenarios import load_deployment
+from reef.server.status import evaluation_status, status_table
+from reef.storage import ArtifactEvaluations, Database, ScenarioSettings
+from reef.testing.components import tiny_local_component
+from reef.testing.samples import exchange
+from reef.testing.service import serve_on_loopback, service_test_plugins
+
+SCENARIO = "support"
+TRAINER = "local"
+PROMPTS = [f"letter {k}?" for k in range(4)]
+
+
+def letter_set(tmp_path: Path, letter: str = "r") -> EvalSet:
+    """An exact-match eval set: each prompt's answer is ``letter`` (one token, greedy)."""
+    data = tmp_path / "letters.jsonl"
+    data.write_text("".join(json.dumps({"prompt": p, "expected": letter}) + "\n" for p in PROMPTS))
+    section = EvalSetSection(data=str(data), sampling=EvalSamplingSection(max_tokens=1))
+    return load_eval_set("letters", section)
+
+
+class CountingTarget(LocalTarget):
+    """The local target, counting the artifacts it was opened on."""
+
+    def __init__(self) -> None:
+        super().__init__(chat_template_args=None, base_model=None)
+        self.opened: list[str] = []
+
+    def open(self, artifact: Artifact) -> Callable[[JSON], JSON]:
+        self.opened.append(artifact.artifact_id)
+        return super().open(artifact)
+
+
+def gated(
+    state_dir: Path,
+    database: Database,
+    eval_set: EvalSet,
+    gate: ServeIfSection | None,
+) -> tuple[GatedComponent, CountingTarget]:
+    """The local component at ``state_dir`` behind the gate, as the runtime builds it."""
+    component = tiny_local_component(state_dir, learning_rate=3e-2)
+    target = CountingTarget()
+    return (
+        GatedComponent(
+            component,
+            scenario=SCENARIO,
+            trainer=TRAINER,
+            evals={eval_set.name: eval_set},
+            gate=gate,
+            target=target,
+            artifacts=ArtifactStore(state_dir / "artifacts"),
+            evaluations=ArtifactEvaluations(database, SCENARIO),
+            settings=ScenarioSettings(database, SCENARIO),
+        ),
+        target,
+    )
+
+
+def train(component: GatedComponent, job: str, letter: str) -> None:
+    """Two SFT jobs that teach the component to answer every prompt with ``letter``."""
+    for step in range(2):
+        samples = tuple(
+            TrajectorySample(exchange(f"letter {k}?", letter), sample_id=f"{job}-{step}-{k}")
+            for k in range(16)
+        )
+        outcome = component.wait(component.submit(JobData(f"{job}-{step}", samples)), 120)
+        assert outcome.event == "finished", outcome.error
+
+
+def served_reply(state_dir: Path, database: Database) -> str:
+    """What the local engine behind the gate answers an agent now."""
+    engine = LocalEngine(
+        GatedArtifacts(
+            ArtifactStore(state_dir / "artifacts"), ArtifactEvaluations(database, SCENARIO), TRAINER
+        )
+    )
+    body = engine.complete(
+        {"messages": [{"role": "user", "content": PROMPTS[0]}], "temperature": 0, "max_tokens": 1}
+    )
+    return str(body["choices"][0]["message"]["content"])
+
+
+def test_a_worse_artifact_is_never_served_and_a_better_one_is_across_a_restart(
+    storage_database: Database, tmp_path: Path
+) -> None:
+    state = tmp_path / "state"
+    eval_set = letter_set(tmp_path)
+    gate = ServeIfSection(eval="letters", not_worse_than=0.02)
+    component, target = gated(state, storage_database, eval_set, gate)
+    evaluations = ArtifactEvaluations(storage_database, SCENARIO)
+
+    first = component.publish()  # the untrained weights: nothing served before them
+    assert evaluations.served_artifact(TRAINER) == first.artifact_id
+    assert evaluations.result(TRAINER, first.artifact_id, "letters").score == 0.0
+
+    train(component, "better", "r")
+    better = component.publish()
+    assert better.artifact_id != first.artifact_id
+    assert evaluations.result(TRAINER, better.artifact_id, "letters").score == 1.0
+    assert evaluations.served_artifact(TRAINER) == better.artifact_id
+    assert served_reply(state, storage_database) == "r"
+
+    train(component, "worse", "x")  # made worse on purpose
+    trained = component.component.publish()
+    returned = component.publish()
+    assert returned.artifact_id == better.artifact_id  # what the trainer takes as served
+    decision = evaluations.decision(TRAINER, trained.artifact_id)
+    assert decision is not None
+    assert not decision.served
+    assert "0.0000 < 0.9800" in decision.reason
+    assert served_reply(state, storage_database) == "r"
+    opened = list(target.opened)
+    component.close()
+
+    # A restart: a new component on the same folder (its trained weights are the worse ones)
+    # and a new gate on the same store. The decision stands; nothing is evaluated again.
+    restarted, restarted_target = gated(state, storage_database, eval_set, gate)
+    assert restarted.publish().artifact_id == better.artifact_id
+    assert restarted_target.opened == []
+    assert served_reply(state, storage_database) == "r"
+    assert evaluations.served_artifact(TRAINER) == better.artifact_id
+    assert opened == [first.artifact_id, better.artifact_id, trained.artifact_id]
+    # The resume_from default: the trainer goes on from its trained (worse) weights.
+    assert restarted.component.publish().artifact_id == trained.artifact_id
+    restarted.close()
+
+
+def test_resume_from_served_puts_the_served_weights_back(
+    storage_database: Database, tmp_path: Path
+) -> None:
+    state = tmp_path / "state"
+    gate = ServeIfSection(eval="letters", resume_from="served")
+    component, _ = gated(state, storage_database, letter_set(tmp_path), gate)
+    component.publish()
+    train(component, "better", "r")
+    better = component.publish()
+    train(component, "worse", "x")
+    assert component.publish().artifact_id == better.artifact_id
+    # The component trains on from the served weights: publishing them again is the served
+    # artifact, and its replies are the served ones.
+    assert component.component.publish().artifact_id == better.artifact_id
+    component.close()
+
+
+def test_without_a_gate_every_artifact_is_evaluated_and_served(
+    storage_database: Database, tmp_path: Path
+) -> None:
+    component, _ = gated(tmp_path / "state", storage_database, letter_set(tmp_path), None)
+    first = component.publish()
+    train(component, "worse", "x")
+    second = component.publish()
+    assert second.artifact_id != first.artifact_id
+    results = evaluation_results(storage_database, SCENARIO)
+    assert [(r.artifact_id, r.score) for r in results] == [
+        (first.artifact_id, 0.0),
+        (second.artifact_id, 0.0),
+    ]
+    assert [item.reply for item in results[1].items] == ["x"] * 4
+    assert results[1].sampling == {"temperature": 0.0, "max_tokens": 1, "top_p": 1.0, "seed": 0}
+    assert ArtifactEvaluations(storage_database, SCENARIO).decisions(TRAINER) == []
+    component.close()
+
+
+# -- the vLLM stand-in -----------------------------------------------------------------------
+
+BASE = "tiny-llama"
+
+
+class Published:
+    """A component that publishes the adapter folders it is given, one per publication."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.number = 0
+        self.name = "noop"
+
+    def publish(self) -> Artifact:
+        artifact_id = f"sha256:{hashlib.sha256(str(self.number).encode()).hexdigest()}"
+        path = self.folder / artifact_id.partition(":")[2]
+        path.mkdir(parents=True, exist_ok=True)
+        (path / "adapter_config.json").write_text("{}")
+        return Artifact(artifact_id, path)
+
+    def close(self) -> None:
+        return None
+
+
+@pytest.fixture
+def vllm_engine() -> Iterator[tuple[str, Any]]:
+    app, state = vllm_standin(BASE)
+    with serve_on_loopback(app) as url:
+        yield url, state
+
+
+def test_the_gate_holds_a_worse_adapter_back_from_vllm(
+    storage_database: Database,
+    tmp_path: Path,
+    vllm_engine: tuple[str, Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    url, engine = vllm_engine
+    source = Published(tmp_path / "artifacts")
+    store = ArtifactStore(tmp_path / "artifacts")
+    evaluations = ArtifactEvaluations(storage_database, SCENARIO)
+    publisher = Publisher(
+        SCENARIO,
+        VllmAdapters(),
+        BASE,
+        url=url,
+        source=GatedArtifacts(store, evaluations, TRAINER),
+        poll_interval=0.05,
+    )
+    publisher.start()
+    # A verifier imported by module:name: it scores the adapters named in GOOD (the stand-in
+    # answers with the name of the model the call reached).
+    good = {adapter_name(SCENARIO, source.publish().artifact_id)}
+    source.number = 2
+    good.add(adapter_name(SCENARIO, source.publish().artifact_id))
+    (tmp_path / "verifiers").mkdir()
+    (tmp_path / "verifiers" / "named_adapters.py").write_text(
+        f"GOOD = {sorted(good)!r}\n"
+        "def score(reply, item):\n"
+        "    return 1.0 if reply.split()[0] in GOOD else 0.0\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path / "verifiers"))
+    data = tmp_path / "items.jsonl"
+    data.write_text('{"prompt": "hi"}\n{"prompt": "there"}\n')
+    eval_set = load_eval_set(
+        "named", EvalSetSection(data=str(data), verifier="named_adapters:score")
+    )
+    component = GatedComponent(
+        source,  # type: ignore[arg-type]
+        scenario=SCENARIO,
+        trainer=TRAINER,
+        evals={"named": eval_set},
+        gate=ServeIfSection(eval="named"),
+        target=PublisherTarget(publisher, api_key=None, timeout=10),
+        artifacts=store,
+        evaluations=evaluations,
+        settings=ScenarioSettings(storage_database, SCENARIO),
+    )
+    try:
+        artifacts = []
+        for number in range(3):  # good, worse, good again
+            source.number = number
+            artifacts.append(component.publish())
+            assert publisher.serve(artifacts[-1], 10) == artifacts[-1]
+        first, worse, last = artifacts
+        assert worse == first  # the worse adapter was never served
+        assert last.artifact_id != first.artifact_id
+        held = evaluations.decisions(TRAINER)
+        assert [d.served for d in held] == [True, False, True]
+        route = publisher.route()
+        assert route is not None
+        assert route.artifact_id == last.artifact_id
+        # The worse adapter was loaded for its evaluation under its own name, then let go.
+        bad = adapter_name(SCENARIO, held[1].artifact_id)
+        assert bad not in engine.adapters
+        assert engine.calls["/v1/unload_lora_adapter"] >= 1
+        assert engine.calls["/v1/chat/completions"] == 6  # two items, three artifacts
+    finally:
+        publisher.stop()
+
+
+# -- configuration ---------------------------------------------------------------------------
+
+DEPLOYMENT = """
+storage: {url: "sqlite:///%(db)s"}
+serving: {engine: vllm, url: "http://127.0.0.1:9", model: tiny}
+scenarios:
+  support:
+    recipe: servicetest
+    training: {component: noop}
+%(evals)s
+"""
+
+
+def problems_of(tmp_path: Path, evals: str) -> list[str]:
+    text = DEPLOYMENT % {"db": tmp_path / "reef.db", "evals": evals}
+    with pytest.raises(DeploymentError) as caught:
+        load_deployment(text, plugins=service_test_plugins())
+    return list(caught.value.problems)
+
+
+def test_a_deployment_names_what_is_wrong_with_its_evals(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "a", "expected": "b"}\n{"prompt": 3}\n')
+    good = tmp_path / "good.jsonl"
+    good.write_text('{"prompt": "a", "expected": "b"}\n')
+    problems = problems_of(
+        tmp_path,
+        f"""    evals:
+      missing: {{data: {tmp_path / "none.jsonl"}}}
+      broken: {{data: {bad}}}
+      unknown: {{data: {good}, verifier: "no_such_module_here:score"}}
+      odd: {{data: {bad}, verifier: "maybe"}}
+    serve_if: {{eval: missing, not_worse_than: -1}}""",
+    )
+    text = "\n".join(problems)
+    assert "verifier 'maybe' is neither exact nor regex" in text
+    assert "not_worse_than" in text
+    problems = problems_of(
+        tmp_path,
+        f"""    evals:
+      missing: {{data: {tmp_path / "none.jsonl"}}}
+      broken: {{data: {bad}}}
+      unknown: {{data: {good}, verifier: "no_such_module_here:score"}}
+    serve_if: {{eval: other}}""",
+    )
+    text = "\n".join(problems)
+    assert "serve_if.eval 'other' names no eval of the scenario" in text
+    problems = problems_of(
+        tmp_path,
+        f"""    evals:
+      missing: {{data: {tmp_path / "none.jsonl"}}}
+      broken: {{data: {bad}}}
+      unknown: {{data: {good}, verifier: "no_such_module_here:score"}}""",
+    )
+    assert any("eval missing: cannot read" in p and p.endswith(".evals.missing") for p in problems)
+    assert any("line 2: prompt is a string" in p for p in problems)
+    assert any("no_such_module_here:score: cannot import it" in p for p in problems)
+
+
+def test_status_shows_the_scores_and_why_an_artifact_was_held_back(
+    storage_database: Database, tmp_path: Path
+) -> None:
+    evaluations = ArtifactEvaluations(storage_database, SCENARIO)
+    gate = ServeIfSection(eval="letters", not_worse_than=0.02)
+    component, _ = gated(tmp_path / "state", storage_database, letter_set(tmp_path), gate)
+    component.publish()
+    train(component, "better", "r")
+    component.publish()
+    train(component, "worse", "x")
+    component.publish()
+    document = {
+        "scenarios": [
+            {
+                "scenario": SCENARIO,
+                "training_mode": "auto",
+                "trainers": [],
+                "evaluations": evaluation_status(
+                    evaluations, gate, TRAINER, ScenarioSettings(storage_database, SCENARIO).items()
+                ),
+            }
+        ]
+    }
+    status = document["scenarios"][0]["evaluations"]
+    assert [r["score"] for r in status["results"]] == [0.0, 1.0, 0.0]
+    assert status["gate"]["served_artifact"] == status["results"][1]["artifact_id"]
+    assert [d["served"] for d in status["gate"]["decisions"]] == [True, True, False]
+    assert status["gate"]["held_back"] == 1
+    table = status_table(document)
+    assert "letters=1.0000" in table
+    assert "gate letters (not worse than 0.02): serves" in table
+    assert "held back: letters: 0.0000 < 0.9800" in table
+    assert time.time() - status["results"][0]["at"] < 600
+    component.close()
