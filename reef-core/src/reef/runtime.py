@@ -57,7 +57,14 @@ from reef.server.service import engine_address
 from reef.server.service_runtime import ServiceRuntime
 from reef.storage import ArtifactEvaluations, Database, ScenarioSettings
 from reef.train.stages import build_pipeline
-from reef.train.trainer import PartsFactory, Trainer, TrainerParts, TrainerSettings, process_holder
+from reef.train.trainer import (
+    PartsFactory,
+    Trainer,
+    TrainerObserver,
+    TrainerParts,
+    TrainerSettings,
+    process_holder,
+)
 
 if TYPE_CHECKING:
     from reef.components.local.artifacts import ArtifactStore
@@ -132,6 +139,13 @@ class ReefRuntime(ServiceRuntime):
                     holder=self.holder,
                     settings=trainer_settings,
                 )
+
+    def process(self) -> str:
+        return self.holder
+
+    def observe_trainers(self, observer: TrainerObserver) -> None:
+        for trainer in self.trainers.values():
+            trainer.observer = observer
 
     def _database(self, scenario: str) -> Database:
         return self._databases[self.deployment.storage_of(scenario).url]

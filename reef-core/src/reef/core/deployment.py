@@ -272,8 +272,9 @@ class TokenSection(PluginSettings):
         help=f"the secret, at least {MIN_TOKEN_LENGTH} characters; write it as ${{ENV}}",
         validator=_long_enough,
     )
-    scopes: tuple[Literal["infer", "feedback", "admin"], ...] = config_option(
-        help="infer (inference), feedback (reports, uploads), admin (modes, instructions)",
+    scopes: tuple[Literal["infer", "feedback", "admin", "metrics"], ...] = config_option(
+        help="infer (inference), feedback (reports, uploads), admin (modes, instructions),"
+        " metrics (GET /metrics)",
         validator=attrs.validators.min_len(1),
     )
     scenarios: tuple[str, ...] | None = config_option(

@@ -45,6 +45,7 @@ from reef.server import (
     inference,
     items,
     jobs,
+    metrics,
     reports,
     samples,
     scenarios,
@@ -54,11 +55,13 @@ from reef.server.bodies import error_answer
 from reef.server.console import console_mount
 from reef.server.cross_site import CrossSiteGuard
 from reef.server.errors import ApiError
+from reef.server.metrics import RequestMetrics, ServiceMetrics, TimedEngine, metrics_available
 from reef.server.openapi import ApiRoute, openapi_document
 from reef.server.request_json import request_bytes
 from reef.server.service import ServerOptions, Service
 from reef.server.service_runtime import ServiceRuntime
 from reef.server.store_health import failure_reason, store_unavailable
+from reef.server.tracing import JobTelemetry, RequestSpans, tracer_of
 from reef.storage import Database, open_database
 
 __all__ = ["API_ROUTES", "create_app", "open_databases"]
@@ -81,18 +84,28 @@ API_ROUTES: Final[tuple[ApiRoute, ...]] = (
     *jobs.ROUTES,
     *status.ROUTES,
     *generator.ROUTES,
+    *metrics.ROUTES,
 )
+
+
+def _refusal(request: Request, error: ApiError) -> Response:
+    """The answer to a refused request, counted by the metrics where the service has them."""
+    counted = request.app.state.service.metrics
+    if counted is not None:
+        counted.refused(request, error)
+    return error_answer(error)
 
 
 async def _api_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ApiError)
-    return error_answer(exc)
+    return _refusal(request, exc)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     field = "method" if exc.status_code == 405 else "path"
-    return error_answer(
+    return _refusal(
+        request,
         ApiError.one(exc.status_code, "not_found" if exc.status_code == 404 else "invalid_request",
                      field, f"{exc.detail}: {request.method} {request.url.path}")
     )  # fmt: skip
@@ -102,7 +115,7 @@ async def _store_error(request: Request, exc: Exception) -> Response:
     """A write the database could not take: 503 with its reason, and the stores are probed
     before the next chat call reaches an engine (:mod:`reef.server.store_health`)."""
     request.app.state.service.store_failed(exc, request_bytes(request))
-    return error_answer(store_unavailable(failure_reason(exc)))
+    return _refusal(request, store_unavailable(failure_reason(exc)))
 
 
 async def _internal_error(request: Request, exc: Exception) -> Response:
@@ -151,6 +164,27 @@ def create_app(
         environ=environ,
     )
 
+    service.metrics = ServiceMetrics(service) if metrics_available() else None
+    if service.metrics is not None:
+        for scenario in service.scenarios.values():
+            if scenario.engine is not None:
+                scenario.engine = TimedEngine(scenario.engine)
+    tracer = tracer_of(service.options.tracer_provider)
+    service.runtime.observe_trainers(JobTelemetry(service.metrics, tracer))
+    # The first is the outermost: the metrics see every request, the refused ones included.
+    middleware = [
+        Middleware(
+            CrossSiteGuard,
+            authenticated=service.auth.enabled,
+            allowed_hosts=deployment.service.allowed_hosts,
+            allowed_origins=deployment.service.allowed_origins,
+        )
+    ]
+    if tracer is not None:
+        middleware.insert(0, Middleware(RequestSpans, tracer=tracer))
+    if service.metrics is not None:
+        middleware.insert(0, Middleware(RequestMetrics, metrics=service.metrics))
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         service.start()
@@ -170,14 +204,7 @@ def create_app(
             OperationalError: _store_error,
             Exception: _internal_error,
         },
-        middleware=[
-            Middleware(
-                CrossSiteGuard,
-                authenticated=service.auth.enabled,
-                allowed_hosts=deployment.service.allowed_hosts,
-                allowed_origins=deployment.service.allowed_origins,
-            )
-        ],
+        middleware=middleware,
         lifespan=lifespan,
     )
     app.state.service = service

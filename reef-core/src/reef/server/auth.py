@@ -1,8 +1,9 @@
 """Who may call the service: bearer tokens with scopes, each optionally limited to scenarios.
 
 The tokens come from the deployment file (``auth.tokens``, docs/decisions.md#auth). A token's
-scopes are ``infer`` (inference), ``feedback`` (reports and data items) and ``admin`` (training
-modes, instructions, the manual buffer, status). A service without tokens runs only when its options
+scopes are ``infer`` (inference), ``feedback`` (reports and data items), ``admin`` (training
+modes, instructions, the manual buffer, status) and ``metrics`` (``GET /metrics``, for a
+Prometheus scraper). A service without tokens runs only when its options
 say so explicitly (``allow_unauthenticated``), and then answers loopback clients only, whatever
 address it was bound to; :func:`check_auth_mode` lets ``reef serve`` refuse a service it may
 not run (without tokens unasked, with tokens and asked to run without, without tokens beyond
@@ -31,7 +32,7 @@ __all__ = [
     "check_bind_address",
 ]
 
-Scope: TypeAlias = Literal["infer", "feedback", "admin"]
+Scope: TypeAlias = Literal["infer", "feedback", "admin", "metrics"]
 
 
 class UnauthenticatedServiceError(ReefError, ValueError):
@@ -73,7 +74,7 @@ class Caller:
         return self.scenarios is None or scenario in self.scenarios
 
 
-_EVERYONE = Caller(None, frozenset(("infer", "feedback", "admin")), None)
+_EVERYONE = Caller(None, frozenset(("infer", "feedback", "admin", "metrics")), None)
 
 
 def is_loopback(host: str | None) -> bool:

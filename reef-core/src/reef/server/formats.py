@@ -48,7 +48,9 @@ from reef.server.inference import (
     answered_by,
     called_scenario,
     new_call,
+    note_call,
 )
+from reef.server.metrics import stream_cut
 from reef.server.openapi import ApiRoute
 from reef.server.request_json import read_json
 from reef.server.response_chains import ResponseChains
@@ -188,7 +190,9 @@ class _Call:
             return self.engine_failure(exc)
         body = translate_completion(self.translator, reply.body)
         record = self.finished(reply.body, reply.artifact_id, aborted=False)
-        await asyncio.wrap_future(self.service.ledger(self.scenario).append(record))
+        ledger = self.service.ledger(self.scenario)
+        linked = await asyncio.wrap_future(ledger.append(record))
+        note_call(record, linked, ledger)
         self.chains.remember(record, self.complete)
         return JSONResponse(body, headers={RECORD_ID_HEADER: record.id})
 
@@ -212,6 +216,7 @@ class _Call:
         async def events() -> AsyncIterator[bytes]:
             assembler = ChunkAssembler()
             stored = False
+            cut = "client_left"  # unless the engine is found to have cut it
             try:
                 for event in translator.start():
                     yield encode_event(event)
@@ -221,7 +226,8 @@ class _Call:
                         record = self.finished(assembler.body(), started.artifact_id, aborted=False)
                         # Durable before the client sees the end, so a report posted right
                         # after the stream finds the record.
-                        await asyncio.wrap_future(ledger.append(record))
+                        linked = await asyncio.wrap_future(ledger.append(record))
+                        note_call(record, linked, ledger)
                         stored = True
                         self.chains.remember(record, self.complete)
                         for event in closing:
@@ -236,8 +242,10 @@ class _Call:
                 _log.warning(
                     "scenario %r: the engine ended a stream without [DONE]", self.scenario.name
                 )
+                cut = "engine_ended"
                 yield encode_event(translator.error("the engine ended the stream without [DONE]"))
             except Exception as exc:
+                cut = "engine_error"
                 if isinstance(exc, OperationalError):
                     self.service.store_failed(exc)
                 _log.warning(
@@ -251,6 +259,7 @@ class _Call:
                     ledger.append(
                         self.finished(assembler.body(), started.artifact_id, aborted=True)
                     )
+                    stream_cut(self.service, self.record, cut)
 
         return StreamingResponse(
             events(),

@@ -24,13 +24,17 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from reef.core.records import CHAT_COMPLETIONS, JSON, TAG_HEADER_PREFIX, InferenceRecord
+from reef.core.trajectory_index import LinkEntry
 from reef.engines.interface import ChunkAssembler, EngineError
 from reef.engines.publisher import EngineRoute, Publisher
 from reef.server.bodies import ChatCompletionRequest, structure, unstructure
 from reef.server.errors import ApiError, ErrorBody, ErrorDetail
+from reef.server.ledger import ScenarioLedger
+from reef.server.metrics import stream_cut
 from reef.server.openapi import ApiRoute
 from reef.server.request_json import read_json
 from reef.server.service import ServedScenario, Service, service_of
+from reef.server.tracing import note, recording
 
 __all__ = [
     "RECORD_ID_HEADER",
@@ -41,6 +45,7 @@ __all__ = [
     "called_scenario",
     "engine_failure",
     "new_call",
+    "note_call",
 ]
 
 _log = logging.getLogger(__name__)
@@ -115,13 +120,31 @@ async def chat_completions(request: Request) -> Response:
         artifact_id=answered_by(reply.artifact_id, reply.body, publisher, route),
         ended_at=time.time(),
     )
-    await asyncio.wrap_future(service.ledger(scenario).append(record))
+    ledger = service.ledger(scenario)
+    linked = await asyncio.wrap_future(ledger.append(record))
+    note_call(record, linked, ledger)
     headers = {RECORD_ID_HEADER: record.id}
     if reply.content is not None:  # the engine's own bytes, not encoded a second time
         content = _with_record_id(reply.content.decode(), reply.body.get("id"), record.id)
         if content is not None:
             return Response(content, media_type="application/json", headers=headers)
     return JSONResponse(body, headers=headers)
+
+
+def note_call(record: InferenceRecord, linked: LinkEntry, ledger: ScenarioLedger) -> None:
+    """The recorded call, on its request's span (:func:`reef.server.tracing.note`): its
+    trajectory is the id of the trajectory's first call, and the call it continues."""
+    if recording():
+        note(
+            {
+                "reef.scenario": record.scenario,
+                "reef.record_id": record.id,
+                "reef.api_format": record.api_format,
+                "reef.artifact_id": record.artifact_id,
+                "reef.trajectory_id": ledger.trajectory_of(record.id),
+                "reef.trajectory.parent_id": linked.parent_id,
+            }
+        )
 
 
 def new_call(
@@ -227,12 +250,15 @@ async def _stream(
     async def events() -> AsyncIterator[bytes]:
         assembler = ChunkAssembler()
         stored = False
+        cut = "client_left"  # unless the engine is found to have cut it
         try:
             async for data in started.events:
                 if data == "[DONE]":
                     # Durable before the client sees the end, so a report posted right
                     # after the stream finds the record.
-                    await asyncio.wrap_future(ledger.append(finished(assembler, aborted=False)))
+                    done = finished(assembler, aborted=False)
+                    linked = await asyncio.wrap_future(ledger.append(done))
+                    note_call(done, linked, ledger)
                     stored = True
                     yield b"data: [DONE]\n\n"
                     return
@@ -249,8 +275,10 @@ async def _stream(
             # The engine closed the stream cleanly but never said [DONE]: the answer may be
             # cut short, and the client must hear so as when it breaks off.
             _log.warning("scenario %r: the engine ended a stream without [DONE]", scenario.name)
+            cut = "engine_ended"
             yield _error_event("the engine ended the stream without [DONE]")
         except Exception as exc:
+            cut = "engine_error"
             if isinstance(exc, OperationalError):
                 service.store_failed(exc)
             _log.warning("scenario %r: the engine broke off a stream: %r", scenario.name, exc)
@@ -261,6 +289,7 @@ async def _stream(
                 # as aborted (docs/decisions.md#engine-abort); not awaited, the client may be
                 # gone.
                 ledger.append(finished(assembler, aborted=True))
+                stream_cut(service, record, cut)
 
     return StreamingResponse(
         events(),

@@ -32,6 +32,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from functools import partial
@@ -84,6 +85,8 @@ class ScenarioLedger:
         foreign reference from a missing one.
     :param on_store_failure: told of each item the database itself could not take, with the
         size of its record in bytes.
+    :param on_write: told of each transaction: its seconds, and how many of its items the
+        store could not take (the service's metrics).
     """
 
     def __init__(
@@ -92,11 +95,13 @@ class ScenarioLedger:
         other_stores: Sequence[RecordStore],
         *,
         on_store_failure: Callable[[BaseException, int], None] | None = None,
+        on_write: Callable[[float, int], None] | None = None,
     ) -> None:
         self.store = store
         self.scenario = store.scenario
         self._other_stores = other_stores
         self._on_store_failure = on_store_failure
+        self._on_write = on_write
         self._index = TrajectoryIndex()
         self._cursor: Position | None = None
         self._queue: queue.SimpleQueue[_Item] = queue.SimpleQueue()
@@ -123,6 +128,16 @@ class ScenarioLedger:
         done: Future[tuple[ReportReceipt, bool]] = Future()
         self._queue.put(_Admit(report, done))
         return done
+
+    def trajectory_of(self, call_id: str) -> str | None:
+        """The id of the first call of ``call_id``'s trajectory, as the index knows it now
+        (``None`` when it does not: it is being rebuilt). Cost: O(depth); read on the
+        caller's thread while the ledger's links more calls, which never changes a link."""
+        index = self._index
+        try:
+            return index.trajectory(call_id)[0]
+        except KeyError:
+            return None
 
     def close(self) -> None:
         """Finish what is queued, then stop the thread."""
@@ -158,6 +173,7 @@ class ScenarioLedger:
     def _commit(self, items: list[_Append | _Admit], *, reconnected: bool = False) -> None:
         """Write ``items`` in one transaction and answer each once it is durable; when the
         transaction fails, write them one transaction each."""
+        started = time.perf_counter()
         try:
             answers = self._write(items)
         except Exception as exc:
@@ -172,6 +188,8 @@ class ScenarioLedger:
                 self._commit(items, reconnected=True)
                 return
             if len(items) == 1:
+                if self._on_write is not None:
+                    self._on_write(time.perf_counter() - started, 1)
                 if isinstance(exc, OperationalError) and self._on_store_failure is not None:
                     item = items[0]
                     record = item.record if isinstance(item, _Append) else item.report
@@ -187,6 +205,8 @@ class ScenarioLedger:
             for item in items:
                 self._commit([item], reconnected=reconnected)
             return
+        if self._on_write is not None:
+            self._on_write(time.perf_counter() - started, 0)
         for answer in answers:
             answer()
 

@@ -22,6 +22,7 @@ from reef.server.errors import ReportRejected
 from reef.server.openapi import ApiRoute
 from reef.server.request_json import read_json
 from reef.server.service import service_of
+from reef.server.tracing import note
 
 __all__ = ["ROUTES", "admissible_report"]
 
@@ -33,6 +34,10 @@ async def post_report(request: Request) -> Response:
     body = structure(await read_json(request, service.options.max_body_bytes), ReportBody)
     report = admissible_report(scenario.name, body)
     receipt, new = await asyncio.wrap_future(service.ledger(scenario).admit(report))
+    note(
+        {"reef.scenario": scenario.name, "reef.report_id": report.id,
+         "reef.record_ids": ",".join(report.references)}
+    )  # fmt: skip
     return answer(receipt, 201 if new else 200)
 
 

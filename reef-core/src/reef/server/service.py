@@ -11,8 +11,9 @@ ledger (:meth:`Service.ledger`). The routes themselves live one module per resou
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
-from typing import Final
+from typing import TYPE_CHECKING, Any, Final
 
 import anyio.to_thread
 import attrs
@@ -45,6 +46,9 @@ from reef.storage import (
 )
 from reef.train.stages import scenario_trainers
 
+if TYPE_CHECKING:
+    from reef.server.metrics import ServiceMetrics
+
 __all__ = [
     "ITEMS_STORE",
     "LOCAL_ENGINE",
@@ -76,12 +80,15 @@ class ServerOptions:
     :ivar max_body_bytes: the largest request body (413 beyond).
     :ivar max_item_bytes: the largest data-item upload (413 beyond).
     :ivar engine_timeout: seconds to wait for an engine.
+    :ivar tracer_provider: the OpenTelemetry tracer provider of the service's and trainers'
+        spans (``None``: OpenTelemetry's global one; ``docs/observe.md``).
     """
 
     allow_unauthenticated: bool = False
     max_body_bytes: int = 8 << 20
     max_item_bytes: int = 32 << 20
     engine_timeout: float = 600.0
+    tracer_provider: Any = None
 
 
 @attrs.define
@@ -139,6 +146,8 @@ class Service:
     ) -> None:
         self.runtime = runtime
         self.options = options
+        #: The application's metrics; ``None`` without the ``metrics`` extra.
+        self.metrics: ServiceMetrics | None = None
         self.auth = Authenticator(
             deployment.auth, allow_unauthenticated=options.allow_unauthenticated
         )
@@ -219,7 +228,12 @@ class Service:
         for scenario in self.scenarios.values():
             others = [store for store in stores if store is not scenario.records]
             scenario.ledger = ScenarioLedger(
-                scenario.records, others, on_store_failure=scenario.health.failed
+                scenario.records,
+                others,
+                on_store_failure=scenario.health.failed,
+                on_write=None
+                if self.metrics is None
+                else functools.partial(self.metrics.store_write, scenario.name),
             )
 
     async def stop(self) -> None:

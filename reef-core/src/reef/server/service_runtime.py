@@ -10,11 +10,20 @@ service runs without one.
 
 from __future__ import annotations
 
+import functools
+
 from reef.engines.interface import CompletionFunction
 from reef.engines.publisher import Publisher
 from reef.pipeline_context import TrainingMode
+from reef.train.trainer import TrainerObserver, process_holder
 
 __all__ = ["ServiceRuntime"]
+
+
+@functools.cache
+def _this_process() -> str:
+    """The name of a process that runs no trainer, made once."""
+    return process_holder()
 
 
 class ServiceRuntime:
@@ -23,6 +32,16 @@ class ServiceRuntime:
     The service calls the notification hooks after the change is durable, on the event loop:
     they must return at once (set an event, put on a queue).
     """
+
+    def process(self) -> str:
+        """This process's name, as its trainers hold their leases by: the ``process`` label of
+        what the service computes from the stores (``docs/observe.md``)."""
+        return _this_process()
+
+    def observe_trainers(self, observer: TrainerObserver) -> None:
+        """Tell every trainer of this process of its steps and ends through ``observer`` (the
+        service's metrics and traces); called once, before the trainers start."""
+        del observer
 
     def local_engine(self, scenario: str) -> CompletionFunction | None:
         """The built-in engine that answers ``scenario`` (its ``serving.engine`` is

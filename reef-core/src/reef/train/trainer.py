@@ -53,7 +53,7 @@ import time
 import traceback
 import uuid
 from collections.abc import Callable, Mapping
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import attrs
 
@@ -80,6 +80,7 @@ from reef.train.pipeline import TrainingPipeline
 __all__ = [
     "PartsFactory",
     "Trainer",
+    "TrainerObserver",
     "TrainerParts",
     "TrainerSettings",
     "process_holder",
@@ -103,6 +104,21 @@ def served_before(snapshot: Any) -> list[str]:
         return [a for a in served if isinstance(a, str)]
     last = snapshot.get("served_artifact")
     return [last] if isinstance(last, str) else []
+
+
+class TrainerObserver(Protocol):
+    """What hears of each job's steps and end: the service's metrics and traces
+    (``docs/observe.md``). Called on the trainer's thread; it must not raise."""
+
+    def job_step(
+        self, scenario: str, trainer: str, job_id: str, step: str, started: float, ended: float
+    ) -> None:
+        """One step of a job took from ``started`` to ``ended`` (``time.time()``): ``reserve``
+        (its data taken from the buffer), ``submit`` (written down and given to the
+        component), ``train`` (the component ran it), ``publish`` (its artifact published)."""
+
+    def job_ended(self, scenario: str, trainer: str, outcome: JobOutcome) -> None:
+        """The job ended, its end durable and its artifact published (after its last step)."""
 
 
 def process_holder() -> str:
@@ -221,6 +237,10 @@ class Trainer:
         self.lease: Lease | None = None
         self.parts: TrainerParts | None = None
         self.jobs_ended = 0
+        #: What hears of each job's steps; set by the process that runs the trainer.
+        self.observer: TrainerObserver | None = None
+        #: When each running job reached its component (``time.time()``), by job id.
+        self._training_since: dict[str, float] = {}
         #: The artifacts served, oldest first (the last tenure's, then this one's).
         self._served: list[str] = []
 
@@ -422,9 +442,11 @@ class Trainer:
         state: TrainerState,
         history: JobHistory,
     ) -> _RunningJob | None:
+        reserving = time.time()
         reservation = pipeline.reserve()
         if reservation is None:
             return None
+        reserved = time.time()
         try:
             reservation.validate()  # before any hook sees it (P-PIPE-7)
             if self._plugins is not None:
@@ -458,6 +480,9 @@ class Trainer:
             self._note_error("submit", exc)
             return None
         reservation.commit(released_record_ids=released)
+        submitted = self._training_since[data.id] = time.time()
+        self._step(data.id, "reserve", reserving, reserved)
+        self._step(data.id, "submit", reserved, submitted)
         logger.info(
             "scenario %s, trainer %s: submitted %s (%d samples, %d given back)",
             self.scenario,
@@ -521,9 +546,16 @@ class Trainer:
         # One durable step: the outcome, the history's end and the cleared running job. A
         # crash after it replays the outcome first (P-PIPE-13); one before it finds the job
         # running and asks the component again.
+        trained = time.time()
+        since = self._training_since.pop(outcome.job_id, None)
+        if since is not None:  # submitted by this process, not by a previous tenure
+            self._step(outcome.job_id, "train", since, trained)
         pipeline.record_job_outcome(outcome)
         self._announce_end(pipeline, outcome)
         artifact = component.publish()
+        self._step(outcome.job_id, "publish", trained, time.time())
+        if self.observer is not None:
+            self.observer.job_ended(self.scenario, self.name, outcome)
         self.jobs_ended += 1
         if outcome.event == "failed":
             self._note_error("job", RuntimeError(f"job {outcome.job_id}: {outcome.error}"))
@@ -536,6 +568,10 @@ class Trainer:
             artifact.artifact_id,
         )
         return artifact.artifact_id
+
+    def _step(self, job_id: str, step: str, started: float, ended: float) -> None:
+        if self.observer is not None:
+            self.observer.job_step(self.scenario, self.name, job_id, step, started, ended)
 
     # -- status ----------------------------------------------------------------------------
 
