@@ -288,6 +288,14 @@ def _agent_step(
     if record is None:
         return attrs.evolve(step, is_copied_context=True)
     finish, metrics = _answer_facts(record)
+    facts: JSON = {
+        "record_id": record.id,
+        "artifact_id": record.artifact_id,
+        "finish_reason": finish,
+    }
+    temperature = _temperature(record)
+    if temperature is not None:
+        facts["temperature"] = temperature  # what the reply was sampled at: training scores at it
     return attrs.evolve(
         step,
         timestamp=(
@@ -296,14 +304,16 @@ def _agent_step(
         model_name=_model_name(record),
         reasoning_effort=_reasoning_effort(record),
         metrics=metrics,
-        extra={
-            "reef": {
-                "record_id": record.id,
-                "artifact_id": record.artifact_id,
-                "finish_reason": finish,
-            }
-        },
+        extra={"reef": facts},
     )
+
+
+def _temperature(record: InferenceRecord) -> float | None:
+    """The request's sampling ``temperature`` (``None`` when it names none)."""
+    value = record.request.get("temperature")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
 
 
 def _reasoning_effort(record: InferenceRecord) -> str | float | None:

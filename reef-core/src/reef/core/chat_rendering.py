@@ -97,14 +97,19 @@ class RenderedSequence:
 
     :ivar token_ids: the tokens, prompt and replies interleaved as the calls saw them.
     :ivar loss_mask: 1 for each token that trains (a reply's), 0 for context; same length.
+    :ivar temperatures: the sampling temperature of each token (its reply's call's; 1 for
+        context), same length; ``None``: every token's is 1.
     """
 
     token_ids: tuple[int, ...]
     loss_mask: tuple[int, ...]
+    temperatures: tuple[float, ...] | None = None
 
     def __attrs_post_init__(self) -> None:
         if len(self.token_ids) != len(self.loss_mask):
             raise ValueError("a rendered sequence needs one loss mask value per token")
+        if self.temperatures is not None and len(self.temperatures) != len(self.token_ids):
+            raise ValueError("a rendered sequence needs one temperature per token")
 
 
 @attrs.frozen
@@ -131,19 +136,27 @@ class Conversation:
     :ivar messages: OpenAI chat messages, normalised (:func:`normalise_message`).
     :ivar tools: the tools offered, OpenAI ``{"type": "function", "function": ...}`` form.
     :ivar trains: for each message, whether it is a reply that trains (assistant messages only).
+    :ivar temperatures: for each message, the temperature it was sampled at (1 for the others).
     """
 
     messages: tuple[JSON, ...]
     tools: tuple[JSON, ...] = ()
     trains: tuple[bool, ...] = attrs.field()
+    temperatures: tuple[float, ...] = attrs.field()
 
     @trains.default
     def _no_training(self) -> tuple[bool, ...]:
         return (False,) * len(self.messages)
 
+    @temperatures.default
+    def _at_one(self) -> tuple[float, ...]:
+        return (1.0,) * len(self.messages)
+
     def __attrs_post_init__(self) -> None:
         if len(self.trains) != len(self.messages):
             raise ValueError("a conversation needs one training flag per message")
+        if len(self.temperatures) != len(self.messages):
+            raise ValueError("a conversation needs one temperature per message")
         for index, (message, trains) in enumerate(zip(self.messages, self.trains, strict=True)):
             if trains and message.get("role") != "assistant":
                 raise ValueError(f"messages[{index}]: only an assistant reply can train")
@@ -272,6 +285,7 @@ def trajectory_messages(trajectory: Mapping[str, Any]) -> Conversation:
         raise RenderError("the trajectory has no steps")
     messages: list[JSON] = []
     trains: list[bool] = []
+    temperatures: list[float] = []
     for index, step in enumerate(steps):
         where = f"steps[{index}]"
         if not isinstance(step, Mapping):
@@ -281,6 +295,7 @@ def trajectory_messages(trajectory: Mapping[str, Any]) -> Conversation:
         if source in ("system", "user"):
             messages.append({"role": source, "content": text})
             trains.append(False)
+            temperatures.append(1.0)
         elif source == "agent":
             message: JSON = {"role": "assistant", "content": text}
             if step.get("reasoning_content") is not None:
@@ -301,6 +316,7 @@ def trajectory_messages(trajectory: Mapping[str, Any]) -> Conversation:
                     del message["content"]
             messages.append(message)
             trains.append(not step.get("is_copied_context"))
+            temperatures.append(step_temperature(step, where))
         else:
             raise RenderError(f"{where}: unknown step source {source!r}")
         observation = step.get("observation")
@@ -312,13 +328,37 @@ def trajectory_messages(trajectory: Mapping[str, Any]) -> Conversation:
             else:
                 messages.append({"role": "tool", "tool_call_id": call_id, "content": content})
             trains.append(False)
+            temperatures.append(1.0)
     agent = trajectory.get("agent")
     tools = (agent.get("tool_definitions") if isinstance(agent, Mapping) else None) or []
     try:
         normalised = tuple(normalise_message(m) for m in messages)
     except RenderError as exc:
         raise RenderError(f"trajectory: {exc}") from exc
-    return Conversation(messages=normalised, tools=tuple(tools), trains=tuple(trains))
+    return Conversation(
+        messages=normalised,
+        tools=tuple(tools),
+        trains=tuple(trains),
+        temperatures=tuple(temperatures),
+    )
+
+
+def step_temperature(step: Mapping[str, Any], where: str) -> float:
+    """The temperature an agent step's reply was sampled at: its ``extra.reef.temperature``
+    (the request's, :mod:`reef.core.atif_build`); 1 (OpenAI's default) when it names none,
+    and 1 for greedy decoding (0), where the sampled distribution has no log probability to
+    divide by.
+
+    :raises RenderError: for one that is not a number of 0 or more.
+    """
+    extra = step.get("extra")
+    reef = extra.get("reef") if isinstance(extra, Mapping) else None
+    value = reef.get("temperature") if isinstance(reef, Mapping) else None
+    if value is None:
+        return 1.0
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise RenderError(f"{where}.extra.reef.temperature must be a number >= 0, got {value!r}")
+    return float(value) if value > 0 else 1.0
 
 
 def sample_max_tokens(trajectory: Mapping[str, Any]) -> int | None:
@@ -415,6 +455,7 @@ class ChatRenderer:
         sequences: list[RenderedSequence] = []
         ids: list[int] = []
         mask: list[int] = []
+        temperatures: list[float] = []
         for index, trains in enumerate(conversation.trains):
             if not trains:
                 continue
@@ -434,9 +475,10 @@ class ChatRenderer:
             if ids and prompt_ids[: len(ids)] != ids:
                 # The template rewrote history: the call saw another prompt than the sequence
                 # so far, so it trains in a sequence of its own.
-                sequences.append(RenderedSequence(tuple(ids), tuple(mask)))
-                ids, mask = [], []
+                sequences.append(_sequence(ids, mask, temperatures))
+                ids, mask, temperatures = [], [], []
             mask.extend([0] * (len(prompt_ids) - len(ids)))
+            temperatures.extend([1.0] * (len(prompt_ids) - len(ids)))
             ids = list(prompt_ids)
             reply_ids = self.tokenizer.encode(full[len(prompt) :])
             trained = len(reply_ids)
@@ -446,7 +488,8 @@ class ChatRenderer:
                     break
             ids.extend(reply_ids)
             mask.extend([1] * trained + [0] * (len(reply_ids) - trained))
-        sequences.append(RenderedSequence(tuple(ids), tuple(mask)))
+            temperatures.extend([conversation.temperatures[index]] * len(reply_ids))
+        sequences.append(_sequence(ids, mask, temperatures))
         return RenderedSample(tuple(sequences))
 
     def render_sample(
@@ -466,6 +509,12 @@ class ChatRenderer:
                 f"{min(limits)}"
             )
         return rendered
+
+
+def _sequence(ids: list[int], mask: list[int], temperatures: list[float]) -> RenderedSequence:
+    """A rendered sequence; its temperatures only when a token's is not 1."""
+    scaled = any(t != 1.0 for t in temperatures)
+    return RenderedSequence(tuple(ids), tuple(mask), tuple(temperatures) if scaled else None)
 
 
 @attrs.frozen

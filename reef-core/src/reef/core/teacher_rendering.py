@@ -117,6 +117,16 @@ def _reply_span(student: RenderedSample) -> tuple[int, ...]:
     return spans[0]
 
 
+def _reply_temperature(student: RenderedSample) -> float:
+    """The sampling temperature of the student's one trained reply (its first trained
+    token's): the teacher sequence keeps it, for a teacher that is the student itself."""
+    for sequence in student.sequences:
+        for position, trains in enumerate(sequence.loss_mask):
+            if trains:
+                return 1.0 if sequence.temperatures is None else sequence.temperatures[position]
+    return 1.0
+
+
 def render_teacher(
     renderer: ChatRenderer,
     teacher: Mapping[str, Any] | None,
@@ -143,8 +153,17 @@ def render_teacher(
     else:
         prompt = renderer.prompt_ids(request)
         reply = _reply_span(student)
+        temperature = _reply_temperature(student)
         rendered = RenderedSample(
-            (RenderedSequence((*prompt, *reply), (0,) * len(prompt) + (1,) * len(reply)),)
+            (
+                RenderedSequence(
+                    (*prompt, *reply),
+                    (0,) * len(prompt) + (1,) * len(reply),
+                    None
+                    if temperature == 1.0
+                    else (1.0,) * len(prompt) + (temperature,) * len(reply),
+                ),
+            )
         )
     limits = [v for v in (max_tokens, None if request is None else request.get("max_tokens")) if v]
     if limits and rendered.num_tokens > min(limits):

@@ -295,7 +295,8 @@ class LocalComponent:
             with torch.no_grad(), self._autocast():
                 for refs in self._micro_batches(every):
                     ids = [sequence(r).token_ids for r in refs]
-                    values = batch_logprobs(self.model, token_batch(ids, None, self.device))
+                    scales = [sequence(r).temperatures for r in refs]
+                    values = batch_logprobs(self.model, token_batch(ids, None, self.device, scales))
                     for ref, row in zip(refs, values, strict=True):
                         start[ref] = row[: len(sequence(ref).token_ids) - 1]
         token_rows: dict[SequenceRef, torch.Tensor] = {}
@@ -412,7 +413,10 @@ class LocalComponent:
             for chunk in self._micro_batches(refs):
                 sequences = [sequence(r) for r in chunk]
                 batch = token_batch(
-                    [s.token_ids for s in sequences], [s.loss_mask for s in sequences], self.device
+                    [s.token_ids for s in sequences],
+                    [s.loss_mask for s in sequences],
+                    self.device,
+                    [s.temperatures for s in sequences],
                 )
                 with self._autocast():
                     logprobs = batch_logprobs(self.model, batch)

@@ -14,6 +14,11 @@
 Either policy objective takes one advantage per sample or one per token: a distilling
 objective's advantage is per token (the teacher's reverse KL, :mod:`reef.components.local.teacher`).
 
+The policy's log probability of a token is that of the distribution it was sampled from: the
+logits divided by the token's sampling temperature (the request's, kept by the rendering), as
+slime, TRL and verl divide them by the rollout temperature; here per token, so samples of
+different temperatures train together. A teacher's log probabilities are at temperature 1.
+
 Each loss is a sum over trained tokens; the caller divides it by the step's token count.
 Sequences of different lengths train together as one right-padded batch
 (:func:`token_batch`): padding is masked out of attention and out of the loss.
@@ -38,20 +43,26 @@ class TokenBatch:
     :ivar attention_mask: 1 on real tokens, 0 on padding; ``None`` when no row is padded.
     :ivar loss_mask: ``(batch, longest - 1)``: for each next-token position, 1 where that
         token trains, 0 for context and padding.
+    :ivar temperatures: ``(batch, longest)``: the temperature the logits at each position are
+        divided by (that of the next token, 1 at the last position and on padding); ``None``
+        when every one is 1.
     """
 
     ids: torch.Tensor
     attention_mask: torch.Tensor | None
     loss_mask: torch.Tensor
+    temperatures: torch.Tensor | None = None
 
 
 def token_batch(
     sequences: Sequence[Sequence[int]],
     loss_masks: Sequence[Sequence[int]] | None,
     device: torch.device,
+    temperatures: Sequence[Sequence[float] | None] | None = None,
 ) -> TokenBatch:
-    """Pad ``sequences`` (and their loss masks, one value per token; all 0 when ``None``) on
-    the right into a :class:`TokenBatch` on ``device``."""
+    """Pad ``sequences`` (and their loss masks, one value per token; all 0 when ``None``; and
+    their tokens' sampling temperatures, one per token, ``None`` for all 1) on the right into
+    a :class:`TokenBatch` on ``device``."""
     longest = max(len(s) for s in sequences)
     ids = [[*s, *([0] * (longest - len(s)))] for s in sequences]
     masks = [
@@ -64,33 +75,49 @@ def token_batch(
         if padded
         else None
     )
+    scaled = None
+    if temperatures is not None and any(t is not None for t in temperatures):
+        # The logits at position i predict token i + 1: they take that token's temperature.
+        rows = [
+            [*(t[1:] if t is not None else [1.0] * (len(s) - 1)), *([1.0] * (longest - len(s) + 1))]
+            for s, t in zip(sequences, temperatures, strict=True)
+        ]
+        scaled = torch.tensor(rows, dtype=torch.float32, device=device)
     return TokenBatch(
         torch.tensor(ids, dtype=torch.long, device=device),
         attention,
         torch.tensor(masks, dtype=torch.float32, device=device),
+        scaled,
     )
 
 
 def batch_logprobs(model: CausalLM, batch: TokenBatch) -> torch.Tensor:
     """``(batch, longest - 1)``: the log probability of each next token given the tokens
-    before it (values at padded positions are meaningless; the loss mask drops them)."""
-    logits = model.logits(batch.ids, batch.attention_mask)
+    before it, at its sampling temperature (values at padded positions are meaningless; the
+    loss mask drops them)."""
+    logits = model.logits(batch.ids, batch.attention_mask).float()
+    if batch.temperatures is not None:
+        logits = logits / batch.temperatures[:, :, None]
     rows, length, vocabulary = logits.shape
     # The targets shifted onto the logits' positions, so the logits need no sliced copy.
     targets = torch.zeros_like(batch.ids)
     targets[:, :-1] = batch.ids[:, 1:]
     nll = F.cross_entropy(
-        logits.float().reshape(rows * length, vocabulary), targets.reshape(-1), reduction="none"
+        logits.reshape(rows * length, vocabulary), targets.reshape(-1), reduction="none"
     )
     return -nll.view(rows, length)[:, :-1]
 
 
 def token_logprobs(
-    model: CausalLM, sequences: Sequence[Sequence[int]], device: torch.device
+    model: CausalLM,
+    sequences: Sequence[Sequence[int]],
+    device: torch.device,
+    temperatures: Sequence[Sequence[float] | None] | None = None,
 ) -> list[torch.Tensor]:
     """For each sequence, the log probability of each token after the first given the tokens
-    before it (length ``len(sequence) - 1``), in one padded forward pass."""
-    values = batch_logprobs(model, token_batch(sequences, None, device))
+    before it (length ``len(sequence) - 1``; at each token's temperature when given), in one
+    padded forward pass."""
+    values = batch_logprobs(model, token_batch(sequences, None, device, temperatures))
     return [values[row, : len(s) - 1] for row, s in enumerate(sequences)]
 
 

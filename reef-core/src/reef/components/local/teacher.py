@@ -9,7 +9,10 @@ and :mod:`reef.components.teacher_scores` makes the per-token advantage of them.
 - :class:`ModelTeacher` over a local model folder (``model_path``): a Hugging Face causal LM,
   or a folder the ``local`` component saved; run by the component, with no gradient.
 - :class:`ModelTeacher` over the student itself at the job's start weights (no ``model_path``,
-  no ``base_url``): the teacher request's extra context makes it a teacher (SDPO).
+  no ``base_url``): the teacher request's extra context makes it a teacher (SDPO). It scores
+  the reply at the temperature the reply was sampled at, as the student's own log
+  probabilities are (so a sample without teacher context has a KL of exactly 0); another
+  teacher scores at temperature 1, as the cookbook's ``compute_logprobs`` does.
 - :class:`~reef.components.teacher_scores.EngineTeacher` over an OpenAI-compatible engine
   (``base_url``) that returns prompt log probabilities.
 """
@@ -43,11 +46,16 @@ class ModelTeacher:
 
     :param model: the teacher model (with the student's tokenizer).
     :param device: where its forward passes run.
+    :param sampling_temperature: score each token at its sampling temperature (the student as
+        its own teacher), else at 1.
     """
 
-    def __init__(self, model: CausalLM, device: torch.device) -> None:
+    def __init__(
+        self, model: CausalLM, device: torch.device, *, sampling_temperature: bool = False
+    ) -> None:
         self.model = model
         self.device = device
+        self.sampling_temperature = sampling_temperature
 
     def logprobs(self, samples: Sequence[RenderedSample]) -> list[list[float]]:
         """See :class:`TeacherScorer`; one forward pass per sequence, without gradient."""
@@ -59,7 +67,10 @@ class ModelTeacher:
                 for sample in samples:
                     values: list[float] = []
                     for sequence in sample.sequences:
-                        row = token_logprobs(self.model, [sequence.token_ids], self.device)[0]
+                        scales = [sequence.temperatures] if self.sampling_temperature else None
+                        row = token_logprobs(self.model, [sequence.token_ids], self.device, scales)[
+                            0
+                        ]
                         values += marked_values(sequence, row.float().tolist())
                     scored.append(values)
             return scored
@@ -87,7 +98,7 @@ class Teachers:
         if settings.base_url is not None:
             return EngineTeacher(settings)
         if settings.model_path is None:
-            return ModelTeacher(student, self.device)
+            return ModelTeacher(student, self.device, sampling_temperature=True)
         teacher = self._models.get(settings.model_path)
         if teacher is None:
             model = load_model_folder(Path(settings.model_path), trainable=False)
