@@ -389,3 +389,120 @@ def test_status_shows_the_scores_and_why_an_artifact_was_held_back(
     assert "held back: letters: 0.0000 < 0.9800" in table
     assert time.time() - status["results"][0]["at"] < 600
     component.close()
+
+
+# -- a deployment --------------------------------------------------------------------------
+
+SERVED = """
+storage: {url: "%(url)s"}
+serving: {engine: local}
+scenarios:
+  support:
+    recipe: servicetest
+    training:
+      component: "reef.components.local.component:LocalComponent"
+      name: local
+      options: {state_dir: "%(state)s", d_model: 32, n_layers: 1, n_heads: 2, max_seq_len: 96,
+                batch_size: 4, learning_rate: 0.03}
+    evals:
+      letters: {data: "%(data)s", sampling: {max_tokens: 1}}
+    serve_if: {eval: letters, not_worse_than: 0.02}
+"""
+
+
+def test_a_deployment_gates_what_its_local_engine_serves_and_status_says_why(
+    storage_url: str, storage_database: Database, tmp_path: Path
+) -> None:
+    from starlette.testclient import TestClient
+
+    from reef.runtime import ReefRuntime
+    from reef.server import ServerOptions, create_app
+
+    eval_set = letter_set(tmp_path)
+    text = SERVED % {"url": storage_url, "state": tmp_path / "state", "data": eval_set.section.data}
+    plugins = service_test_plugins()
+    deployment = load_deployment(text, plugins=plugins)
+    runtime = ReefRuntime(deployment, plugins=plugins, databases={storage_url: storage_database})
+    parts = runtime.trainers[(SCENARIO, TRAINER)]._build(storage_database)
+    component = parts.component
+    assert isinstance(component, GatedComponent)
+    engine = runtime.local_engine(SCENARIO)
+    assert engine is not None
+    first = component.publish()
+    assert engine.artifact_id == first.artifact_id  # type: ignore[attr-defined]
+    train(component, "better", "r")
+    better = component.publish()
+    train(component, "worse", "x")
+    assert component.publish() == better
+    assert engine.artifact_id == better.artifact_id  # type: ignore[attr-defined]
+    app = create_app(
+        deployment,
+        databases={storage_url: storage_database},
+        plugins=plugins,
+        runtime=runtime,
+        options=ServerOptions(allow_unauthenticated=True),
+    )
+    with TestClient(app, base_url="http://127.0.0.1", client=("127.0.0.1", 50000)) as client:
+        document = client.get("/reef/status").json()
+    status = document["scenarios"][0]["evaluations"]
+    assert status["gate"]["served_artifact"] == better.artifact_id
+    assert [d["served"] for d in status["gate"]["decisions"]] == [True, True, False]
+    assert "0.0000 < 0.9800" in status["gate"]["decisions"][-1]["reason"]
+    assert [r["score"] for r in status["results"]] == [0.0, 1.0, 0.0]
+    component.close()
+
+
+# -- Tinker ----------------------------------------------------------------------------------
+
+
+def test_the_gate_with_tinker_holds_back_a_worse_checkpoint(
+    storage_database: Database, tmp_path: Path
+) -> None:
+    pytest.importorskip("tinker")
+    from doubles.tinker_service import TinkerStandIn
+
+    from reef.components.tinker.component import TinkerComponent
+    from reef.components.tinker.settings import TinkerComponentSettings
+    from reef.evals.targets import TinkerTarget
+
+    service = TinkerStandIn()
+    settings = TinkerComponentSettings.parse(
+        {
+            "state_dir": str(tmp_path / "tinker"),
+            "base_model": "stand-in/tiny",
+            "tokenizer": "byte",
+            "batch_size": 4,
+            "learning_rate": 3e-2,
+            "max_seq_len": 96,
+            "request_timeout": 30,
+        },
+        plugin_class=TinkerComponent,
+    )
+    tinker = TinkerComponent(
+        settings,
+        connect=lambda _settings, key: service,  # type: ignore[arg-type,return-value]
+        environ={"TINKER_API_KEY": "tml-stand-in-key"},
+    )
+    evaluations = ArtifactEvaluations(storage_database, SCENARIO)
+    component = GatedComponent(
+        tinker,
+        scenario=SCENARIO,
+        trainer=TRAINER,
+        evals={"letters": letter_set(tmp_path)},
+        gate=ServeIfSection(eval="letters", not_worse_than=0.02),
+        target=TinkerTarget(tinker),
+        artifacts=ArtifactStore(tmp_path / "tinker" / "artifacts"),
+        evaluations=evaluations,
+        settings=ScenarioSettings(storage_database, SCENARIO),
+    )
+    try:
+        component.publish()
+        train(component, "better", "r")
+        better = component.publish()
+        assert evaluations.result(TRAINER, better.artifact_id, "letters").score == 1.0
+        train(component, "worse", "x")
+        assert component.publish() == better
+        assert [d.served for d in evaluations.decisions(TRAINER)] == [True, True, False]
+    finally:
+        component.close()
+        service.close()

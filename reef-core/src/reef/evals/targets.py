@@ -5,7 +5,10 @@ do not see: what :class:`reef.evals.gate.GatedComponent` sends each eval item to
   :class:`~reef.engines.local.LocalEngine`, which no route of the service reaches);
 - :class:`PublisherTarget`: a vLLM or SGLang server that takes LoRA adapters: the artifact is
   loaded as an adapter beside what serves (:meth:`Publisher.load_hidden`), the items are sent
-  to it by its adapter name, and it is let go unless the gate serves it.
+  to it by its adapter name, and it is let go unless the gate serves it;
+- :class:`TinkerTarget`: Tinker's sampler on the artifact's sampler weights, prompts rendered
+  with the component's renderer (what ``scripts/tinker-check`` and a deployment that serves
+  Tinker's weights through an endpoint of its own use).
 
 Eval calls go to the engine directly, never through Reef's inference routes, so none is
 recorded and none becomes training data.
@@ -13,9 +16,10 @@ recorded and none becomes training data.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import httpx
 
@@ -23,7 +27,10 @@ from reef.components.interface import Artifact
 from reef.core.records import JSON
 from reef.engines.publisher import Publisher
 
-__all__ = ["EvalTarget", "LocalTarget", "PinnedArtifact", "PublisherTarget"]
+if TYPE_CHECKING:
+    from reef.components.tinker.component import TinkerComponent
+
+__all__ = ["EvalTarget", "LocalTarget", "PinnedArtifact", "PublisherTarget", "TinkerTarget"]
 
 
 class EvalTarget(Protocol):
@@ -100,3 +107,33 @@ class PublisherTarget:
     def close(self, artifact: Artifact, *, served: bool) -> None:
         if not served:
             self._publisher.unload_hidden(artifact)
+
+
+class TinkerTarget:
+    """Tinker's sampler on one artifact of a ``tinker`` component (its ``artifact.json`` names
+    the sampler weights)."""
+
+    def __init__(self, component: TinkerComponent) -> None:
+        self._component = component
+
+    def open(self, artifact: Artifact) -> Callable[[JSON], JSON]:
+        # Imported here: the Tinker SDK is an extra.
+        from reef.components.tinker.sampler import start_sampler
+
+        body = json.loads((artifact.path / "artifact.json").read_text(encoding="utf-8"))
+        tinker = self._component.tinker
+        client = tinker.wait(
+            tinker.service.create_sampling_client(body["sampler_path"]),
+            f"the sampling client of {artifact.artifact_id}",
+        )
+        sample = start_sampler(tinker, client, self._component.renderer, max_seq_len=None)
+
+        def complete(request: JSON) -> JSON:
+            _, replies = sample(request, 1)
+            message = {"role": "assistant", "content": replies[0].text}
+            return {"object": "chat.completion", "choices": [{"index": 0, "message": message}]}
+
+        return complete
+
+    def close(self, artifact: Artifact, *, served: bool) -> None:
+        del artifact, served  # a sampling client holds nothing on Tinker's side
