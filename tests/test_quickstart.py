@@ -132,6 +132,11 @@ def test_the_quickstart_run_prints_progress_the_text_curve_and_writes_the_png(
     float(rows[1][3])  # job 1's loss, from the job history
     assert f"curves written to {png}" in lines
     assert _png_size(png) == (800, 650)
+    heading = f"== metrics: {serve.base_url}/metrics (Prometheus' text format; docs/observe.md) =="
+    assert heading in lines
+    jobs = [line for line in lines if line.startswith('reef_jobs_total{outcome="finished"')]
+    assert len(jobs) == 1
+    assert float(jobs[0].split()[-1]) >= 2
     summary = r"^mean reward: \d\.\d{3} \(initial weights\) -> \d\.\d{3}"
     assert re.search(summary, result.stdout, re.MULTILINE)
 

@@ -287,13 +287,13 @@ def test_every_exported_name_is_listed(client: TestClient) -> None:
     assert exported == METRIC_NAMES
 
 
-def test_the_service_runs_without_prometheus_client(
+def test_the_service_runs_without_prometheus_client_and_opentelemetry(
     without_modules: Callable[..., dict[str, str]],
     tmp_path: Path,
     engine_url: str,
 ) -> None:
-    """reef imports without the metrics extra; /metrics then says which extra it needs and
-    every other route answers."""
+    """reef imports without the metrics and otel extras; /metrics then says which extra it
+    needs, every other route answers, and neither library was imported."""
     url = f"sqlite:///{tmp_path / 'store.db'}"
     script = f"""
 import json, sys
@@ -307,12 +307,12 @@ with TestClient(app) as client:
     metrics = client.get("/metrics", headers={{"authorization": "Bearer scraper-secret-for-tests"}})
     call = client.post("/scenarios/support/v1/chat/completions",
                        json={{"messages": [{{"role": "user", "content": "hi"}}]}}, headers=headers)
-loaded = sys.modules.get("prometheus_client") is not None
+loaded = any(sys.modules.get(m) is not None for m in ("prometheus_client", "opentelemetry"))
 print(json.dumps([metrics.status_code, metrics.json()["message"], call.status_code, loaded]))
 """
     done = subprocess.run(
         [sys.executable, "-c", script],
-        env=without_modules("prometheus_client"),
+        env=without_modules("prometheus_client", "opentelemetry"),
         capture_output=True,
         text=True,
         timeout=120,

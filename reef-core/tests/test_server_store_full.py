@@ -17,8 +17,10 @@ import pytest
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 pytest.importorskip("httpx")
+pytest.importorskip("prometheus_client")
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 from reef.storage import RecordStore, open_database
 from reef.testing.engines import scripted_engine
@@ -32,7 +34,7 @@ TOKEN = "store-full-admin-secret"
 DEPLOYMENT = f"""
 storage: {{url: "sqlite:///%(db)s"}}
 serving: {{engine: "%(engine)s/v1"}}
-auth: {{tokens: {{admin: {{token: {TOKEN}, scopes: [infer, feedback, admin]}}}}}}
+auth: {{tokens: {{admin: {{token: {TOKEN}, scopes: [infer, feedback, admin, metrics]}}}}}}
 scenarios:
   support:
     recipe: grouped
@@ -95,8 +97,23 @@ def test_a_store_that_cannot_write_answers_503_and_recovers(
                 time.sleep(0.2)
             assert after.status_code == 200, after.text
             assert serve.process.poll() is None  # recovered without a restart
+            scraped = client.get("/metrics")
     finally:
         serve.stop()
+    # What reef serve counted of it (docs/observe.md), read with Prometheus' own parser.
+    samples = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(scraped.text)
+        for sample in family.samples
+    }
+    failures = samples[("reef_store_write_failures_total", (("scenario", "support"),))]
+    assert failures >= 1  # the report the ledger could not write
+    refusals = [
+        value
+        for (name, labels), value in samples.items()
+        if name == "reef_refusals_total" and ("reason", "store_unavailable") in labels
+    ]
+    assert sum(refusals) >= 4  # the report and the three calls
     database = open_database(f"sqlite:///{db}")
     try:
         stored = {r.id for r in RecordStore(database, "support").read_after(None)}

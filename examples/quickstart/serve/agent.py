@@ -169,6 +169,7 @@ def run(args: argparse.Namespace) -> int:
     status = http.get("/reef/status").json()
     print("\n== status ==")
     print(json.dumps(status, indent=2))
+    print_metrics(http, base_url)
     points = [
         ArtifactPoint(i, len(rewards[a]), sum(rewards[a]) / len(rewards[a]))
         for i, a in enumerate(artifacts)
@@ -190,6 +191,22 @@ def run(args: argparse.Namespace) -> int:
         print(f"stopped at the time limit after {trained} jobs", file=sys.stderr)
         return 1
     return 0
+
+
+#: The metrics the quickstart shows of all ``GET /metrics`` gives (docs/observe.md lists them).
+SHOWN_METRICS = ("reef_jobs_total", "reef_trained_tokens_total", "reef_trainer_ready_samples")
+
+
+def print_metrics(http: httpx.Client, base_url: str) -> None:
+    """Where the service's Prometheus metrics are, and a few of them."""
+    print(f"\n== metrics: {base_url}/metrics (Prometheus' text format; docs/observe.md) ==")
+    answer = http.get("/metrics")
+    if answer.status_code != 200:
+        print(answer.json()["message"])
+        return
+    for line in answer.text.splitlines():
+        if line.startswith(SHOWN_METRICS):
+            print(line)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
