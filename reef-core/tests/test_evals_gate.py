@@ -18,7 +18,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from doubles.engine_standins import vllm_standin
+from doubles.engine_standins import sglang_standin, vllm_standin
 
 from reef.components.interface import Artifact
 from reef.components.local.artifacts import ArtifactStore
@@ -28,6 +28,7 @@ from reef.core.job_data import JobData, TrajectorySample
 from reef.core.records import JSON
 from reef.engines.local import LocalEngine
 from reef.engines.publisher import Publisher, adapter_name
+from reef.engines.sglang import SglangAdapters
 from reef.engines.vllm import VllmAdapters
 from reef.evals import evaluation_results
 from reef.evals.gate import GatedArtifacts, GatedComponent
@@ -219,26 +220,32 @@ class Published:
         return None
 
 
-@pytest.fixture
-def vllm_engine() -> Iterator[tuple[str, Any]]:
-    app, state = vllm_standin(BASE)
+@pytest.fixture(params=["vllm", "sglang"])
+def adapter_engine(request: pytest.FixtureRequest) -> Iterator[tuple[str, Any, Any]]:
+    """A vLLM or SGLang stand-in that takes adapters, on loopback; its admin."""
+    if request.param == "vllm":
+        app, state = vllm_standin(BASE)
+        admin: Any = VllmAdapters()
+    else:
+        app, state = sglang_standin(BASE)
+        admin = SglangAdapters(BASE)
     with serve_on_loopback(app) as url:
-        yield url, state
+        yield url, state, admin
 
 
-def test_the_gate_holds_a_worse_adapter_back_from_vllm(
+def test_the_gate_holds_a_worse_adapter_back_from_vllm_and_sglang(
     storage_database: Database,
     tmp_path: Path,
-    vllm_engine: tuple[str, Any],
+    adapter_engine: tuple[str, Any, Any],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    url, engine = vllm_engine
+    url, engine, admin = adapter_engine
     source = Published(tmp_path / "artifacts")
     store = ArtifactStore(tmp_path / "artifacts")
     evaluations = ArtifactEvaluations(storage_database, SCENARIO)
     publisher = Publisher(
         SCENARIO,
-        VllmAdapters(),
+        admin,
         BASE,
         url=url,
         source=GatedArtifacts(store, evaluations, TRAINER),
@@ -254,7 +261,8 @@ def test_the_gate_holds_a_worse_adapter_back_from_vllm(
     (tmp_path / "verifiers" / "named_adapters.py").write_text(
         f"GOOD = {sorted(good)!r}\n"
         "def score(reply, item):\n"
-        "    return 1.0 if reply.split()[0] in GOOD else 0.0\n"
+        # SGLang names an adapter <base>:<adapter>.
+        "    return 1.0 if reply.split()[0].rpartition(':')[2] in GOOD else 0.0\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path / "verifiers"))
     data = tmp_path / "items.jsonl"
@@ -290,7 +298,8 @@ def test_the_gate_holds_a_worse_adapter_back_from_vllm(
         # The worse adapter was loaded for its evaluation under its own name, then let go.
         bad = adapter_name(SCENARIO, held[1].artifact_id)
         assert bad not in engine.adapters
-        assert engine.calls["/v1/unload_lora_adapter"] >= 1
+        unloads = engine.calls.get("/v1/unload_lora_adapter", 0)
+        assert unloads + engine.calls.get("/unload_lora_adapter", 0) >= 1
         assert engine.calls["/v1/chat/completions"] == 6  # two items, three artifacts
     finally:
         publisher.stop()
