@@ -25,6 +25,8 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("reef.engines",),
     # Evaluations reach an artifact through an engine and keep their results in the stores.
     ("reef.evals",),
+    # Trackers log each job, and the evaluations of the artifact it published.
+    ("reef.trackers",),
     # The recipe base names its stages by name, so it sits below them.
     ("reef.recipe",),
     ("reef.record2sample",),

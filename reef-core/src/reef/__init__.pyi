@@ -51,6 +51,7 @@ from .plugins.registrar import (
     UnknownPluginError as UnknownPluginError,
 )
 from .recipe import PipelineSpec as PipelineSpec, Recipe as Recipe
+from .trackers import TrackedJob as TrackedJob, Tracker as Tracker
 from .recipe.generated_tasks import (
     FailedTask as FailedTask,
     GeneratedTaskRecipe as GeneratedTaskRecipe,

@@ -122,6 +122,18 @@ def reef_register_extensions(registry: PluginRegistrar) -> None:
     """
 
 
+@hookspec
+def reef_register_trackers(registry: PluginRegistrar) -> None:
+    """Register experiment trackers: classes extending :class:`reef.Tracker`.
+
+    Called once for this plugin when it is loaded. A deployment's ``trackers.<name>`` names a
+    tracker by the short name given here (its mapping is the tracker's settings); each trainer
+    then keeps one run in every tracker the deployment configures.
+
+    :param registry: ``registry.register(name, cls)`` adds one tracker under ``name``.
+    """
+
+
 # --------------------------------------------------------------------------------------------
 # events: a scenario starts, then the points a job's data passes, in order
 # --------------------------------------------------------------------------------------------

@@ -51,7 +51,8 @@ from reef.evals.sets import EvalSet, load_eval_set
 from reef.evals.targets import EvalTarget, LocalTarget, PublisherTarget
 from reef.pipeline_context import TrainingMode
 from reef.plugins import Plugins
-from reef.plugins.scenarios import recipe_job_parameters, scenario_classes
+from reef.plugins.registrar import PluginKind
+from reef.plugins.scenarios import deployment_trackers, recipe_job_parameters, scenario_classes
 from reef.record2sample.generator.client import GENERATOR_URL
 from reef.server.service import engine_address
 from reef.server.service_runtime import ServiceRuntime
@@ -104,6 +105,7 @@ class ReefRuntime(ServiceRuntime):
         self._engines: dict[str, CompletionFunction] = {}
         self.publishers: dict[str, Publisher] = {}
         self._eval_sets: dict[str, dict[str, EvalSet]] = {}
+        trackers = deployment_trackers(deployment, plugins)
         for name, section in deployment.scenarios.items():
             classes = scenario_classes(name, section, plugins)
             assert classes is not None  # scenario_classes raises instead
@@ -138,6 +140,15 @@ class ReefRuntime(ServiceRuntime):
                     job_parameters=job_parameters,
                     holder=self.holder,
                     settings=trainer_settings,
+                    trackers=[
+                        (
+                            tracker,
+                            plugins.resolve(PluginKind.TRACKER, tracker)(
+                                settings, scenario=name, trainer=entry.trainer
+                            ),
+                        )
+                        for tracker, settings in trackers.items()
+                    ],
                 )
 
     def process(self) -> str:

@@ -489,6 +489,11 @@ class Deployment(PluginSettings):
     service: ServiceSection = config_option(
         factory=ServiceSection, help="the HTTP service's timeouts and connection cap"
     )
+    trackers: Mapping[str, Mapping[str, Any] | None] = config_option(
+        factory=dict,
+        help="the experiment trackers every trainer logs its jobs to: each tracker's settings,"
+        " by its name (tensorboard, mlflow, wandb, or a plugin's)",
+    )
 
     def storage_of(self, scenario: str) -> StorageSection:
         """The storage of ``scenario``: its own, else the deployment's."""

@@ -4,8 +4,8 @@ lists them alike.
 
 Every class is registered as a ``module:Class`` reference and imported when a deployment first
 uses it: loading the plugins imports no stage, no PyTorch and no SDK. A built-in component is
-registered only when the packages of its extra are installed, which is found out without
-importing them (:func:`built_in_components`).
+or tracker is registered only when the packages of its extra are installed, which is found out
+without importing them (:func:`built_in_components`, :func:`built_in_trackers`).
 """
 
 from __future__ import annotations
@@ -46,9 +46,9 @@ RECIPES: Final = (
 
 
 @attrs.frozen
-class BuiltInComponent:
-    """A built-in component: where it and its settings live, the extra that installs what it
-    needs, and the top-level modules of that extra that it imports."""
+class BuiltInPlugin:
+    """A built-in component or tracker: where it and its settings live, the extra that installs
+    what it needs, and the top-level modules of that extra that it imports."""
 
     name: str
     reference: str
@@ -59,21 +59,21 @@ class BuiltInComponent:
 
 #: Each built-in component.
 BUILT_IN_COMPONENTS: Final = (
-    BuiltInComponent(
+    BuiltInPlugin(
         "local",
         "reef.components.local.component:LocalComponent",
         "reef.components.local.settings:LocalComponentSettings",
         "torch",
         ("torch", "jinja2"),
     ),
-    BuiltInComponent(
+    BuiltInPlugin(
         "tinker",
         "reef.components.tinker.component:TinkerComponent",
         "reef.components.tinker.settings:TinkerComponentSettings",
         "tinker",
         ("tinker", "jinja2"),
     ),
-    BuiltInComponent(
+    BuiltInPlugin(
         "slime",
         "reef.components.slime.component:SlimeComponent",
         "reef.components.slime.component:SlimeComponentSettings",
@@ -83,25 +83,63 @@ BUILT_IN_COMPONENTS: Final = (
 )
 
 
+#: Each built-in experiment tracker (:mod:`reef.trackers`).
+BUILT_IN_TRACKERS: Final = (
+    BuiltInPlugin(
+        "tensorboard",
+        "reef.trackers.tensorboard:TensorBoardTracker",
+        "reef.trackers.tensorboard:TensorBoardSettings",
+        "tensorboard",
+        ("tensorboard", "numpy"),
+    ),
+    BuiltInPlugin(
+        "mlflow",
+        "reef.trackers.mlflow:MlflowTracker",
+        "reef.trackers.mlflow:MlflowSettings",
+        "mlflow",
+        ("mlflow",),
+    ),
+    BuiltInPlugin(
+        "wandb",
+        "reef.trackers.wandb:WandbTracker",
+        "reef.trackers.wandb:WandbSettings",
+        "wandb",
+        ("wandb",),
+    ),
+)
+
+
 @attrs.frozen
-class UnavailableComponent:
-    """A built-in component whose extra is not installed: what is missing, how to install it."""
+class UnavailablePlugin:
+    """A built-in component or tracker whose extra is not installed: what is missing, how to
+    install it."""
 
     name: str
     missing: str
     install: str
 
 
-def built_in_components() -> tuple[list[BuiltInComponent], list[UnavailableComponent]]:
+def built_in_components() -> tuple[list[BuiltInPlugin], list[UnavailablePlugin]]:
     """The built-in components whose extras are installed here, and those whose are not (each
     with the first module it misses). Nothing is imported: a module's presence is enough."""
-    available: list[BuiltInComponent] = []
-    unavailable: list[UnavailableComponent] = []
-    for component in BUILT_IN_COMPONENTS:
+    return _installed(BUILT_IN_COMPONENTS)
+
+
+def built_in_trackers() -> tuple[list[BuiltInPlugin], list[UnavailablePlugin]]:
+    """The built-in trackers whose extras are installed here, and those whose are not."""
+    return _installed(BUILT_IN_TRACKERS)
+
+
+def _installed(
+    plugins: tuple[BuiltInPlugin, ...],
+) -> tuple[list[BuiltInPlugin], list[UnavailablePlugin]]:
+    available: list[BuiltInPlugin] = []
+    unavailable: list[UnavailablePlugin] = []
+    for component in plugins:
         missing = [m for m in component.needs if importlib.util.find_spec(m) is None]
         if missing:
             install = f"pip install 'reef-core[{component.extra}]'"
-            unavailable.append(UnavailableComponent(component.name, missing[0], install))
+            unavailable.append(UnavailablePlugin(component.name, missing[0], install))
         else:
             available.append(component)
     return available, unavailable
@@ -141,3 +179,10 @@ def reef_register_components(registry: PluginRegistrar) -> None:
             missing.missing,
             missing.install,
         )
+
+
+@hookimpl
+def reef_register_trackers(registry: PluginRegistrar) -> None:
+    """The built-in experiment trackers whose extras are installed."""
+    for tracker in built_in_trackers()[0]:
+        registry.register(tracker.name, tracker.reference, settings=tracker.settings)

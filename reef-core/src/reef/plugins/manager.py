@@ -22,7 +22,7 @@ import pluggy
 
 from reef import hookspecs
 from reef.core.plugins import NoSettings, PluginSettings
-from reef.plugins.builtin import built_in_components
+from reef.plugins.builtin import built_in_components, built_in_trackers
 from reef.plugins.registrar import (
     DuplicatePluginNameError,
     PluginKind,
@@ -50,6 +50,7 @@ _DISCOVERY_HOOKS: Mapping[str, PluginKind] = {
     "reef_register_task_generators": PluginKind.TASK_GENERATOR,
     "reef_register_components": PluginKind.COMPONENT,
     "reef_register_extensions": PluginKind.EXTENSION,
+    "reef_register_trackers": PluginKind.TRACKER,
 }
 
 
@@ -61,6 +62,7 @@ _KIND_WORDS: Mapping[PluginKind, str] = {
     PluginKind.TASK_GENERATOR: "task generator",
     PluginKind.COMPONENT: "training component",
     PluginKind.EXTENSION: "extension",
+    PluginKind.TRACKER: "experiment tracker",
 }
 _KIND_PLACES: Mapping[PluginKind, str] = {
     PluginKind.RECIPE: "scenarios.<name>.recipe",
@@ -69,6 +71,7 @@ _KIND_PLACES: Mapping[PluginKind, str] = {
     PluginKind.TASK_GENERATOR: "the generator key of a generated-task stage's config",
     PluginKind.COMPONENT: "scenarios.<name>.training.component",
     PluginKind.EXTENSION: "scenarios.<name>.extensions",
+    PluginKind.TRACKER: "trackers",
 }
 
 
@@ -368,14 +371,19 @@ class Plugins:
         )
 
     def _why_missing(self, kind: PluginKind, name: str) -> str:
-        """What may keep ``name`` from being registered: a built-in component's missing extra,
-        or plugins that ``REEF_BLOCK_PLUGINS`` blocks."""
-        if kind == PluginKind.COMPONENT and "core" not in self.blocked:
-            for missing in built_in_components()[1]:
+        """What may keep ``name`` from being registered: a built-in component's or tracker's
+        missing extra, or plugins that ``REEF_BLOCK_PLUGINS`` blocks."""
+        built_in = {
+            PluginKind.COMPONENT: ("component", built_in_components),
+            PluginKind.TRACKER: ("tracker", built_in_trackers),
+        }
+        if kind in built_in and "core" not in self.blocked:
+            word, listed = built_in[kind]
+            for missing in listed()[1]:
                 if missing.name == name:
                     return (
-                        f"; the built-in component {name!r} needs the {missing.missing} package,"
-                        f" which is not installed: {missing.install}"
+                        f"; the built-in {word} {name!r} needs the"
+                        f" {missing.missing} package, which is not installed: {missing.install}"
                     )
         if self.blocked:
             return (

@@ -34,6 +34,7 @@ class PluginKind(enum.StrEnum):
     TASK_GENERATOR = "task_generator"
     COMPONENT = "component"
     EXTENSION = "extension"
+    TRACKER = "tracker"
 
 
 class PluginError(ReefError):

@@ -284,6 +284,38 @@ def _eval_problems(name: str, scenario: ScenarioSection, served: bool) -> list[s
     return found
 
 
+def deployment_trackers(
+    deployment: Deployment,
+    plugins: Plugins,
+    problems: list[str] | None = None,
+    causes: list[PluginConfigError] | None = None,
+) -> dict[str, PluginSettings]:
+    """The parsed settings of each tracker the deployment's ``trackers`` section names, by
+    name, appending each problem to ``problems`` (``None``: raise them all). The trackers
+    themselves are imported when a trainer makes them (:meth:`Plugins.resolve`).
+
+    :raises DeploymentError: when ``problems`` is ``None`` and a tracker is unknown or refuses
+        its settings.
+    """
+    found: list[str] = [] if problems is None else problems
+    refusals: list[PluginConfigError] = [] if causes is None else causes
+    before = len(found)
+    parsed: dict[str, PluginSettings] = {}
+    for name, config in deployment.trackers.items():
+        path = f"$.trackers.{name}"
+        try:
+            owner, settings = plugins.settings_of(PluginKind.TRACKER, name)
+        except (UnknownPluginError, PluginLoadError, TypeError) as exc:
+            found.append(f"{exc} @ {path}")
+            continue
+        checked = _check_config(owner, settings, config, path, found, refusals)
+        if checked is not None:
+            parsed[name] = checked
+    if problems is None and len(found) > before:
+        raise DeploymentError.of("trackers", tuple(found), refusals)
+    return parsed
+
+
 def load_deployment(
     source: str | Path,
     *,
@@ -328,6 +360,7 @@ def load_deployment(
                 problems.append(f"{exc} @ $.scenarios.{name}.training")
             else:
                 problems.extend(_eval_problems(name, scenario, served is not None))
+        deployment_trackers(deployment, plugins, problems, causes)
     elif isinstance(document, Mapping) and isinstance(document.get("scenarios"), Mapping):
         # Another section is wrong: still check the stages of every scenario that reads, so
         # the file's problems are all reported at once (the section's own are listed above).

@@ -323,6 +323,29 @@ class JobHistory:
             rows = list(connection.execute(query))
         return [_entry(row) for row in reversed(rows)]
 
+    def job(self, trainer: str, job_id: str) -> tuple[JobEntry, list[SampleOfJob]] | None:
+        """One job of ``trainer`` and the samples it consumed; ``None`` when the history does
+        not hold it."""
+        with self._database.read() as connection:
+            row = connection.execute(select(jobs).where(*self._job(trainer, job_id))).first()
+            if row is None:
+                return None
+            samples = list(
+                connection.execute(
+                    select(job_samples)
+                    .where(
+                        job_samples.c.scenario == self.scenario,
+                        job_samples.c.trainer == trainer,
+                        job_samples.c.job_id == job_id,
+                    )
+                    .order_by(job_samples.c.sample_id)
+                )
+            )
+        return _entry(row), [
+            SampleOfJob(s.sample_id, bool(s.trained), s.reward, json_values.load(s.extensions))
+            for s in samples
+        ]
+
     def of_sample(self, sample_id: str) -> list[JobSampleEntry]:
         """Every job that consumed ``sample_id``, in history order, with the sample's part."""
         query = (

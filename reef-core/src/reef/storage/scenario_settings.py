@@ -22,6 +22,7 @@ __all__ = [
     "TRAINING_MODE_SETTING",
     "ScenarioSettings",
     "snapshot_key",
+    "tracker_run_key",
     "stored_training_mode",
 ]
 
@@ -37,6 +38,12 @@ STATUS_SNAPSHOT_PREFIX: Final = "trainer_status:"
 def snapshot_key(trainer: str) -> str:
     """The scenario setting under which ``trainer`` writes its status snapshot."""
     return f"{STATUS_SNAPSHOT_PREFIX}{trainer}"
+
+
+def tracker_run_key(trainer: str, tracker: str) -> str:
+    """The scenario setting under which ``trainer`` keeps its run in ``tracker``: the run's id
+    and the last job it logged, so a restart resumes the run where it stopped."""
+    return f"tracker_run:{trainer}:{tracker}"
 
 
 def stored_training_mode(value: Any) -> TrainingMode:

@@ -52,7 +52,7 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, Protocol
 
 import attrs
@@ -75,6 +75,7 @@ from reef.storage import (
     TrainerState,
 )
 from reef.storage.scenario_settings import TRAINING_MODE_SETTING, snapshot_key
+from reef.trackers import Tracker, TrainerTrackers
 from reef.train.pipeline import TrainingPipeline
 
 __all__ = [
@@ -204,6 +205,8 @@ class Trainer:
     :param job_parameters: the recipe's job parameters, given to the component with each job.
     :param holder: this process's lease holder name.
     :param settings: pacing and lease settings.
+    :param trackers: the experiment trackers each job is logged to, by their names in the
+        deployment (one run each, resumed by every tenure).
     """
 
     def __init__(
@@ -217,6 +220,7 @@ class Trainer:
         job_parameters: Mapping[str, Any] | None = None,
         holder: str | None = None,
         settings: TrainerSettings | None = None,
+        trackers: Sequence[tuple[str, Tracker]] = (),
     ) -> None:
         self.scenario = scenario
         self.name = name
@@ -226,6 +230,8 @@ class Trainer:
         self._build = build
         self._plugins = plugins
         self._job_parameters = dict(job_parameters or {})
+        self._trackers = tuple(trackers)
+        self._tracked: TrainerTrackers | None = None
         self._leases = TrainerLeases(database, scenario, ttl=self.settings.lease_ttl)
         #: Serialises every call of the pipeline: the trainer's steps and outside callers.
         self.lock = threading.RLock()
@@ -329,6 +335,14 @@ class Trainer:
         state = TrainerState(fenced, self.scenario)
         settings = ScenarioSettings(fenced, self.scenario)
         history = JobHistory(fenced, self.scenario)
+        tracked = TrainerTrackers(
+            self._trackers,
+            trainer=self.name,
+            settings=settings,
+            history=history,
+            note_error=self._note_error,
+        )
+        self._tracked = tracked
         cursor: Position | None = None
         try:
             with self.lock:
@@ -344,6 +358,10 @@ class Trainer:
                 for artifact in self._served:
                     pipeline.observe_serving_artifact_id(artifact)
                 self._note_served(serving)
+                tracked.open()
+                last = pipeline.last_job_outcome()
+                if last is not None:  # logged already unless a crash came first
+                    tracked.job_ended(last, serving)
             while not self._stopping.is_set() or running is not None:
                 if self._lost.is_set():
                     raise LeaseLostError(lease, None, None)
@@ -360,6 +378,7 @@ class Trainer:
                         if outcome is not None:
                             serving = self._end_job(pipeline, component, outcome)
                             self._note_served(serving)
+                            tracked.job_ended(outcome, serving)
                             running = None
                     snapshot = self.snapshot(pipeline, running, serving)
                     settings.set(snapshot_key(self.name), snapshot)
@@ -369,6 +388,7 @@ class Trainer:
                     self._wake.clear()
         finally:
             self.parts = None
+            tracked.close()
             try:
                 pipeline.close(self.settings.poll_interval * 10)
             finally:
@@ -621,5 +641,6 @@ class Trainer:
             "last_errors": list(self._errors),
             "pipeline": status,
             "extensions": extensions,
+            "trackers": {} if self._tracked is None else self._tracked.status(),
             "updated_at": time.time(),
         }
