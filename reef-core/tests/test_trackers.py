@@ -16,7 +16,7 @@ import attrs
 import pytest
 
 from reef.components.interface import Artifact, JobHandle
-from reef.core.job_data import JobData, JobOutcome
+from reef.core.job_data import JobData, JobOutcome, TrajectorySample, sample_body
 from reef.core.plugins import PluginSettings
 from reef.embed import DeploymentError, load_deployment
 from reef.hookspecs import hookimpl
@@ -24,9 +24,8 @@ from reef.plugins import Plugins
 from reef.plugins.registrar import PluginKind, PluginRegistrar
 from reef.plugins.scenarios import deployment_trackers
 from reef.storage import Database, ScenarioSettings, TrainerSamples
-from reef.storage.scenario_settings import snapshot_key, tracker_run_key
-from reef.core.job_data import TrajectorySample, sample_body
 from reef.storage.samples import NewSample
+from reef.storage.scenario_settings import snapshot_key, tracker_run_key
 from reef.testing.components import RecordingComponent, grouped_parts
 from reef.trackers import TrackedJob, Tracker
 from reef.train.trainer import Trainer, TrainerSettings
@@ -121,7 +120,11 @@ def _store_group(database: Database, group: str) -> None:
     samples = TrainerSamples(database, "s")
     samples.register_trainer("c", reads_uploads=False)
     unit = [
-        NewSample(f"{group}-{i}", "trajectory", sample_body(TrajectorySample({"steps": []}, reward=float(i))))
+        NewSample(
+            f"{group}-{i}",
+            "trajectory",
+            sample_body(TrajectorySample({"steps": []}, reward=float(i))),
+        )
         for i in range(2)
     ]
     samples.add_record_samples("c", unit, [f"record-{group}"])
@@ -157,12 +160,22 @@ def test_each_job_reaches_the_tracker_once_and_a_restart_resumes_its_run(
     _store_group(storage_database, "g1")
     settings = ListSettings()
     first = MetricComponent()
-    _train(_trainer(storage_database, first, [("list", ListTracker(settings, scenario="s", trainer="c"))]), first)
+    _train(
+        _trainer(
+            storage_database, first, [("list", ListTracker(settings, scenario="s", trainer="c"))]
+        ),
+        first,
+    )
     _store_group(storage_database, "g2")
     second = MetricComponent()
     second.submitted.append(first.submitted[0])  # its numbering of jobs goes on
     second.expected_jobs = 2
-    _train(_trainer(storage_database, second, [("list", ListTracker(settings, scenario="s", trainer="c"))]), second)
+    _train(
+        _trainer(
+            storage_database, second, [("list", ListTracker(settings, scenario="s", trainer="c"))]
+        ),
+        second,
+    )
 
     assert ListTracker.opened == [None, "s/c-run"]
     one, two = ListTracker.received
@@ -172,16 +185,22 @@ def test_each_job_reaches_the_tracker_once_and_a_restart_resumes_its_run(
     assert one.figures["reward/mean"] == 0.5
     assert one.figures["reward/std"] == 0.5
     assert (one.figures["reward/min"], one.figures["reward/max"]) == (0.0, 1.0)
-    assert one.figures["train/loss"] == 1.5 and two.figures["train/loss"] == 0.5
-    assert one.figures["train/tokens"] == 40 and one.figures["train/teacher_kl"] == 0.25
+    assert one.figures["train/loss"] == 1.5
+    assert two.figures["train/loss"] == 0.5
+    assert one.figures["train/tokens"] == 40
+    assert one.figures["train/teacher_kl"] == 0.25
     assert two.figures["train/unrenderable_samples"] == 1
-    assert one.figures["samples/trained"] == 2 and one.figures["job/failed"] == 0
-    assert one.figures["seal/epoch/number"] == 3 and one.figures["seal/failed"] == 0
+    assert one.figures["samples/trained"] == 2
+    assert one.figures["job/failed"] == 0
+    assert one.figures["seal/epoch/number"] == 3
+    assert one.figures["seal/failed"] == 0
     assert "seal/mode" not in one.figures  # text is no figure
     stored = ScenarioSettings(storage_database, "s").get(tracker_run_key("c", "list"))
     assert stored == {"run_id": "s/c-run", "step": two.step}
     snapshot = ScenarioSettings(storage_database, "s").get(snapshot_key("c"))
-    assert snapshot["trackers"] == {"list": {"run_id": "s/c-run", "step": two.step, "missed_jobs": 0}}
+    assert snapshot["trackers"] == {
+        "list": {"run_id": "s/c-run", "step": two.step, "missed_jobs": 0}
+    }
 
 
 class BrokenTracker(ListTracker):
@@ -225,16 +244,17 @@ def test_tensorboard_gets_each_job_as_scalars_and_the_artifact_as_text(
     from reef.trackers.tensorboard import TensorBoardSettings, TensorBoardTracker
 
     settings = TensorBoardSettings(log_dir=str(tmp_path / "tb"))
-    _two_tenures(
-        storage_database, lambda: TensorBoardTracker(settings, scenario="s", trainer="c")
-    )
+    _two_tenures(storage_database, lambda: TensorBoardTracker(settings, scenario="s", trainer="c"))
     run = tmp_path / "tb" / "s" / "c"
     assert len(list(run.glob("events.out.tfevents.*"))) == 2  # one file per tenure, one run
     reader = event_accumulator.EventAccumulator(
         str(run), size_guidance={event_accumulator.TENSORS: 0}
     )
     reader.Reload()
-    loss = [(e.step, float(tensor_util.make_ndarray(e.tensor_proto))) for e in reader.Tensors("train/loss")]
+    loss = [
+        (e.step, float(tensor_util.make_ndarray(e.tensor_proto)))
+        for e in reader.Tensors("train/loss")
+    ]
     assert [value for _, value in loss] == [1.5, 0.5]
     assert loss[0][0] < loss[1][0]
     std = [float(tensor_util.make_ndarray(e.tensor_proto)) for e in reader.Tensors("reward/std")]
@@ -271,8 +291,11 @@ def test_mlflow_gets_each_job_in_one_run_resumed_after_the_restart(
     assert run.data.tags["reef.artifact"] == "art-2"
     jobs = sorted(a.path for a in client.list_artifacts(run.info.run_id, "reef-jobs"))
     assert len(jobs) == 2
-    last = json.loads(Path(client.download_artifacts(run.info.run_id, jobs[1], str(tmp_path))).read_text())
-    assert last["artifact_id"] == "art-2" and last["figures"]["train/loss"] == 0.5
+    last = json.loads(
+        Path(client.download_artifacts(run.info.run_id, jobs[1], str(tmp_path))).read_text()
+    )
+    assert last["artifact_id"] == "art-2"
+    assert last["figures"]["train/loss"] == 0.5
 
 
 def _wandb_records(path: Path) -> Iterator[Any]:
@@ -314,14 +337,21 @@ def test_wandb_gets_each_job_in_one_offline_run_resumed_after_the_restart(
 
     run_id = ScenarioSettings(storage_database, "s").get(tracker_run_key("c", "t"))["run_id"]
     logs = sorted(glob.glob(str(tmp_path / "w" / "wandb" / "offline-run-*" / "run-*.wandb")))
-    assert len(logs) == 2 and all(log.endswith(f"run-{run_id}.wandb") for log in logs)
+    assert len(logs) == 2
+    assert all(log.endswith(f"run-{run_id}.wandb") for log in logs)
     history = []
     for log in logs:
         for record in _wandb_records(Path(log)):
             if record.WhichOneof("record_type") == "run":
-                assert record.run.run_id == run_id and record.run.display_name == "s/c"
+                assert record.run.run_id == run_id
+                assert record.run.display_name == "s/c"
             if record.WhichOneof("record_type") == "history":
-                history.append({"/".join(i.nested_key) or i.key: json.loads(i.value_json) for i in record.history.item})
+                history.append(
+                    {
+                        "/".join(i.nested_key) or i.key: json.loads(i.value_json)
+                        for i in record.history.item
+                    }
+                )
     assert [h["train/loss"] for h in history] == [1.5, 0.5]
     assert [h["artifact"] for h in history] == ["art-1", "art-2"]
     assert [h["reward/std"] for h in history] == [0.5, 0.5]

@@ -51,7 +51,6 @@ from .plugins.registrar import (
     UnknownPluginError as UnknownPluginError,
 )
 from .recipe import PipelineSpec as PipelineSpec, Recipe as Recipe
-from .trackers import TrackedJob as TrackedJob, Tracker as Tracker
 from .recipe.generated_tasks import (
     FailedTask as FailedTask,
     GeneratedTaskRecipe as GeneratedTaskRecipe,
@@ -118,4 +117,5 @@ from .sample2job.validation import (
     JobDataError as JobDataError,
     validate_job_data as validate_job_data,
 )
+from .trackers import TrackedJob as TrackedJob, Tracker as Tracker
 from .version import __version__ as __version__

@@ -22,8 +22,8 @@ __all__ = [
     "TRAINING_MODE_SETTING",
     "ScenarioSettings",
     "snapshot_key",
-    "tracker_run_key",
     "stored_training_mode",
+    "tracker_run_key",
 ]
 
 #: The scenario setting that holds the selected training mode (written by the HTTP service,
