@@ -8,6 +8,7 @@ from __future__ import annotations
 import glob
 import json
 import struct
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ import attrs
 import pytest
 
 from reef.components.interface import Artifact, JobHandle
+from reef.core.evals import EvalResult, ItemOutcome
 from reef.core.job_data import JobData, JobOutcome, TrajectorySample, sample_body
 from reef.core.plugins import PluginSettings
 from reef.embed import DeploymentError, load_deployment
@@ -23,7 +25,7 @@ from reef.hookspecs import hookimpl
 from reef.plugins import Plugins
 from reef.plugins.registrar import PluginKind, PluginRegistrar
 from reef.plugins.scenarios import deployment_trackers
-from reef.storage import Database, ScenarioSettings, TrainerSamples
+from reef.storage import ArtifactEvaluations, Database, ScenarioSettings, TrainerSamples
 from reef.storage.samples import NewSample
 from reef.storage.scenario_settings import snapshot_key, tracker_run_key
 from reef.testing.components import RecordingComponent, grouped_parts
@@ -33,7 +35,12 @@ from reef.train.trainer import Trainer, TrainerSettings
 
 class MetricComponent(RecordingComponent):
     """A recording component whose jobs finish with a component's metrics, and that
-    publishes a new artifact after each."""
+    publishes a new artifact after each; given ``evaluations``, it scores each artifact it
+    publishes as the eval gate's wrapper does (``reef.evals.gate.GatedComponent``)."""
+
+    def __init__(self, evaluations: ArtifactEvaluations | None = None) -> None:
+        super().__init__()
+        self.evaluations = evaluations
 
     def poll(self, handle: JobHandle) -> JobOutcome | None:
         n = next(i for i, d in enumerate(self.submitted) if d.id == handle.job_id)
@@ -41,7 +48,14 @@ class MetricComponent(RecordingComponent):
         return JobOutcome(handle.job_id, self.name, "finished", metrics)
 
     def publish(self) -> Artifact:
-        return Artifact(f"art-{len(self.submitted)}", Path("."))
+        artifact_id = f"art-{len(self.submitted)}"
+        if self.evaluations is not None:
+            items = (ItemOutcome("i1", 1.0, "yes"), ItemOutcome("i2", 0.0, None, "engine down"))
+            score = len(self.submitted) / 4
+            self.evaluations.save(
+                EvalResult("s", "c", artifact_id, "qa", score, items, {}, time.time())
+            )
+        return Artifact(artifact_id, Path("."))
 
 
 @attrs.frozen
@@ -159,7 +173,8 @@ def test_each_job_reaches_the_tracker_once_and_a_restart_resumes_its_run(
     ListTracker.opened, ListTracker.received = [], []
     _store_group(storage_database, "g1")
     settings = ListSettings()
-    first = MetricComponent()
+    evaluations = ArtifactEvaluations(storage_database, "s")
+    first = MetricComponent(evaluations)
     _train(
         _trainer(
             storage_database, first, [("list", ListTracker(settings, scenario="s", trainer="c"))]
@@ -167,7 +182,7 @@ def test_each_job_reaches_the_tracker_once_and_a_restart_resumes_its_run(
         first,
     )
     _store_group(storage_database, "g2")
-    second = MetricComponent()
+    second = MetricComponent(evaluations)
     second.submitted.append(first.submitted[0])  # its numbering of jobs goes on
     second.expected_jobs = 2
     _train(
@@ -195,6 +210,9 @@ def test_each_job_reaches_the_tracker_once_and_a_restart_resumes_its_run(
     assert one.figures["seal/epoch/number"] == 3
     assert one.figures["seal/failed"] == 0
     assert "seal/mode" not in one.figures  # text is no figure
+    # The evaluation of the artifact each job made, measured when it was published.
+    assert (one.figures["eval/qa/score"], two.figures["eval/qa/score"]) == (0.25, 0.5)
+    assert one.figures["eval/qa/errors"] == 1
     stored = ScenarioSettings(storage_database, "s").get(tracker_run_key("c", "list"))
     assert stored == {"run_id": "s/c-run", "step": two.step}
     snapshot = ScenarioSettings(storage_database, "s").get(snapshot_key("c"))

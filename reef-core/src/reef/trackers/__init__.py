@@ -5,7 +5,8 @@ built in, each in an extra; a plugin adds others through ``reef_register_tracker
 its settings. Every trainer keeps one run in each: :class:`TrainerTrackers` opens it when the
 trainer takes its lease, resuming the run whose id the scenario's settings keep
 (:func:`reef.storage.scenario_settings.tracker_run_key`), and logs each job that ended, at the
-job's place in the history (its step), with the artifact the trainer published after it. The
+job's place in the history (its step), with the artifact the trainer published after it and the
+evaluations of the artifact the job made (:mod:`reef.evals`), when the scenario has any. The
 last step logged is kept beside the run id, so the outcome a restarted trainer replays is
 logged once.
 
@@ -22,10 +23,11 @@ from typing import Any, ClassVar
 
 import attrs
 
+from reef.core.evals import EvalResult
 from reef.core.job_data import JobOutcome
 from reef.core.plugins import NoSettings, PluginSettings
 from reef.core.records import JSON
-from reef.storage import JobHistory, ScenarioSettings
+from reef.storage import ArtifactEvaluations, JobHistory, ScenarioSettings
 from reef.storage.job_history import JobEntry, SampleOfJob
 from reef.storage.scenario_settings import tracker_run_key
 
@@ -87,14 +89,17 @@ class Tracker(abc.ABC):
         """Flush and end the run in this process (it is resumed by the next :meth:`open`)."""
 
 
-def job_figures(entry: JobEntry, samples: Sequence[SampleOfJob]) -> dict[str, float]:
+def job_figures(
+    entry: JobEntry, samples: Sequence[SampleOfJob], evaluations: Sequence[EvalResult] = ()
+) -> dict[str, float]:
     """The numbers a tracker logs of a job: the component's metrics (``train/<name>``: loss,
     tokens, unrenderable samples, KL...), the rewards the trained samples trained with
     (``reward/mean``, ``reward/std``, ``reward/min``, ``reward/max``, ``reward/count``), the
     samples (``samples/trained``, ``samples/consumed``), the job (``job/failed``,
     ``job/seconds``), and each number an extension said of the job (Agent ECC's seal:
-    ``ecc/<key>``, nested keys joined by ``/``). Booleans count as 0 or 1; text and numbers
-    that are not finite are left out."""
+    ``ecc/<key>``, nested keys joined by ``/``), and the evaluations of the artifact the job
+    made (``eval/<set>/score``, ``eval/<set>/errors``). Booleans count as 0 or 1; text and
+    numbers that are not finite are left out."""
     figures: dict[str, float] = {}
     _add_numbers(figures, "train", entry.metrics)
     rewards = [s.reward for s in samples if s.trained and s.reward is not None]
@@ -113,6 +118,9 @@ def job_figures(entry: JobEntry, samples: Sequence[SampleOfJob]) -> dict[str, fl
     for extension, said in sorted(entry.extensions.items()):
         if isinstance(said, Mapping):
             _add_numbers(figures, str(extension), said)
+    for result in evaluations:
+        figures[f"eval/{result.eval}/score"] = result.score
+        figures[f"eval/{result.eval}/errors"] = float(result.errors)
     return figures
 
 
@@ -127,6 +135,9 @@ def _add_numbers(figures: dict[str, float], prefix: str, values: Mapping[str, An
             figures[key] = float(value)
 
 
+#: The most evaluation results read for one job (a scenario has a few eval sets).
+_EVALS_READ = 100
+
 #: What a trainer does with a tracker's error: ``note_error(where, exc)``.
 ErrorSink = Callable[[str, BaseException], None]
 
@@ -139,6 +150,8 @@ class TrainerTrackers:
     :param settings: the scenario's settings (on the tenure's fenced database), where each
         run's id and last step are kept.
     :param history: the scenario's job history, which gives each job's step and figures.
+    :param evaluations: the scenario's evaluation results: those measured after a job ended
+        (of the artifact the job made) are logged with it.
     :param note_error: where a tracker's errors go (the trainer's ``last_errors``).
     """
 
@@ -149,9 +162,11 @@ class TrainerTrackers:
         trainer: str,
         settings: ScenarioSettings,
         history: JobHistory,
+        evaluations: ArtifactEvaluations,
         note_error: ErrorSink,
     ) -> None:
         self._trackers = list(trackers)
+        self._evaluations = evaluations
         self._trainer = trainer
         self._settings = settings
         self._history = history
@@ -183,11 +198,15 @@ class TrainerTrackers:
         if found is None:  # the end's commit writes the job's history row: never here
             return
         entry, samples = found
+        ended = entry.ended_at or 0.0
+        evaluated = [
+            r for r in self._evaluations.results(self._trainer, limit=_EVALS_READ) if r.at >= ended
+        ]
         job = TrackedJob(
             step=entry.seq,
             job_id=outcome.job_id,
             event=outcome.event,
-            figures=job_figures(entry, samples),
+            figures=job_figures(entry, samples, evaluated),
             artifact_id=artifact_id,
             error=outcome.error,
         )

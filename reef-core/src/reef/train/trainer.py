@@ -62,6 +62,7 @@ from reef.core.job_data import JobData, JobOutcome, sample_reward
 from reef.core.records import JSON
 from reef.plugins import Plugins
 from reef.storage import (
+    ArtifactEvaluations,
     Database,
     FencedDatabase,
     JobHistory,
@@ -340,6 +341,7 @@ class Trainer:
             trainer=self.name,
             settings=settings,
             history=history,
+            evaluations=ArtifactEvaluations(fenced, self.scenario),
             note_error=self._note_error,
         )
         self._tracked = tracked
