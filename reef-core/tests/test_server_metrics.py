@@ -4,6 +4,7 @@ prometheus_client's own text parser (docs/observe.md)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -18,6 +19,7 @@ pytest.importorskip("starlette")
 pytest.importorskip("httpx")
 pytest.importorskip("prometheus_client")
 
+import httpx
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 
@@ -76,7 +78,7 @@ def client(storage_url: str, storage_database: Database, engine_url: str) -> Ite
         yield test_client
 
 
-def scrape(client: TestClient) -> Samples:
+def scrape(client: TestClient | httpx.Client) -> Samples:
     """Every sample of ``GET /metrics``, by name and labels, as Prometheus' parser reads it."""
     answer = client.get("/metrics", headers=SCRAPER)
     assert answer.status_code == 200, answer.text
@@ -156,20 +158,8 @@ def test_requests_are_counted_by_route_scenario_format_and_status(client: TestCl
 
 
 def test_stream_cuts_are_counted_by_who_cut(client: TestClient) -> None:
-    with client.stream(
-        "POST",
-        "/scenarios/support/v1/chat/completions",
-        json={"messages": [{"role": "user", "content": "BREAK now"}], "stream": True},
-        headers=ADMIN,
-    ) as broken:
-        assert "aborted" in broken.read().decode()
-    with client.stream(
-        "POST",
-        "/scenarios/support/v1/chat/completions",
-        json={"messages": [{"role": "user", "content": "NODONE"}], "stream": True},
-        headers=ADMIN,
-    ) as unended:
-        assert "without [DONE]" in unended.read().decode()
+    assert "aborted" in chat(client, "BREAK now", stream=True).text
+    assert "without [DONE]" in chat(client, "NODONE", stream=True).text
     whole = chat(client, "fine", stream=True)
     assert whole.status_code == 200
     assert "[DONE]" in whole.text
@@ -324,3 +314,47 @@ print(json.dumps([metrics.status_code, metrics.json()["message"], call.status_co
     assert "reef-core[metrics]" in message
     assert call == 200
     assert imported is False
+
+
+def stalling_engine() -> Any:
+    """An OpenAI-compatible engine whose stream sends its first chunk, then nothing more until
+    the connection closes (a model that takes long to go on)."""
+    from starlette.applications import Starlette
+    from starlette.responses import StreamingResponse
+    from starlette.routing import Route
+
+    async def complete(request: Any) -> StreamingResponse:
+        async def chunks() -> Any:
+            chunk = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m",
+                     "choices": [{"index": 0, "delta": {"role": "assistant", "content": "a"},
+                                  "finish_reason": None}]}  # fmt: skip
+            yield f"data: {json.dumps(chunk)}\n\n".encode()
+            await asyncio.Event().wait()
+
+        return StreamingResponse(chunks(), media_type="text/event-stream")
+
+    return Starlette(routes=[Route("/v1/chat/completions", complete, methods=["POST"])])
+
+
+def test_a_client_that_leaves_a_stream_is_counted(
+    storage_url: str, storage_database: Database
+) -> None:
+    with serve_on_loopback(stalling_engine()) as engine:
+        app = app_of(storage_url, storage_database, engine)
+        with serve_on_loopback(app) as reef, httpx.Client(base_url=reef, timeout=30) as client:
+            with client.stream(
+                "POST",
+                "/scenarios/support/v1/chat/completions",
+                json={"messages": [{"role": "user", "content": "hi"}], "stream": True},
+                headers=ADMIN,
+            ) as answer:
+                assert next(answer.iter_lines()).startswith("data: ")
+            # The client left; Reef hears of it when it next writes or polls the connection.
+            deadline = time.monotonic() + 30
+            cuts = {"scenario": "support", "format": "chat", "reason": "client_left"}
+            while time.monotonic() < deadline:
+                scraped = scrape(client)
+                if value(scraped, "reef_stream_cuts_total", **cuts) == 1:
+                    break
+                time.sleep(0.1)
+            assert value(scraped, "reef_stream_cuts_total", **cuts) == 1

@@ -258,6 +258,29 @@ def test_a_failed_publication_is_retried_and_never_labels_what_did_not_answer(
     assert loop.call()["artifact_id"] == second.artifact_id
 
 
+def test_publications_and_their_failures_are_in_the_metrics(loop_of: Any, tmp_path: Path) -> None:
+    """docs/observe.md: what this process published, what its engine refused, and how long the
+    last publication took, as GET /metrics gives them."""
+    parser = pytest.importorskip("prometheus_client.parser")
+    loop: Loop = loop_of("vllm")
+    loop.source.current = artifact(tmp_path, 1)
+    loop.publisher.step()
+    loop.engine.refuse_loads(1)
+    loop.source.current = artifact(tmp_path, 2)
+    loop.publisher.step()
+    scraped = loop.client.get("/metrics")
+    assert scraped.status_code == 200, scraped.text
+    found = {
+        sample.name: sample.value
+        for family in parser.text_string_to_metric_families(scraped.text)
+        for sample in family.samples
+        if sample.labels == {"scenario": SCENARIO}
+    }
+    assert found["reef_publications_total"] == 1
+    assert found["reef_publication_failures_total"] == 1
+    assert found["reef_publication_last_duration_seconds"] > 0
+
+
 def test_an_adapter_another_process_loaded_is_taken_as_loaded(loop_of: Any, tmp_path: Path) -> None:
     loop: Loop = loop_of("vllm")
     first = artifact(tmp_path, 1)

@@ -107,77 +107,86 @@ class ServiceMetrics:
         from prometheus_client import CollectorRegistry, Counter, Histogram
 
         self.registry = CollectorRegistry(auto_describe=True)
-        r = self.registry
-        self.requests = Counter("reef_requests", "Requests answered, by route, scenario,"
-                                " format and status", ["route", "method", "scenario", "format",
-                                                       "status"], registry=r)  # fmt: skip
-        self.request_seconds = Histogram(
+
+        def counter(name: str, text: str, *labels: str) -> Counter:
+            return Counter(name, text, labels, registry=self.registry)
+
+        def histogram(name: str, text: str, buckets: tuple[float, ...], *labels: str) -> Histogram:
+            return Histogram(name, text, labels, buckets=buckets, registry=self.registry)
+
+        self.requests = counter(
+            "reef_requests",
+            "Requests answered, by route, scenario, format and status",
+            "route",
+            "method",
+            "scenario",
+            "format",
+            "status",
+        )
+        self.request_seconds = histogram(
             "reef_request_duration_seconds",
             "Seconds from a request's arrival to its answer's last byte",
-            ["route", "format"],
-            buckets=_LATENCY,
-            registry=r,
+            _LATENCY,
+            "route",
+            "format",
         )
-        self.engine_seconds = Histogram(
+        self.engine_seconds = histogram(
             "reef_engine_duration_seconds",
             "Seconds an inference call waited for its engine",
-            ["scenario", "format"],
-            buckets=_LATENCY,
-            registry=r,
+            _LATENCY,
+            "scenario",
+            "format",
         )
-        self.overhead_seconds = Histogram(
+        self.overhead_seconds = histogram(
             "reef_overhead_seconds",
             "Seconds of an inference call that were Reef's own (the whole call less the engine)",
-            ["scenario", "format"],
-            buckets=_LATENCY,
-            registry=r,
+            _LATENCY,
+            "scenario",
+            "format",
         )
-        self.stream_cuts = Counter(
+        self.stream_cuts = counter(
             "reef_stream_cuts",
             "Streamed answers broken off, by who broke them off",
-            ["scenario", "format", "reason"],
-            registry=r,
+            "scenario",
+            "format",
+            "reason",
         )
-        self.refusals = Counter(
+        self.refusals = counter(
             "reef_refusals",
             "Requests refused before anything was stored, by route and reason",
-            ["route", "reason"],
-            registry=r,
+            "route",
+            "reason",
         )
-        self.store_write_seconds = Histogram(
+        self.store_write_seconds = histogram(
             "reef_store_write_duration_seconds",
             "Seconds of each transaction of a scenario's ledger (calls and reports)",
-            ["scenario"],
-            buckets=_LATENCY,
-            registry=r,
+            _LATENCY,
+            "scenario",
         )
-        self.store_write_failures = Counter(
-            "reef_store_write_failures",
-            "Calls and reports the store could not take",
-            ["scenario"],
-            registry=r,
+        self.store_write_failures = counter(
+            "reef_store_write_failures", "Calls and reports the store could not take", "scenario"
         )
-        self.jobs = Counter(
+        self.jobs = counter(
             "reef_jobs",
             "Training jobs this process's trainers ended, by outcome",
-            ["scenario", "trainer", "outcome"],
-            registry=r,
+            "scenario",
+            "trainer",
+            "outcome",
         )
-        self.job_seconds = Histogram(
+        self.job_seconds = histogram(
             "reef_job_duration_seconds",
             "Seconds from a job's submission to its end",
-            ["scenario", "trainer"],
-            buckets=_JOB,
-            registry=r,
+            _JOB,
+            "scenario",
+            "trainer",
         )
-        self.trained_tokens = Counter(
+        self.trained_tokens = counter(
             "reef_trained_tokens",
             "Tokens this process's trainers trained on (the component's trained_tokens)",
-            ["scenario", "trainer"],
-            registry=r,
-        )
+            "scenario", "trainer",
+        )  # fmt: skip
         self._scenarios = frozenset(service.scenarios)
-        r.register(StoreCollector(service))
+        self.registry.register(StoreCollector(service))
 
     # -- the events -----------------------------------------------------------------------------
 
