@@ -34,7 +34,7 @@ from reef.testing.task_engines import (
     hint_policy,
     scripted_designer,
 )
-from reef_spade import SpadeGenerator
+from reef_spade.generator import SpadeGenerator
 
 pytestmark = pytest.mark.skipif(
     shutil.which("bwrap") is None, reason="bubblewrap is not installed (scripts/setup does)"

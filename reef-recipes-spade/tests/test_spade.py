@@ -34,7 +34,7 @@ from reef.testing.task_engines import (
     hint_policy,
     scripted_designer,
 )
-from reef_spade import SpadeGenerator
+from reef_spade.generator import SpadeGenerator
 from reef_spade.designer import DesignerError, hint_of
 
 pytestmark = pytest.mark.skipif(

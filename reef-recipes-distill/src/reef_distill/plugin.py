@@ -1,5 +1,8 @@
 """The ``distill`` plugin (entry point ``reef.plugins``): on-policy distillation (whose stages
-are the core's ``DistillSamples`` and ``DistillJobData``) and OpenClaw-RL."""
+are the core's ``DistillSamples`` and ``DistillJobData``) and OpenClaw-RL.
+
+Each class is registered as a ``module:Class`` reference and imported when a deployment first
+uses it: listing plugins loads this module, not the stages (nor the judge's HTTP client)."""
 
 from __future__ import annotations
 
@@ -8,23 +11,15 @@ from reef import PluginRegistrar, hookimpl
 
 @hookimpl
 def reef_register_recipes(registry: PluginRegistrar) -> None:
-    # Imported when the hook runs: listing plugins loads this module, not the stages.
-    from reef_distill.openclaw.recipe import OpenClawRLRecipe
-    from reef_distill.recipe import DistillRecipe
-
-    registry.register("distill", DistillRecipe)
-    registry.register("openclaw-rl", OpenClawRLRecipe)
+    registry.register("distill", "reef_distill.recipe:DistillRecipe")
+    registry.register("openclaw-rl", "reef_distill.openclaw.recipe:OpenClawRLRecipe")
 
 
 @hookimpl
 def reef_register_record2sample(registry: PluginRegistrar) -> None:
-    from reef_distill.openclaw.processor import OpenClawRLSamples
-
-    registry.register("OpenClawRLSamples", OpenClawRLSamples)
+    registry.register("OpenClawRLSamples", "reef_distill.openclaw.processor:OpenClawRLSamples")
 
 
 @hookimpl
 def reef_register_sample2job(registry: PluginRegistrar) -> None:
-    from reef_distill.openclaw.processor import OpenClawRLJobData
-
-    registry.register("OpenClawRLJobData", OpenClawRLJobData)
+    registry.register("OpenClawRLJobData", "reef_distill.openclaw.processor:OpenClawRLJobData")

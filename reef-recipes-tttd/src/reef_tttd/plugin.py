@@ -1,26 +1,25 @@
 """The ``tttd`` plugin (entry point ``reef.plugins``): the TTTD and SDPO recipes and their
-stages."""
+stages, registered as ``module:Class`` references, each imported when a deployment first uses
+it."""
 
 from __future__ import annotations
 
 from reef import PluginRegistrar, hookimpl
-from reef_tttd.processor import SDPOJobData, SDPOSamples, TTTDJobData, TTTDSamples
-from reef_tttd.recipe import SDPORecipe, TTTDRecipe
 
 
 @hookimpl
 def reef_register_recipes(registry: PluginRegistrar) -> None:
-    registry.register("tttd", TTTDRecipe)
-    registry.register("sdpo", SDPORecipe)
+    registry.register("tttd", "reef_tttd.recipe:TTTDRecipe")
+    registry.register("sdpo", "reef_tttd.recipe:SDPORecipe")
 
 
 @hookimpl
 def reef_register_record2sample(registry: PluginRegistrar) -> None:
-    registry.register("TTTDSamples", TTTDSamples)
-    registry.register("SDPOSamples", SDPOSamples)
+    registry.register("TTTDSamples", "reef_tttd.processor:TTTDSamples")
+    registry.register("SDPOSamples", "reef_tttd.processor:SDPOSamples")
 
 
 @hookimpl
 def reef_register_sample2job(registry: PluginRegistrar) -> None:
-    registry.register("TTTDJobData", TTTDJobData)
-    registry.register("SDPOJobData", SDPOJobData)
+    registry.register("TTTDJobData", "reef_tttd.processor:TTTDJobData")
+    registry.register("SDPOJobData", "reef_tttd.processor:SDPOJobData")

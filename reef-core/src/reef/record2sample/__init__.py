@@ -4,58 +4,11 @@ A recipe's record-to-sample stage extends one of :class:`NoSamples`, :class:`Tra
 :class:`ReportSamples` (distilling: :class:`DistillSamples`; grouped:
 :class:`reef.recipe.grouped.processor.GroupedReportSamples`) or :class:`JudgedSamples` (or
 :class:`Record2Sample` itself). See ``docs/pipeline.md`` for a recipe author's walk through them.
+
+Each name loads its module when first used (the names are listed in ``__init__.pyi``, which
+type checkers read too), so importing one module of the package imports none of the others.
 """
 
-from reef.record2sample.assembly import SampleAssembly
-from reef.record2sample.distill import (
-    DistillSamples,
-    DistillSamplesSettings,
-    compose_teacher_request,
-    with_teacher,
-)
-from reef.record2sample.judged import JudgedSamples, RecordJudging
-from reef.record2sample.no_samples import NoSamples
-from reef.record2sample.record_sets import (
-    MissingScore,
-    RecordSet,
-    RecordSetError,
-    RecordSetOverlap,
-    RecordSetUnit,
-    ReportContext,
-    ReportError,
-    SampleResult,
-    SampleStatus,
-)
-from reef.record2sample.reports import GroupDecision, ReportGrouping, ReportSamples, SkippedReport
-from reef.record2sample.stage import Record2Sample
-from reef.record2sample.trajectories import TrajectorySamples, TrajectorySamplesSettings
-from reef.record2sample.worker import BackgroundJobWorker, FinishedJob
+import lazy_loader
 
-__all__ = [
-    "BackgroundJobWorker",
-    "DistillSamples",
-    "DistillSamplesSettings",
-    "FinishedJob",
-    "GroupDecision",
-    "JudgedSamples",
-    "MissingScore",
-    "NoSamples",
-    "Record2Sample",
-    "RecordJudging",
-    "RecordSet",
-    "RecordSetError",
-    "RecordSetOverlap",
-    "RecordSetUnit",
-    "ReportContext",
-    "ReportError",
-    "ReportGrouping",
-    "ReportSamples",
-    "SampleAssembly",
-    "SampleResult",
-    "SampleStatus",
-    "SkippedReport",
-    "TrajectorySamples",
-    "TrajectorySamplesSettings",
-    "compose_teacher_request",
-    "with_teacher",
-]
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

@@ -4,14 +4,11 @@ A recipe's sample-to-job stage extends :class:`Sample2Job` and implements ``make
 the core's default weight recipe uses :class:`reef.recipe.grouped.processor.GroupedJobData`.
 :func:`validate_job_data` is the trainer's check of a stage's job data against its
 ``output_schema``, for a recipe's tests too.
+
+Each name loads its module when first used (the names are listed in ``__init__.pyi``, which
+type checkers read too), so importing one module of the package imports none of the others.
 """
 
-from reef.sample2job.stage import Sample2Job, Sample2JobSettings
-from reef.sample2job.validation import JobDataError, validate_job_data
+import lazy_loader
 
-__all__ = [
-    "JobDataError",
-    "Sample2Job",
-    "Sample2JobSettings",
-    "validate_job_data",
-]
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

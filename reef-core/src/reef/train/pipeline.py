@@ -72,6 +72,7 @@ from reef.storage.samples import NewSample, StoredSample, TrainerSamples
 from reef.storage.stale_samples import StaleSamples
 from reef.train.buffer import Entry, UntrainedSamples
 from reef.train.reservation import JobReservation
+from reef.train.stages import close_stages
 
 logger = logging.getLogger(__name__)
 
@@ -658,22 +659,3 @@ class TrainingPipeline:
         """Close both stages (P-PIPE-15); an error of either (a :class:`TimeoutError`) is
         raised after the other was closed too (see :func:`close_stages`)."""
         close_stages((self.record2sample, self.sample2job), timeout)
-
-
-def close_stages(
-    stages: Iterable[Record2Sample | Sample2Job], timeout: float | None = None
-) -> None:
-    """Close every stage, in order, each with ``timeout``, even when one raises; then raise
-    the first error, with the later ones noted on it (the first is the one to act on, and a
-    later one must not hide it)."""
-    errors: list[BaseException] = []
-    for stage in stages:
-        try:
-            stage.close(timeout)
-        except BaseException as exc:
-            errors.append(exc)
-    if errors:
-        first, *later = errors
-        for error in later:
-            first.add_note(f"closing another stage also failed: {type(error).__name__}: {error}")
-        raise first

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -27,11 +27,12 @@ from reef.plugins import PluginKind, Plugins
 from reef.plugins.scenarios import scenario_classes
 from reef.record2sample.stage import Record2Sample
 from reef.sample2job.stage import Sample2Job
-from reef.storage import Database, ScenarioSettings, TaskStorage, TrainerSamples
-from reef.storage.scenario_settings import TRAINING_MODE_SETTING, stored_training_mode
-from reef.train.pipeline import TrainingPipeline, close_stages
 
-__all__ = ["build_pipeline", "build_stages", "check_stages", "scenario_trainers"]
+if TYPE_CHECKING:
+    from reef.storage import Database
+    from reef.train.pipeline import TrainingPipeline
+
+__all__ = ["build_pipeline", "build_stages", "check_stages", "close_stages", "scenario_trainers"]
 
 
 def scenario_trainers(scenario: ScenarioSection) -> tuple[str, ...]:
@@ -135,6 +136,25 @@ def check_stages(
         raise DeploymentError.of(origin, tuple(problems), causes)
 
 
+def close_stages(
+    stages: Iterable[Record2Sample | Sample2Job], timeout: float | None = None
+) -> None:
+    """Close every stage, in order, each with ``timeout``, even when one raises; then raise
+    the first error, with the later ones noted on it (the first is the one to act on, and a
+    later one must not hide it)."""
+    errors: list[BaseException] = []
+    for stage in stages:
+        try:
+            stage.close(timeout)
+        except BaseException as exc:
+            errors.append(exc)
+    if errors:
+        first, *later = errors
+        for error in later:
+            first.add_note(f"closing another stage also failed: {type(error).__name__}: {error}")
+        raise first
+
+
 def build_pipeline(
     name: str,
     scenario: ScenarioSection,
@@ -162,6 +182,11 @@ def build_pipeline(
         cannot be resolved, a config does not parse or a stage refuses its config.
     :raises ValueError: when the stored training mode names none.
     """
+    # Imported here: checking a deployment (check_stages) builds stages without storage.
+    from reef.storage import ScenarioSettings, TaskStorage, TrainerSamples
+    from reef.storage.scenario_settings import TRAINING_MODE_SETTING, stored_training_mode
+    from reef.train.pipeline import TrainingPipeline
+
     trainers = scenario_trainers(scenario)
     chosen = trainers[0] if trainer is None and len(trainers) == 1 else trainer
     if chosen is None or chosen not in trainers:

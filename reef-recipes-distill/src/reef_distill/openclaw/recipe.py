@@ -30,7 +30,6 @@ from reef import (
     TeacherSettings,
     config_option,
 )
-from reef_distill.openclaw.processor import OpenClawRLSamples
 
 _OBJECTIVES = ("binary", "hindsight")
 
@@ -120,6 +119,10 @@ def _names_openclaw_samples(class_name: str | None) -> bool:
         return True
     if ":" not in class_name:
         return False
+    # Imported only to compare a reference: the recipe class alone (``reef plugins`` reads its
+    # pipeline) does not load the stages and their judge's HTTP client.
+    from reef_distill.openclaw.processor import OpenClawRLSamples
+
     try:
         return pkgutil.resolve_name(class_name) is OpenClawRLSamples
     except (ImportError, AttributeError, ValueError):
