@@ -34,8 +34,8 @@ from reef.testing.task_engines import (
     hint_policy,
     scripted_designer,
 )
-from reef_spade.generator import SpadeGenerator
 from reef_spade.designer import DesignerError, hint_of
+from reef_spade.generator import SpadeGenerator
 
 pytestmark = pytest.mark.skipif(
     shutil.which("bwrap") is None, reason="bubblewrap is not installed (reef's scripts/setup does)"
