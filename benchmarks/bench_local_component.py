@@ -19,6 +19,9 @@ component's waits for the disk) and of the process's CPU time (steadier on a bus
 leaves those waits out). Models: ``tiny-gpt`` (the quickstart's: d_model 64, 2 layers, the
 byte tokenizer), ``hf`` (a 4-layer Llama of width 128, built from a config on disk, trained
 whole) and ``hf-lora`` (the same with a rank-16 LoRA adapter on every linear layer).
+
+On a machine with a CUDA GPU both sides train there (the component's ``device: auto``), in
+bfloat16 autocast where the GPU has it; ``scripts/device-check`` runs it so.
 """
 
 from __future__ import annotations
@@ -176,9 +179,14 @@ def run_bare(model: str, model_folder: Path | None, work: list[list[Any]]) -> Ra
         optimizer = torch.optim.AdamW(parameters, lr=1e-4)
         model_.module.train()
 
+        cuda = local.device.type == "cuda"
+        # On a GPU, the component's own precision: bfloat16 autocast where the GPU has it.
+        bf16 = cuda and torch.cuda.is_bf16_supported()
+
         def train(job_steps: list[tuple[Any, ...]]) -> int:
             for ids, attention, mask, count in job_steps:
-                logits = model_.logits(ids, attention)
+                with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
+                    logits = model_.logits(ids, attention)
                 loss = F.cross_entropy(
                     logits[:, :-1].reshape(-1, logits.shape[-1]).float(),
                     ids[:, 1:].reshape(-1),
@@ -195,6 +203,8 @@ def run_bare(model: str, model_folder: Path | None, work: list[list[Any]]) -> Ra
             train(steps[0])
             start, cpu = time.perf_counter(), time.process_time()
             tokens = sum(train(job_steps) for job_steps in steps[1:])
+            if cuda:
+                torch.cuda.synchronize()  # the steps queued on the GPU are part of the time
             wall, used = time.perf_counter() - start, time.process_time() - cpu
             return Rate(tokens / wall, tokens / used)
 
