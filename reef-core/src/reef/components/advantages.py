@@ -3,7 +3,10 @@
 A job's sample-to-job stage names the estimator in its job data's metadata (``advantage``,
 parsed as :class:`AdvantageSettings`); without one, the estimator is ``group_mean``:
 
-- ``group_mean`` (GRPO-style): each reward minus the mean reward of its group.
+- ``group_mean`` (GRPO-style): each reward minus the mean reward of its group; with
+  ``std_normalisation`` divided by the group's standard deviation (Bessel-corrected, as
+  ``torch.std``) plus ``std_epsilon``: GRPO as TRL (``scale_rewards``, epsilon 1e-4) and verl
+  (``norm_adv_by_std_in_grpo``, epsilon 1e-6) compute it. Without it, Dr. GRPO's advantage.
 - ``none``: each reward as it is (OpenClaw-RL's binary reward; the job parameter
   ``reward_baseline: none`` asks for it).
 - ``entropic`` (TTT-Discover's entropic objective, Yuksekgonul et al. 2026): within a group of
@@ -86,6 +89,23 @@ class AdvantageSettings(PluginSettings):
         help="entropic: divide by the mean of the other rollouts (leave_one_out) or of all (mean)",
         validator=_one_of(NORMALISATIONS),
     )
+    std_normalisation: bool = config_option(
+        False,
+        help="group_mean: divide by the group's standard deviation plus std_epsilon (GRPO as "
+        "TRL and verl run it; false: Dr. GRPO)",
+    )
+    std_epsilon: float = config_option(
+        1e-6,
+        help="group_mean with std_normalisation: added to the standard deviation (verl 1e-6, "
+        "TRL 1e-4)",
+        validator=attrs.validators.gt(0.0),
+    )
+
+    def __attrs_post_init__(self) -> None:
+        if self.std_normalisation and self.estimator != "group_mean":
+            raise ValueError(
+                f"std_normalisation divides group_mean advantages, not {self.estimator}'s"
+            )
 
 
 def reweighting(rewards: Sequence[float], beta: float) -> list[float]:
@@ -189,6 +209,10 @@ def group_advantages(
         if settings.estimator == "group_mean":
             mean = sum(values) / len(values)
             computed = [value - mean for value in values]
+            if settings.std_normalisation:
+                # The unbiased standard deviation (torch.std), as TRL and verl take it.
+                spread = math.sqrt(sum(c * c for c in computed) / (len(values) - 1))
+                computed = [c / (spread + settings.std_epsilon) for c in computed]
         else:
             beta = settings.beta
             if beta is None:

@@ -27,6 +27,8 @@ OBJECTIVES: Final = ("cross_entropy", "importance_sampling", "ppo", "task_group"
 POLICY_OBJECTIVES: Final = ("importance_sampling", "ppo")
 #: How a reward becomes a sample's advantage: less its group's mean, or as it is.
 REWARD_BASELINES: Final = ("group_mean", "none")
+#: How a policy step's token terms add up into its loss (``docs/components.md``).
+LOSS_AGGREGATIONS: Final = ("token_mean", "sequence_mean", "sample_mean", "token_sum_norm")
 
 
 def _known_objective(_: object, __: attrs.Attribute[Any], value: str) -> None:
@@ -141,6 +143,20 @@ class JobParameters(PluginSettings):
         0.28, help="ppo: the ratio is clipped above at 1 + clip_high", validator=_non_negative
     )
 
+    loss_aggregation: str = config_option(
+        "token_mean",
+        help="importance_sampling, ppo: the step's mean over its tokens (token_mean), over its "
+        "sequences of each one's token mean (sequence_mean), over its samples of each one's "
+        "token mean (sample_mean), or the token sum over loss_norm_tokens per sequence "
+        "(token_sum_norm, Dr. GRPO)",
+        validator=attrs.validators.in_(LOSS_AGGREGATIONS),
+    )
+    loss_norm_tokens: int | None = config_option(
+        None,
+        help="token_sum_norm: the constant each sequence's token sum is divided by (Dr. GRPO's "
+        "maximum completion length)",
+        validator=attrs.validators.optional(attrs.validators.gt(0)),
+    )
     rollout: RolloutParameters | None = config_option(
         None, help="a task job's rollouts: how many of each task, the agent and the sandbox"
     )
@@ -150,6 +166,10 @@ class JobParameters(PluginSettings):
             raise ValueError(
                 "a task job trains the task_group objective with its rollout parameter: set "
                 "both, or neither"
+            )
+        if (self.loss_aggregation == "token_sum_norm") != (self.loss_norm_tokens is not None):
+            raise ValueError(
+                "loss_aggregation token_sum_norm divides by loss_norm_tokens: set both, or neither"
             )
         if self.distillation is not None and self.objective not in POLICY_OBJECTIVES:
             raise ValueError(
@@ -176,3 +196,17 @@ class JobParameters(PluginSettings):
             )
         if self.distillation is not None and distillation is not None:
             raise PluginConfigError(component.__name__, "$.parameters.distillation", distillation)
+
+    def refuse_loss_aggregation(self, component: type[Any]) -> None:
+        """Refuse a ``loss_aggregation`` other than ``token_mean`` (a component whose loss is
+        always its step's token mean).
+
+        :raises PluginConfigError: naming the parameter.
+        """
+        if self.loss_aggregation != "token_mean":
+            raise PluginConfigError(
+                component.__name__,
+                "$.parameters.loss_aggregation",
+                f"{self.loss_aggregation} is not trained here; this component's loss is its "
+                "step's token_mean (the local component trains every aggregation)",
+            )

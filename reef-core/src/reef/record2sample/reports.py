@@ -47,6 +47,7 @@ SLOT_TAKEN = "slot_taken"
 NOT_TRAINING_REPORT = "not_training_report"
 OTHER_COMPONENT_REPORT = "other_component_report"
 GROUP_DISCARDED = "group_discarded"
+NO_SIGNAL = "no_signal"
 LEFT_OUT_OF_GROUP = "left_out_of_group"
 NOT_A_REPORT = "not_a_report"
 
@@ -67,6 +68,9 @@ class GroupDecision(enum.Enum):
     INCOMPLETE = "incomplete"
     READY = "ready"
     DISCARD = "discard"
+    #: complete, but its members' scores all tie (DAPO's dynamic sampling): discarded, each
+    #: member counted as ``no_signal``.
+    NO_SIGNAL = "no_signal"
 
 
 class ReportGrouping:
@@ -248,8 +252,9 @@ class ReportSamples(Record2Sample[SettingsT]):
         # Decided: the group is fixed; a later report with the same key opens a new group.
         del self._groups[key]
         if not kept:
+            reason = NO_SIGNAL if decision is GroupDecision.NO_SIGNAL else GROUP_DISCARDED
             for member in group.sets:
-                self.discard(member, GROUP_DISCARDED)
+                self.discard(member, reason)
             return
         kept_ids = {record_set.id for record_set in kept}
         for member in group.sets:

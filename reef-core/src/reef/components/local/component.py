@@ -62,7 +62,12 @@ from reef.components.json_files import read_json, write_json
 from reef.components.local.artifacts import ArtifactStore, load_model_folder, save_model_folder
 from reef.components.local.byte_tokenizer import ByteTokenizer
 from reef.components.local.causal_lm import CausalLM, torch_generator
-from reef.components.local.objectives import batch_logprobs, batch_loss, token_batch
+from reef.components.local.objectives import (
+    batch_logprobs,
+    batch_loss,
+    sequence_weights,
+    token_batch,
+)
 from reef.components.local.settings import LocalComponentSettings
 from reef.components.local.task_training import RolloutBatch, model_sampler
 from reef.components.local.teacher import Teachers, distillation_rows
@@ -407,7 +412,13 @@ class LocalComponent:
                 losses.append(torch.zeros((), device=self.device))
                 trained_tokens += tokens
                 continue
-            divisor = step.loss_divisor(tokens, self.settings.batch_size)
+            weights = sequence_weights(
+                job.loss_aggregation if loss_family in POLICY_OBJECTIVES else "token_mean",
+                refs,
+                lambda ref: _trained_tokens(sequence(ref)),
+                divisor=step.loss_divisor(tokens, self.settings.batch_size),
+                norm_tokens=job.loss_norm_tokens,
+            )
             self._optimizer.zero_grad(set_to_none=True)
             total = torch.zeros((), device=self.device)
             for chunk in self._micro_batches(refs):
@@ -427,13 +438,16 @@ class LocalComponent:
                     start_logprobs=_padded_rows([start[r] for r in chunk]) if start else None,
                     advantages=advantage_rows(chunk),
                     clip=(job.clip_low, job.clip_high),
+                    row_weights=torch.tensor(
+                        [weights.get(r, 0.0) for r in chunk], device=self.device
+                    ),
                 )
-                (loss / divisor).backward()  # type: ignore[no-untyped-call]
+                loss.backward()  # type: ignore[no-untyped-call]
                 total = total + loss.detach()
             torch.nn.utils.clip_grad_norm_(self.model.trainable_parameters(), 1.0)
             self._optimizer.step()
             step_tokens.append(loss_tokens)
-            losses.append(total / divisor)
+            losses.append(total)
             trained_tokens += tokens
             moved += 1
         self.model.module.eval()

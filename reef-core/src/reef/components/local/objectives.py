@@ -19,20 +19,24 @@ logits divided by the token's sampling temperature (the request's, kept by the r
 slime, TRL and verl divide them by the rollout temperature; here per token, so samples of
 different temperatures train together. A teacher's log probabilities are at temperature 1.
 
-Each loss is a sum over trained tokens; the caller divides it by the step's token count.
+Each loss is a sum over trained tokens, each term weighted (:func:`sequence_weights`): by
+default ``1 /`` the step's token count (the step's token mean), or as the job parameter
+``loss_aggregation`` asks (a mean over sequences or samples of each one's token mean, or Dr.
+GRPO's token sum over a constant).
 Sequences of different lengths train together as one right-padded batch
 (:func:`token_batch`): padding is masked out of attention and out of the loss.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import attrs
 import torch
 import torch.nn.functional as F
 
 from reef.components.local.causal_lm import CausalLM
+from reef.components.scheduling import SequenceRef
 
 
 @attrs.frozen
@@ -121,6 +125,43 @@ def token_logprobs(
     return [values[row, : len(s) - 1] for row, s in enumerate(sequences)]
 
 
+def sequence_weights(
+    aggregation: str,
+    refs: Sequence[SequenceRef],
+    tokens: Callable[[SequenceRef], int],
+    *,
+    divisor: float,
+    norm_tokens: int | None = None,
+) -> Mapping[SequenceRef, float]:
+    """The weight of each token term of each sequence of a step (its loss is the weighted sum).
+
+    :param aggregation: ``token_mean`` (``1 / divisor``: the step's token count, as
+        :meth:`~reef.components.scheduling.PlannedStep.loss_divisor` gives it; verl's
+        ``token-mean``, TRL's ``bnpo`` and ``dapo``), ``sequence_mean`` (each sequence's token
+        mean, averaged over the step's sequences: verl's ``seq-mean-token-mean``, TRL's
+        ``grpo``), ``sample_mean`` (each sample's token mean over all its sequences, averaged
+        over the step's samples: slime's default, without ``--calculate-per-token-loss``) or
+        ``token_sum_norm`` (each sequence's token sum over ``norm_tokens``, averaged over the
+        sequences: Dr. GRPO, verl's ``seq-mean-token-sum-norm``, TRL's ``dr_grpo``).
+    :param tokens: the trained tokens of a sequence.
+    """
+    counted = [ref for ref in refs if tokens(ref) > 0]
+    if aggregation == "token_mean":
+        return dict.fromkeys(counted, 1.0 / divisor)
+    if aggregation == "sequence_mean":
+        return {ref: 1.0 / (tokens(ref) * len(counted)) for ref in counted}
+    if aggregation == "token_sum_norm":
+        if norm_tokens is None:
+            raise ValueError("token_sum_norm needs norm_tokens")
+        return {ref: 1.0 / (norm_tokens * len(counted)) for ref in counted}
+    if aggregation != "sample_mean":
+        raise ValueError(f"unknown loss aggregation {aggregation!r}")
+    per_sample: dict[int, int] = {}
+    for ref in counted:
+        per_sample[ref[0]] = per_sample.get(ref[0], 0) + tokens(ref)
+    return {ref: 1.0 / (per_sample[ref[0]] * len(per_sample)) for ref in counted}
+
+
 def batch_loss(
     objective: str,
     logprobs: torch.Tensor,
@@ -129,8 +170,10 @@ def batch_loss(
     start_logprobs: torch.Tensor | None = None,
     advantages: torch.Tensor | None = None,
     clip: tuple[float, float] = (0.2, 0.28),
+    row_weights: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """The summed loss of a batch's trained tokens (``loss_mask`` 1) under ``objective``.
+    """The summed loss of a batch's trained tokens (``loss_mask`` 1) under ``objective``,
+    each row's terms times its ``row_weights`` (``(batch,)``; 1 when ``None``).
 
     :param start_logprobs: ``importance_sampling`` and ``ppo``: the tokens' log probabilities
         under the job's start weights, the shape of ``logprobs``.
@@ -138,8 +181,9 @@ def batch_loss(
         ``(batch,)``, or each token's, the shape of ``logprobs``.
     :param clip: ``ppo``: ``(clip_low, clip_high)``.
     """
+    weights = loss_mask if row_weights is None else loss_mask * row_weights[:, None]
     if objective == "cross_entropy":
-        return -(logprobs * loss_mask).sum()
+        return -(logprobs * weights).sum()
     if objective not in ("importance_sampling", "ppo"):
         raise ValueError(f"unknown objective {objective!r}")
     if start_logprobs is None or advantages is None:
@@ -153,4 +197,4 @@ def batch_loss(
     if objective == "ppo":
         low, high = clip
         gain = torch.minimum(gain, torch.clamp(ratio, 1 - low, 1 + high) * per_token)
-    return -(gain * loss_mask).sum()
+    return -(gain * weights).sum()
