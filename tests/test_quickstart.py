@@ -88,14 +88,28 @@ def test_png_has_both_curves_with_axes_labels_and_title(tmp_path: Path) -> None:
     assert list(losses.lines[0].get_xdata()) == list(range(1, 12))
 
 
+#: The token of the quickstart's deployment with auth, in the tests that give it one.
+TOKEN = "quickstart-agent-secret"
+
+
+def with_tokens(folder: Path) -> Path:
+    """The quickstart's deployment with a token of the scopes its agent needs."""
+    deployment = folder / "deployment.yaml"
+    deployment.write_text(
+        (QUICKSTART / "deployment.yaml").read_text()
+        + f"auth:\n  tokens:\n    agent: {{token: {TOKEN}, scopes: [infer, feedback, admin]}}\n"
+    )
+    return deployment
+
+
 def test_the_quickstart_run_prints_progress_the_text_curve_and_writes_the_png(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The quickstart's agent against ``reef serve`` with the quickstart's deployment, for two
-    jobs instead of thirty."""
+    jobs instead of thirty, the deployment behind a token (given in ``$REEF_TOKEN``)."""
     pytest.importorskip("matplotlib")
     monkeypatch.setenv("REEF_QUICKSTART_DIR", str(tmp_path))
-    serve = ServeProcess(QUICKSTART / "deployment.yaml", tmp_path / "serve.log")
+    serve = ServeProcess(with_tokens(tmp_path), tmp_path / "serve.log", token=TOKEN)
     png = tmp_path / "curve.png"
     try:
         result = subprocess.run(
@@ -106,6 +120,7 @@ def test_the_quickstart_run_prints_progress_the_text_curve_and_writes_the_png(
             capture_output=True,
             text=True,
             timeout=240,
+            env={**os.environ, "REEF_TOKEN": TOKEN},
         )
         assert serve.terminate() == 0
     finally:
@@ -139,6 +154,34 @@ def test_the_quickstart_run_prints_progress_the_text_curve_and_writes_the_png(
     assert float(jobs[0].split()[-1]) >= 2
     summary = r"^mean reward: \d\.\d{3} \(initial weights\) -> \d\.\d{3}"
     assert re.search(summary, result.stdout, re.MULTILINE)
+
+
+def test_the_agent_without_the_deployments_token_says_so_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A deployment with tokens refuses the agent without one, and with a wrong one: it stops
+    at once, saying which token it needs and where to give it."""
+    monkeypatch.setenv("REEF_QUICKSTART_DIR", str(tmp_path))
+    monkeypatch.delenv("REEF_TOKEN", raising=False)
+    serve = ServeProcess(with_tokens(tmp_path), tmp_path / "serve.log", token=TOKEN)
+    agent = [sys.executable, QUICKSTART / "agent.py", "--base-url", serve.base_url]
+    try:
+        missing = subprocess.run(agent, capture_output=True, text=True, timeout=60)
+        wrong = subprocess.run(
+            [*agent, "--token", "not-it"], capture_output=True, text=True, timeout=60
+        )
+    finally:
+        serve.stop()
+    assert missing.returncode == 1
+    refused = f"reef serve at {serve.base_url} refused the agent's token ("
+    assert missing.stderr.startswith(refused), missing.stderr
+    assert missing.stderr.rstrip().endswith(
+        "it needs a token with the infer, feedback and admin scopes;"
+        " give one with --token or in REEF_TOKEN"
+    ), missing.stderr
+    assert wrong.returncode == 1
+    assert wrong.stderr.startswith(refused), wrong.stderr
+    assert wrong.stderr.rstrip().endswith("check it"), wrong.stderr
 
 
 def test_the_quickstart_on_a_taken_port_says_so_at_once_and_how_to_choose_another(

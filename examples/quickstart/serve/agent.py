@@ -18,6 +18,10 @@ each scored all alike has nothing to learn from and leaves the weights as they w
 artifact answers on. The run stops once the trainer has ended ``--jobs`` jobs, prints the
 scenario's status and the curves (reward per artifact, training loss per job, from the job
 history) as text, and draws them as a PNG (:mod:`plot`).
+
+Against a deployment with tokens, give it one with the ``infer``, ``feedback`` and ``admin``
+scopes (it reads the status and the job history) with ``--token`` or in ``$REEF_TOKEN``; a
+service that refuses the token stops it at once, saying so.
 """
 
 from __future__ import annotations
@@ -73,8 +77,17 @@ def has_exited(pid: int) -> bool:
         return False
 
 
+def bearer(token: str | None) -> dict[str, str]:
+    """The ``Authorization`` header of ``token`` (none without one)."""
+    return {"authorization": f"Bearer {token}"} if token else {}
+
+
 def wait_for_service(
-    base_url: str, timeout: float, serve_pid: int | None = None, serve_log: Path | None = None
+    base_url: str,
+    timeout: float,
+    serve_pid: int | None = None,
+    serve_log: Path | None = None,
+    token: str | None = None,
 ) -> None:
     """Until ``GET /reef/status`` answers and the trainer has published its first weights;
     when ``serve_pid`` is the ``reef serve`` process and it exits first, say so at once, with
@@ -90,7 +103,15 @@ def wait_for_service(
                 said = f"; the end of its log ({serve_log}):\n" + "\n".join(tail)
             raise SystemExit(f"reef serve exited before it came up at {base_url}{said}")
         try:
-            if _trainer(httpx.get(f"{base_url}/reef/status", timeout=5).json())["served_artifact"]:
+            answer = httpx.get(f"{base_url}/reef/status", headers=bearer(token), timeout=5)
+            if answer.status_code in (401, 403):
+                said = answer.json().get("message", answer.text)
+                how = "give one with --token or in REEF_TOKEN" if not token else "check it"
+                raise SystemExit(
+                    f"reef serve at {base_url} refused the agent's token ({said}): it needs a"
+                    f" token with the infer, feedback and admin scopes; {how}"
+                )
+            if _trainer(answer.json())["served_artifact"]:
                 print(f"[{time.monotonic() - started:6.1f}s] reef serve is up", flush=True)
                 return
         except (httpx.HTTPError, KeyError, IndexError, ValueError):
@@ -118,11 +139,14 @@ def _job_losses(http: httpx.Client, scenario: str) -> list[float | None]:
 
 def run(args: argparse.Namespace) -> int:
     base_url = args.base_url.rstrip("/")
-    wait_for_service(base_url, args.startup_timeout, args.serve_pid, args.serve_log)
+    token = args.token or os.environ.get("REEF_TOKEN") or None
+    wait_for_service(base_url, args.startup_timeout, args.serve_pid, args.serve_log, token)
     client = openai.OpenAI(
-        base_url=f"{base_url}/scenarios/{args.scenario}/v1", api_key="not-needed", max_retries=5
+        base_url=f"{base_url}/scenarios/{args.scenario}/v1",
+        api_key=token or "not-needed",  # sent as the bearer token
+        max_retries=5,
     )
-    http = httpx.Client(base_url=base_url, timeout=30)
+    http = httpx.Client(base_url=base_url, headers=bearer(token), timeout=30)
     artifacts: list[str] = []  # in the order they first answered
     rewards: dict[str, list[float]] = {}
     answers: list[str] = []  # every answer, in order
@@ -220,6 +244,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--startup-timeout", type=float, default=120)
     parser.add_argument("--serve-pid", type=int, help="the reef serve process, watched at start")
     parser.add_argument("--serve-log", type=Path, help="its log, shown when it exits at start")
+    parser.add_argument(
+        "--token", help="a bearer token with the infer, feedback and admin scopes ($REEF_TOKEN)"
+    )
     parser.add_argument("--run-id", default=f"run{int(time.time())}")
     parser.add_argument("--plot", default="reward_curve.png", help="where the PNG goes")
     return run(parser.parse_args(argv))
