@@ -143,6 +143,24 @@ def test_the_sample_list_pages_and_filters_the_store(
     assert _ids(client, limit=2, after=one["next"]) == ["tasks/swe/1"]
     assert client.get("/reef/scenarios/billing/samples", headers=ADMIN).json()["total"] == 0
 
+    # A curator's filters, the reward order and the last page, each page's cursors both ways.
+    assert _ids(client, text="SIX TIMES") == ["s:0", "s:1"]  # both hold the call's messages
+    assert _ids(client, reward_min="0.25") == ["s:0"]
+    assert _ids(client, reward_max="0.25", reward_min="-1e3") == ["s:1"]
+    assert _ids(client, sort="reward", order="desc") == ["s:0", "s:1", "tasks/swe/1"]
+    last = client.get(
+        "/reef/scenarios/support/samples", params={"last": "true", "limit": 2}, headers=ADMIN
+    ).json()
+    assert [s["id"] for s in last["samples"]] == ["s:1", "tasks/swe/1"]
+    assert (last["next"], last["previous"], last["total"]) == (None, "0.2", 3)
+    assert _ids(client, limit=2, before=last["previous"]) == ["s:0"]
+    by_reward = {"sort": "reward", "limit": 1, "order": "desc", "count": "false"}
+    top = client.get("/reef/scenarios/support/samples", params=by_reward, headers=ADMIN).json()
+    assert ([s["id"] for s in top["samples"]], top["total"]) == (["s:0"], None)
+    assert top["next"] == "0.1~0.5"
+    assert _ids(client, **by_reward, after=top["next"]) == ["s:1"]
+    assert _ids(client, **by_reward, after="0.2~0.0") == ["tasks/swe/1"]  # no reward: last
+
 
 @pytest.mark.parametrize(
     ("query", "field"),
@@ -156,6 +174,12 @@ def test_the_sample_list_pages_and_filters_the_store(
         ({"kind": "image"}, "query.kind"),
         ({"order": "sideways"}, "query.order"),
         ({"after": "seven"}, "query.after"),
+        ({"after": "0.1~0.5"}, "query.after"),  # a reward-order cursor in time order
+        ({"sort": "reward", "before": "0.1"}, "query.before"),
+        ({"after": "0.1", "last": "true"}, "query.last"),
+        ({"reward_min": "high"}, "query.reward_min"),
+        ({"text": ""}, "query.text"),
+        ({"sort": "size"}, "query.sort"),
         ({"trainer": "nobody"}, "query.trainer"),
     ],
 )
@@ -308,6 +332,96 @@ def test_the_job_history_pages_back_in_time(client: TestClient, storage_database
     assert page(trainer="noop")["jobs"][0]["job_id"] == "job-0"
     refused = client.get("/reef/scenarios/support/jobs?before=x", headers=ADMIN)
     assert refused.json()["problems"][0]["field"] == "query.before"
+
+
+def test_jobs_carry_their_number_note_and_learning_signal(
+    client: TestClient, storage_database: Database
+) -> None:
+    """A job is numbered in the scenario's history, shows its TRAIN instruction's note, and
+    says whether it had a learning signal: one whose every group trained with one reward had
+    none (a group of one included); one without rewards is unknown. Its page lists its
+    samples with their client's group; the series holds every finished job, as runs of jobs
+    once the history is longer than the points asked for."""
+    samples = TrainerSamples(storage_database, "support")
+    samples.register_trainer("noop", reads_uploads=True)
+
+    def body(reward: float | None, group: str) -> dict[str, Any]:
+        metadata = {"report_metadata": {"group": group}}
+        return sample_body(TrajectorySample({"steps": []}, reward=reward, metadata=metadata))
+
+    for name, rewards in (("alike", (1.0, 1.0)), ("unlike", (0.0, 1.0)), ("none", (None, None))):
+        unit = [
+            NewSample(f"{name}:{i}", "trajectory", body(r, name)) for i, r in enumerate(rewards)
+        ]
+        samples.add_record_samples("noop", unit, [f"r-{name}"])
+    samples.add_record_samples("noop", [NewSample("solo", "trajectory", body(0.5, "solo"))], ["x"])
+    note = {"request_id": "note-1", "action": "TRAIN", "text": "only the good ones"}
+    assert client.post(
+        "/reef/scenarios/support/update", json={"training_mode": "manual"}, headers=ADMIN
+    ).is_success
+    assert client.post("/reef/scenarios/support/instructions", json=note, headers=ADMIN).is_success
+    history = JobHistory(storage_database, "support")
+
+    def job(job_id: str, members: list[str], loss: float, **kwargs: Any) -> None:
+        sent = [SampleOfJob(m, True, body_reward(m)) for m in members]
+        history.submitted("noop", job_id, sent, **kwargs)
+        history.ended("noop", job_id, "finished", {"loss": loss, "note": "text is left out"})
+
+    rewards = {"alike:0": 1.0, "alike:1": 1.0, "unlike:0": 0.0, "unlike:1": 1.0, "solo": 0.5}
+
+    def body_reward(sample_id: str) -> float | None:
+        return rewards.get(sample_id)
+
+    job("j-flat", ["alike:0", "alike:1", "solo"], 0.0, instruction_id="note-1")
+    job("j-moved", ["alike:0", "alike:1", "unlike:0", "unlike:1"], 0.25)
+    job("j-sft", ["none:0", "none:1"], 1.5)
+    jobs = client.get("/reef/scenarios/support/jobs", headers=ADMIN).json()["jobs"]
+    assert [(j["number"], j["signal"]) for j in jobs] == [(1, False), (2, True), (3, None)]
+    assert [j["instruction_text"] for j in jobs] == ["only the good ones", None, None]
+
+    detail = client.get("/reef/scenarios/support/jobs/noop/j-flat", headers=ADMIN).json()
+    assert (detail["job"]["number"], detail["job"]["signal"]) == (1, False)
+    assert [(s["sample_id"], s["group"], s["reward"]) for s in detail["samples"]] == [
+        ("alike:0", "alike", 1.0), ("alike:1", "alike", 1.0), ("solo", "solo", 0.5),
+    ]  # fmt: skip
+    missing = client.get("/reef/scenarios/support/jobs/noop/nope", headers=ADMIN)
+    assert missing.status_code == 404
+    assert (
+        client.get("/reef/scenarios/support/jobs/nobody/j-flat", headers=ADMIN).status_code == 400
+    )
+
+    # A sample trained only with alike groups says so in the list and opened.
+    listed = {
+        s["id"]: s
+        for s in client.get("/reef/scenarios/support/samples", headers=ADMIN).json()["samples"]
+    }
+    assert (listed["alike:0"]["group"], listed["alike:0"]["group_id"]) == ("alike", "alike:0")
+    assert listed["unlike:0"]["no_signal_by"] == {}
+    opened = client.get("/reef/scenarios/support/samples/alike:0", headers=ADMIN).json()
+    assert [(j["number"], j["signal"]) for j in opened["jobs"]] == [(1, False), (2, False)]
+    opened = client.get("/reef/scenarios/support/samples/unlike:1", headers=ADMIN).json()
+    assert [(j["number"], j["signal"]) for j in opened["jobs"]] == [(2, True)]
+
+    for number in range(4, 11):
+        job(f"j-{number}", ["unlike:0", "unlike:1"], float(number))
+    series = client.get(
+        "/reef/scenarios/support/job_series", params={"points": 4}, headers=ADMIN
+    ).json()
+    assert (series["jobs"], series["no_signal"]) == ({"noop": 10}, {"noop": 1})
+    assert series["metrics"] == ["loss", "reward_mean", "samples_trained"]
+    points = series["trainers"]["noop"]
+    assert [(p["first"], p["last"], p["jobs"]) for p in points] == [
+        (1, 3, 3),
+        (4, 6, 3),
+        (7, 9, 3),
+        (10, 10, 1),
+    ]
+    assert (points[0]["mean"]["loss"], points[0]["low"]["loss"], points[0]["high"]["loss"]) == (
+        (0.0 + 0.25 + 1.5) / 3, 0.0, 1.5,
+    )  # fmt: skip
+    assert (points[0]["no_signal"], points[-1]["job_id"]) == (1, "j-10")
+    refused = client.get("/reef/scenarios/support/job_series?points=1", headers=ADMIN)
+    assert refused.json()["problems"][0]["field"] == "query.points"
 
 
 def test_no_data_route_answers_without_a_token(client: TestClient) -> None:

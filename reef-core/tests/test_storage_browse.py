@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from reef.core.job_data import TaskSample, TrajectorySample, sample_body
 from reef.storage import (
+    BrowsedSample,
     Database,
     NewSample,
     SampleBrowser,
@@ -49,7 +50,7 @@ ALL = ["g0-0", "g0-1", "g1-0", "g1-1", "g2-0", "g2-1", "task-0", "task-1", "up-1
 
 
 def _ids(browser: SampleBrowser, where: SampleFilter, **kwargs: object) -> list[str]:
-    page, _ = browser.page(where, limit=100, **kwargs)  # type: ignore[arg-type]
+    page = browser.page(where, limit=100, **kwargs)  # type: ignore[arg-type]
     return [s.stored.id for s in page]
 
 
@@ -62,9 +63,10 @@ def test_pages_filters_and_what_each_trainer_did(storage_database: Database) -> 
     samples.insert_into_manual_buffer("b", ["g1-0"])
     StaleSamples(storage_database, "s").replace("a", ["g2-0"])
 
-    everything, total = browser.page(SampleFilter(), limit=100)
+    everything = browser.page(SampleFilter(), limit=100)
     assert [s.stored.id for s in everything] == ALL  # store order; the removed upload is gone
-    assert total == len(ALL)
+    assert browser.count(SampleFilter()) == (len(ALL), True)
+    assert browser.count(SampleFilter(), at_most=4) == (4, False)
     by_id = {s.stored.id: s for s in everything}
     assert by_id["g0-0"].train_counts == {"a": 1, "b": 1}
     assert by_id["g0-1"].train_counts == {"a": 1}
@@ -91,7 +93,7 @@ def test_pages_filters_and_what_each_trainer_did(storage_database: Database) -> 
     assert _ids(browser, SampleFilter(chosen=False, kind="trajectory", trained=False)) == [
         "g1-1", "g2-0", "g2-1",
     ]  # fmt: skip
-    assert SampleBrowser(storage_database, "other").page(SampleFilter(chosen=True)) == ([], 0)
+    assert SampleBrowser(storage_database, "other").page(SampleFilter(chosen=True)) == []
     assert _ids(browser, SampleFilter(), newest_first=True) == ALL[::-1]
 
     one = browser.one("g0-0")
@@ -99,7 +101,8 @@ def test_pages_filters_and_what_each_trainer_did(storage_database: Database) -> 
     assert one.train_counts == {"a": 1, "b": 1}
     assert browser.one("up-2") is None  # removed
     assert browser.one("nope") is None
-    assert SampleBrowser(storage_database, "other").page(SampleFilter()) == ([], 0)
+    assert SampleBrowser(storage_database, "other").page(SampleFilter()) == []
+    assert SampleBrowser(storage_database, "other").count(SampleFilter()) == (0, True)
 
 
 def test_walking_the_pages_shows_every_sample_once(storage_database: Database) -> None:
@@ -112,10 +115,9 @@ def test_walking_the_pages_shows_every_sample_once(storage_database: Database) -
             seen: list[str] = []
             after = None
             while True:
-                page, total = browser.page(
+                page = browser.page(
                     SampleFilter(), after=after, limit=limit, newest_first=newest_first
                 )
-                assert total == len(ALL)
                 assert len(page) <= limit
                 if not page:
                     break
@@ -130,3 +132,96 @@ def test_a_history_keeps_scalar_metrics_and_names_numbers_json_lacks() -> None:
     assert scalar_metrics(metrics) == {
         "loss": "nan", "up": "inf", "n": 3, "ok": True, "x": None, "name": "sft",
     }  # fmt: skip
+
+
+def _said(
+    text: str, reward: float | None, group: str | None = None, artifact: str = "art-0"
+) -> dict[str, object]:
+    """A trajectory body: one user message, a reply, the artifact that answered it, and the
+    client's group as the default assembly keeps it."""
+    trajectory = {
+        "steps": [
+            {"step_id": 1, "source": "user", "message": text},
+            {"step_id": 2, "source": "agent", "message": f"reply to {text}"},
+        ],
+        "extra": {"reef": {"records": [{"id": "c1", "artifact_id": artifact}]}},
+    }
+    metadata = {"report_metadata": {"group": group}} if group is not None else {}
+    return sample_body(TrajectorySample(trajectory, reward=reward, metadata=metadata))
+
+
+def _curated(database: Database) -> SampleBrowser:
+    samples = TrainerSamples(database, "s")
+    samples.register_trainer("a", reads_uploads=True)
+    said = [
+        ("n1", "Is it 100% safe?", 0.5, "round-1", "art-0"),
+        ("n2", "Où est la gare ?", 1.0, "round-1", "art-1"),
+        ("n3", 'He said "hello_world"', None, "round-2", "art-1"),
+        ("n4", "nothing here", 0.0, None, "art-2"),
+        ("n5", "ANOTHER hello", 1.0, "round-2", "art-0"),
+    ]
+    made = [NewSample(i, "trajectory", _said(t, r, g, a)) for i, t, r, g, a in said]
+    samples.add_record_samples("a", made[:2], ["r-1"])  # one unit: the store's group "n1"
+    for sample in made[2:]:
+        samples.add_record_samples("a", [sample], [f"r-{sample.id}"])
+    return SampleBrowser(database, "s")
+
+
+def test_text_group_reward_and_artifact_filters_read_the_body(storage_database: Database) -> None:
+    """The filters a curator uses: text anywhere in the body (case folded, wildcards and
+    quotes taken literally, non-ASCII as the body escapes it), the client's group or the
+    store's group id, a reward range, the artifact that answered."""
+    browser = _curated(storage_database)
+    assert _ids(browser, SampleFilter(text="hello")) == ["n3", "n5"]
+    assert _ids(browser, SampleFilter(text="100%")) == ["n1"]
+    assert _ids(browser, SampleFilter(text="%")) == ["n1"]  # a literal percent sign
+    assert _ids(browser, SampleFilter(text="o_w")) == ["n3"]  # a literal underscore
+    assert _ids(browser, SampleFilter(text='"hello')) == ["n3"]
+    assert _ids(browser, SampleFilter(text="Où")) == ["n2"]
+    assert _ids(browser, SampleFilter(text="absent")) == []
+    assert _ids(browser, SampleFilter(group="round-2")) == ["n3", "n5"]
+    assert _ids(browser, SampleFilter(group="n1")) == ["n1", "n2"]  # the store's group id
+    assert _ids(browser, SampleFilter(group="round")) == []  # whole names only
+    assert _ids(browser, SampleFilter(reward_min=0.5)) == ["n1", "n2", "n5"]
+    assert _ids(browser, SampleFilter(reward_min=0.1, reward_max=0.9)) == ["n1"]
+    assert _ids(browser, SampleFilter(reward_max=0.0)) == ["n4"]  # no reward: no match
+    assert _ids(browser, SampleFilter(artifact="art-1")) == ["n2", "n3"]
+    assert _ids(browser, SampleFilter(artifact="art")) == []
+    assert browser.count(SampleFilter(text="hello")) == (2, True)
+
+
+def test_reward_order_pages_both_ways_without_a_skip_or_a_repeat(
+    storage_database: Database,
+) -> None:
+    """By reward, highest first (ties newest first) or lowest first (ties oldest first), the
+    samples without a reward last both ways; a walk forward, a walk back from the last page, the
+    same samples."""
+    browser = _curated(storage_database)
+    highest = ["n5", "n2", "n1", "n4", "n3"]
+    assert _ids(browser, SampleFilter(), by_reward=True, newest_first=True) == highest
+    assert _ids(browser, SampleFilter(), by_reward=True) == ["n4", "n1", "n2", "n5", "n3"]
+    for limit in (1, 2, 3, 5):
+        for descending in (True, False):
+            order = highest if descending else ["n4", "n1", "n2", "n5", "n3"]
+            walk = {"limit": limit, "newest_first": descending, "by_reward": True}
+            seen: list[str] = []
+            page = browser.page(SampleFilter(), **walk)  # type: ignore[arg-type]
+            while page:
+                seen += [s.stored.id for s in page]
+                last = page[-1]
+                key = SampleBrowser.key_of(last, _reward_of(last), by_reward=True)
+                page = browser.page(SampleFilter(), after=key, **walk)  # type: ignore[arg-type]
+            assert seen == order, (limit, descending)
+            back: list[str] = []
+            page = browser.page(SampleFilter(), from_end=True, **walk)  # type: ignore[arg-type]
+            while page:
+                back = [s.stored.id for s in page] + back
+                first = page[0]
+                key = SampleBrowser.key_of(first, _reward_of(first), by_reward=True)
+                page = browser.page(SampleFilter(), before=key, **walk)  # type: ignore[arg-type]
+            assert back == order, (limit, descending)
+
+
+def _reward_of(sample: BrowsedSample) -> float | None:
+    reward = sample.stored.body.get("reward")
+    return float(reward) if isinstance(reward, int | float) else None

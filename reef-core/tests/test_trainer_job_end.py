@@ -213,7 +213,7 @@ def test_the_samples_of_a_job_killed_with_its_holder_are_consumed_by_a_failed_jo
     trained = browser.one("g2-0")
     assert trained is not None
     assert (dict(trained.train_counts), dict(trained.failed_counts)) == ({"c": 1}, {})
-    untrained, _ = browser.page(SampleFilter(trained=False))
+    untrained = browser.page(SampleFilter(trained=False))
     assert [s.stored.id for s in untrained] == ["g1-0", "g1-1"]
-    trained_page, _ = browser.page(SampleFilter(trained=True, trainer="c"))
+    trained_page = browser.page(SampleFilter(trained=True, trainer="c"))
     assert [s.stored.id for s in trained_page] == ["g2-0", "g2-1"]

@@ -220,9 +220,9 @@ def test_the_trainer_writes_the_samples_it_leaves_out_as_stale(
         MarkedStale.stale = frozenset()
     assert samples.train_counts("c", ["g1-0", "g2-0"]) == {"g1-0": 0, "g2-0": 1}
     assert marks.marked(["g1-0", "g1-1", "g2-0"]) == {"g1-0": ("c",)}
-    page, total = browser.page(SampleFilter(stale=True))
-    assert ([s.stored.id for s in page], total) == (["g1-0"], 1)
-    assert [s.stored.id for s in browser.page(SampleFilter(stale=True, trainer="x"))[0]] == []
+    page = browser.page(SampleFilter(stale=True))
+    assert [s.stored.id for s in page] == ["g1-0"]
+    assert browser.page(SampleFilter(stale=True, trainer="x")) == []
 
     _run(storage_database, RecordingComponent(), job_samples=2)
     assert marks.marked(["g1-0", "g1-1"]) == {}

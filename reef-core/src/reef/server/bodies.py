@@ -310,30 +310,56 @@ def _page_size(largest: int) -> Any:
     return [attrs.validators.ge(1), attrs.validators.le(largest)]
 
 
+def _optional_text(longest: int) -> Any:
+    """A validator of an optional text parameter of 1 to ``longest`` characters."""
+    return attrs.validators.optional(
+        [attrs.validators.min_len(1), attrs.validators.max_len(longest)]
+    )
+
+
 @attrs.frozen
 class SampleQuery:
     """The query of ``GET /reef/scenarios/{scenario}/samples``.
 
     :ivar kind: only samples of this kind (``trajectory`` or ``task``).
-    :ivar group: only the samples of this group.
+    :ivar group: only the samples of this group: the group the client named (a report's
+        ``metadata.group``) or the store's own group id.
     :ivar trained: only samples a job trained (``true``) or none did (``false``); a sample a
         failed job consumed was trained by none.
     :ivar stale: only samples a trainer leaves out as stale (``true``) or none does (``false``).
     :ivar chosen: only samples in a manual buffer (``true``) or in none (``false``).
     :ivar trainer: the trainer that ``trained``, ``stale`` and ``chosen`` ask about (default:
         any).
+    :ivar text: only samples whose stored body holds this text (messages, tool calls,
+        feedback, metadata; ASCII letters in any case).
+    :ivar reward_min: only samples of at least this reward.
+    :ivar reward_max: only samples of at most this reward.
+    :ivar artifact: only samples one of whose calls this artifact answered.
+    :ivar sort: ``time`` (store order) or ``reward`` (samples without one last).
     :ivar after: the ``next`` of the previous page.
+    :ivar before: the ``previous`` of the next page.
+    :ivar last: the last page (instead of the first).
+    :ivar count: count the matches (at most 10,000; ``total_exact`` says whether there are
+        more): leave it ``false`` when the count is known, for a fast page.
     :ivar limit: the most samples in the page (1 to 200).
-    :ivar order: ``asc`` (store order, oldest first) or ``desc`` (newest first).
+    :ivar order: ``asc`` (oldest or lowest first) or ``desc`` (newest or highest first).
     """
 
     kind: Literal["trajectory", "task"] | None = None
-    group: str | None = None
+    group: str | None = attrs.field(default=None, validator=_optional_text(400))
     trained: bool | None = None
     stale: bool | None = None
     chosen: bool | None = None
     trainer: str | None = attrs.field(default=None, validator=valid_name)
+    text: str | None = attrs.field(default=None, validator=_optional_text(400))
+    reward_min: float | None = None
+    reward_max: float | None = None
+    artifact: str | None = attrs.field(default=None, validator=_optional_text(400))
+    sort: Literal["time", "reward"] = "time"
     after: str | None = None
+    before: str | None = None
+    last: bool = False
+    count: bool = True
     limit: int = attrs.field(default=50, validator=_page_size(200))
     order: Literal["asc", "desc"] = "asc"
 
@@ -342,6 +368,8 @@ class SampleQuery:
 class SampleSummary:
     """A sample as the sample list shows it.
 
+    :ivar group: the group its client named (a report's ``metadata.group``), if any.
+    :ivar group_id: the store's id of the group it trains with (its first member's id).
     :ivar position: its place in store order.
     :ivar made_by: the trainer whose stage made it; ``None`` for an upload.
     :ivar origin: ``record`` (made from records), ``named`` or ``upload``.
@@ -354,6 +382,8 @@ class SampleSummary:
     :ivar stale_for: the trainers that leave it out as stale.
     :ivar failed_by: how many failed jobs of each trainer consumed it: sent to the component,
         its training thrown away with the job; it never trains again for that trainer.
+    :ivar no_signal_by: of ``trained_by``, how many of those jobs gave it no learning signal:
+        its group in the job scored all alike (advantage 0 under a group-relative objective).
     """
 
     id: str
@@ -370,17 +400,22 @@ class SampleSummary:
     manual_buffer: tuple[str, ...]
     stale_for: tuple[str, ...]
     failed_by: Mapping[str, int] = attrs.field(factory=dict)
+    group: str | None = None
+    no_signal_by: Mapping[str, int] = attrs.field(factory=dict)
 
 
 @attrs.frozen
 class SamplePage:
-    """One page of a scenario's samples; ``next`` asks for the following page (``None``: the
-    last page); ``total`` counts every sample the filters let through."""
+    """One page of a scenario's samples; ``next`` asks for the following page and
+    ``previous`` for the one before (``None``: none); ``total`` counts the samples the filters
+    let through, at most 10,000 (``total_exact`` false: more), ``None`` when not asked."""
 
     scenario: str
     samples: tuple[SampleSummary, ...]
-    total: int
+    total: int | None
     next: str | None
+    previous: str | None = None
+    total_exact: bool = True
 
 
 @attrs.frozen
@@ -445,6 +480,9 @@ class SampleInJob:
     :ivar extensions: what each extension said of the sample in this job (Agent ECC under
         ``ecc``: the group's outcome, the verdict, the decision, the rewards).
     :ivar job_extensions: what each extension said of the whole job (Agent ECC: the epoch).
+    :ivar signal: whether its group in the job trained with unlike rewards (``False``: all
+        alike, its advantage 0 under a group-relative objective; ``None``: not all rewarded).
+    :ivar number: the job's number in the scenario's history.
     """
 
     job_id: str
@@ -457,6 +495,8 @@ class SampleInJob:
     ended_at: float | None
     extensions: JSONObject
     job_extensions: JSONObject
+    signal: bool | None = None
+    number: int = 0
 
 
 @attrs.frozen
@@ -508,6 +548,11 @@ class JobSummary:
     :ivar reward_mean: the mean reward of the samples it sent that have one.
     :ivar metrics: the component's scalar metrics (``loss``, ...).
     :ivar extensions: what each extension said of the job (Agent ECC: its seal's epoch).
+    :ivar number: its number in the scenario's history (1: the first job submitted).
+    :ivar instruction_text: the note of the TRAIN instruction it answers, if it had one.
+    :ivar signal: whether it had a learning signal: ``False`` when every group of the samples
+        it sent trained with one reward (advantage 0 under a group-relative objective: a loss
+        of 0, the weights unmoved), ``None`` when its samples carry no reward.
     """
 
     job_id: str
@@ -523,6 +568,86 @@ class JobSummary:
     metrics: JSONObject
     error: str | None
     extensions: JSONObject
+    number: int = 0
+    instruction_text: str | None = None
+    signal: bool | None = None
+
+
+@attrs.frozen
+class JobSampleRow:
+    """A sample one job consumed, as the job's page lists it.
+
+    :ivar sent: it went to the component (``False``: consumed without training).
+    :ivar reward: the reward it trained with.
+    :ivar group: its client's group; ``group_id`` the store's (``None``: not stored now).
+    :ivar extensions: what each extension said of it in this job.
+    """
+
+    sample_id: str
+    sent: bool
+    reward: float | None
+    group: str | None
+    group_id: str | None
+    extensions: JSONObject
+
+
+@attrs.frozen
+class JobDetail:
+    """One job: its summary and the samples it consumed."""
+
+    scenario: str
+    job: JobSummary
+    samples: tuple[JobSampleRow, ...]
+
+
+@attrs.frozen
+class JobSeriesQuery:
+    """The query of ``GET /reef/scenarios/{scenario}/job_series``.
+
+    :ivar points: the most points of each trainer's series (2 to 2000): a longer history is
+        cut into that many runs of consecutive jobs, each drawn by its mean, lowest and
+        highest value.
+    """
+
+    points: int = attrs.field(
+        default=400, validator=[attrs.validators.ge(2), attrs.validators.le(2000)]
+    )
+
+
+@attrs.frozen
+class JobPoint:
+    """One point of a series: the finished jobs ``first`` to ``last`` (job numbers), their
+    mean metrics, the lowest and highest of each, the last one's id and end.
+
+    :ivar jobs: how many finished jobs it stands for.
+    :ivar no_signal: how many of them had no learning signal.
+    """
+
+    first: int
+    last: int
+    jobs: int
+    job_id: str
+    ended_at: float | None
+    mean: JSONObject
+    low: JSONObject
+    high: JSONObject
+    no_signal: int
+
+
+@attrs.frozen
+class JobSeries:
+    """Every finished job of each trainer, as chart points (``docs/console.md``).
+
+    :ivar jobs: how many finished jobs each trainer has (the points cover them all).
+    :ivar no_signal: how many of them had no learning signal (every group scored alike).
+    :ivar metrics: every metric name the series hold, sorted.
+    """
+
+    scenario: str
+    trainers: Mapping[str, tuple[JobPoint, ...]]
+    jobs: Mapping[str, int]
+    no_signal: Mapping[str, int]
+    metrics: tuple[str, ...]
 
 
 @attrs.frozen
@@ -618,6 +743,10 @@ def _query_value(value: str, kind: Any, field: str, problems: list[ErrorDetail])
         if re.fullmatch(r"-?[0-9]{1,18}", value):
             return int(value)
         problems.append(ErrorDetail(field, f"expected an integer, got {value!r}"))
+    elif float in kinds:
+        if re.fullmatch(r"-?[0-9]{1,18}(\.[0-9]{1,18})?([eE][-+]?[0-9]{1,3})?", value):
+            return float(value)
+        problems.append(ErrorDetail(field, f"expected a number, got {value!r}"))
     return value
 
 

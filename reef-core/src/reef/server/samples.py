@@ -32,7 +32,14 @@ from reef.server.bodies import (
 from reef.server.errors import ApiError
 from reef.server.openapi import ApiRoute
 from reef.server.service import ServedScenario, Service, check_trainer, service_of
-from reef.storage import BrowsedSample, Position, RecordStore, SampleFilter
+from reef.storage import (
+    BrowsedSample,
+    BrowseKey,
+    Position,
+    RecordStore,
+    SampleBrowser,
+    SampleFilter,
+)
 from reef.storage.job_history import FAILED
 
 __all__ = ["ROUTES"]
@@ -40,21 +47,36 @@ __all__ = ["ROUTES"]
 #: How much of a sample's first user message its summary shows.
 PREVIEW_CHARS: Final = 160
 
-_POSITION: Final = re.compile(r"([0-9]{1,18})\.([0-9]{1,18})")
+_KEY: Final = re.compile(r"([0-9]{1,18})\.([0-9]{1,18})(?:~(none|-?[0-9.e+-]{1,32}))?")
 
 
-def _position(cursor: str | None) -> Position | None:
+def _key(cursor: str | None, name: str, by_reward: bool) -> BrowseKey | None:
+    """A page's cursor read back: ``<position>`` in time order, ``<position>~<reward>`` (or
+    ``~none``) in reward order."""
     if cursor is None:
         return None
-    found = _POSITION.fullmatch(cursor)
-    if found is None:
+    found = _KEY.fullmatch(cursor)
+    reward: float | None = None
+    if found is not None and by_reward and found[3] not in (None, "none"):
+        try:
+            reward = float(found[3])
+        except ValueError:
+            found = None
+    if found is None or by_reward != (found[3] is not None):
+        example = "'0.42~0.5'" if by_reward else "'0.42'"
         raise ApiError.one(
             400,
             "invalid_request",
-            f"{QUERY_ROOT}.after",
-            f"expected the next of a previous page (such as '0.42'), got {cursor!r}",
+            f"{QUERY_ROOT}.{name}",
+            f"expected the cursor of a page of this order (such as {example}), got {cursor!r}",
         )
-    return Position(int(found[1]), int(found[2]))
+    return BrowseKey(Position(int(found[1]), int(found[2])), reward)
+
+
+def _cursor(summary: SampleSummary, by_reward: bool) -> str:
+    if not by_reward:
+        return summary.position
+    return f"{summary.position}~{'none' if summary.reward is None else repr(summary.reward)}"
 
 
 def _text(content: Any) -> str:
@@ -99,6 +121,8 @@ def _summary(browsed: BrowsedSample) -> SampleSummary:
     steps, preview = _preview(stored.kind, stored.body)
     report_id = stored.body.get("report_id")
     return SampleSummary(
+        group=SampleBrowser.client_group(browsed),
+        no_signal_by=dict(browsed.no_signal_counts),
         id=stored.id,
         kind=stored.kind,
         group_id=stored.group_id,
@@ -122,23 +146,58 @@ async def list_samples(request: Request) -> Response:
     _, scenario = service.authorised(request, "admin")
     query = read_query(request, SampleQuery)
     check_trainer(scenario, query.trainer, f"{QUERY_ROOT}.trainer")
-    after = _position(query.after)
+    by_reward = query.sort == "reward"
+    after = _key(query.after, "after", by_reward)
+    before = _key(query.before, "before", by_reward)
+    given = [name for name, value in (("after", after), ("before", before)) if value is not None]
+    if query.last:
+        given.append("last")
+    if len(given) > 1:
+        raise ApiError.one(
+            400,
+            "invalid_request",
+            f"{QUERY_ROOT}.{given[1]}",
+            f"give one of after, before and last, not {' and '.join(given)}",
+        )
     where = SampleFilter(
-        query.kind, query.group, query.trained, query.stale, query.trainer, query.chosen
+        kind=query.kind,
+        trained=query.trained,
+        stale=query.stale,
+        trainer=query.trainer,
+        chosen=query.chosen,
+        group=query.group,
+        text=query.text,
+        reward_min=query.reward_min,
+        reward_max=query.reward_max,
+        artifact=query.artifact,
     )
 
     def read() -> SamplePage:
-        # One more than the page: whether a next page exists, without a second query.
-        found, total = scenario.browser.page(
-            where, after=after, limit=query.limit + 1, newest_first=query.order == "desc"
+        # One more than the page: whether a page lies beyond it, without a second query.
+        found = scenario.browser.page(
+            where,
+            after=after,
+            before=before,
+            from_end=query.last,
+            limit=query.limit + 1,
+            newest_first=query.order == "desc",
+            by_reward=by_reward,
         )
-        page = found[: query.limit]
+        backwards = before is not None or query.last
         more = len(found) > query.limit
+        page = [_summary(s) for s in (found[1:] if backwards and more else found[: query.limit])]
+        # Walking forward, a page lies before this one when it was reached from one; walking
+        # back, one lies after it likewise.
+        earlier = more if backwards else after is not None
+        later = before is not None if backwards else more
+        total, exact = scenario.browser.count(where) if query.count else (None, True)
         return SamplePage(
             scenario.name,
-            tuple(_summary(s) for s in page),
+            tuple(page),
             total,
-            str(page[-1].stored.position) if more else None,
+            _cursor(page[-1], by_reward) if page and later else None,
+            _cursor(page[0], by_reward) if page and earlier else None,
+            exact,
         )
 
     return answer(await anyio.to_thread.run_sync(read))
@@ -192,6 +251,8 @@ def _detail(service: Service, scenario: ServedScenario, sample_id: str) -> Sampl
     report_id = body.get("report_id")
     name = body.get("name")
     split = body.get("split")
+    signals = scenario.browser.group_signals(stored.id)
+    entries = scenario.history.of_sample(stored.id)
     return SampleDetail(
         scenario=scenario.name,
         sample=_summary(browsed),
@@ -219,8 +280,10 @@ def _detail(service: Service, scenario: ServedScenario, sample_id: str) -> Sampl
                 ended_at=entry.job.ended_at,
                 extensions=entry.sample.extensions,
                 job_extensions=entry.job.extensions,
+                signal=signals.get((entry.job.trainer, entry.job.job_id)),
+                number=entry.job.number,
             )
-            for entry in scenario.history.of_sample(stored.id)
+            for entry in entries
         ),
     )
 

@@ -20,7 +20,7 @@ of each scenario on it:
 See ``docs/storage.md`` for the tables, transactions and durability choices.
 """
 
-from reef.storage.browse import BrowsedSample, SampleBrowser, SampleFilter
+from reef.storage.browse import BrowsedSample, BrowseKey, SampleBrowser, SampleFilter
 from reef.storage.database import Database, open_database
 from reef.storage.drops import DropCounters
 from reef.storage.errors import (
@@ -43,6 +43,7 @@ from reef.storage.trainer_state import TrainerState
 
 __all__ = [
     "ArtifactEvaluations",
+    "BrowseKey",
     "BrowsedSample",
     "ConflictError",
     "Database",

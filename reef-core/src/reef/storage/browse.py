@@ -1,6 +1,13 @@
 """Reading a scenario's samples the way a person browses them: in store order, a page at a
 time, filtered, each with what every trainer did with it.
 
+Pages are keyset pages (a page starts after, or ends before, the key of a row the person saw),
+in store order or by reward; how many samples a filter lets through is a separate, bounded
+count (:meth:`SampleBrowser.count`), asked for only when wanted: counting every match of a
+large store on each page is what made a page slow. The text, client-group and reward filters
+read the sample's JSON body in SQL (``json_extract`` on SQLite, ``jsonb`` on PostgreSQL): they
+scan the scenario's samples, and are the slow filters of a large store.
+
 Read-only: it reads the sample store's tables (samples, train counts, manual buffers), the
 trainers' stale marks (:mod:`reef.storage.stale_samples`) and the job history's failed jobs,
 and never changes a row. The console's routes use it (``docs/console.md``).
@@ -13,20 +20,111 @@ jobs that sent it (:attr:`BrowsedSample.failed_counts`).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 import attrs
-from sqlalchemy import ColumnElement, Connection, and_, func, literal, select, tuple_
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Float,
+    String,
+    and_,
+    case,
+    func,
+    literal,
+    or_,
+    select,
+    tuple_,
+)
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.expression import FunctionElement
 
+from reef.storage import json_values
 from reef.storage.database import Database
-from reef.storage.job_history import FAILED, job_samples, jobs
+from reef.storage.job_history import FAILED, RELEASED, job_samples, jobs
 from reef.storage.positions import Position
 from reef.storage.samples import StoredSample, TrainerSamples
 from reef.storage.stale_samples import StaleSamples, stale_samples
-from reef.storage.tables import manual_buffer, sample_trains, samples
+from reef.storage.tables import instructions, manual_buffer, sample_trains, samples
 
-__all__ = ["BrowsedSample", "SampleBrowser", "SampleFilter"]
+__all__ = ["COUNT_LIMIT", "BrowseKey", "BrowsedSample", "SampleBrowser", "SampleFilter"]
+
+#: The most matches :meth:`SampleBrowser.count` counts; beyond, it says "more than this".
+COUNT_LIMIT: Final = 10_000
+
+#: Where a sample's body keeps the group its client named (a report's ``metadata.group``).
+CLIENT_GROUP_PATH: Final = ("metadata", "report_metadata", "group")
+#: Where a sample's body keeps its reward: a trajectory's ``reward``, else an upload's
+#: ``trajectory.extra.reef.reward`` (as :func:`reef.core.job_data.sample_reward` reads it).
+REWARD_PATHS: Final = (("reward",), ("trajectory", "extra", "reef", "reward"))
+
+
+class _JsonAt(FunctionElement[Any]):
+    """The value at a fixed key path of a JSON text column: its text (``kind="text"``, a
+    string value only) or its number (``kind="number"``, a number only); NULL otherwise."""
+
+    inherit_cache = True
+
+    def __init__(self, column: ColumnElement[Any], path: tuple[str, ...], kind: str) -> None:
+        self.path = path
+        self.kind = kind
+        self.type = Float() if kind == "number" else String()
+        super().__init__(column)
+
+
+def _sqlite_path(path: tuple[str, ...]) -> str:
+    return "$" + "".join(f'."{key}"' for key in path)
+
+
+@compiles(_JsonAt, "sqlite")
+def _json_at_sqlite(element: _JsonAt, compiler: SQLCompiler, **kw: Any) -> str:
+    column = compiler.process(element.clauses, **kw)
+    path = _sqlite_path(element.path)
+    types = "('integer', 'real')" if element.kind == "number" else "('text')"
+    return (
+        f"(CASE WHEN json_valid({column}) AND json_type({column}, '{path}') IN {types}"
+        f" THEN json_extract({column}, '{path}') END)"
+    )
+
+
+@compiles(_JsonAt, "postgresql")
+def _json_at_postgresql(element: _JsonAt, compiler: SQLCompiler, **kw: Any) -> str:
+    column = compiler.process(element.clauses, **kw)
+    path = "{" + ",".join(element.path) + "}"
+    value = f"(CAST({column} AS JSONB) #> '{path}')"
+    kind, cast = ("number", "DOUBLE PRECISION") if element.kind == "number" else ("string", "TEXT")
+    return (
+        f"(CASE WHEN jsonb_typeof({value}) = '{kind}'"
+        f" THEN CAST(CAST({column} AS JSONB) #>> '{path}' AS {cast}) END)"
+    )
+
+
+def _reward() -> ColumnElement[Any]:
+    return func.coalesce(*(_JsonAt(samples.c.body, path, "number") for path in REWARD_PATHS))
+
+
+def _containing(fragment: str) -> str:
+    """A LIKE pattern matching ``fragment`` of JSON text anywhere; ``!`` escapes LIKE's
+    wildcards."""
+    return "%" + fragment.replace("!", "!!").replace("%", "!%").replace("_", "!_") + "%"
+
+
+def _text_like(text: str) -> str:
+    """A LIKE pattern of ``text`` as the canonical JSON of a body writes it (escaped as JSON:
+    quotes, backslashes, non-ASCII)."""
+    return _containing(json.dumps(text)[1:-1])
+
+
+@attrs.frozen(order=True)
+class BrowseKey:
+    """A sample's place in a browsing order: its store position, and in reward order its
+    reward (``None``: it has none; such samples come after every rewarded one)."""
+
+    position: Position
+    reward: float | None = None
 
 
 @attrs.frozen
@@ -40,6 +138,13 @@ class SampleFilter:
     :ivar chosen: in a manual buffer (True) or in none (False).
     :ivar trainer: the trainer ``trained``, ``stale`` and ``chosen`` ask about; any trainer
         when ``None``.
+    :ivar group: the group the client named (a report's ``metadata.group``), or the store's
+        own group id: a sample of either matches.
+    :ivar text: text found anywhere in the sample's body (its messages, tool calls, feedback,
+        metadata), ASCII letters in any case.
+    :ivar reward_min: the least reward (samples without a reward do not match).
+    :ivar reward_max: the greatest reward (likewise).
+    :ivar artifact: an artifact that answered one of the sample's recorded calls.
     """
 
     kind: str | None = None
@@ -48,6 +153,11 @@ class SampleFilter:
     stale: bool | None = None
     trainer: str | None = None
     chosen: bool | None = None
+    group: str | None = None
+    text: str | None = None
+    reward_min: float | None = None
+    reward_max: float | None = None
+    artifact: str | None = None
 
 
 @attrs.frozen
@@ -60,6 +170,9 @@ class BrowsedSample:
     :ivar stale_for: the trainers that leave it out as stale.
     :ivar failed_counts: how many failed jobs of each trainer it was sent to: consumed, its
         training thrown away (trainers of none are left out).
+    :ivar no_signal_counts: of the jobs that trained it (failed ones left out), how many of
+        each trainer gave it no learning signal: every member of its group in that job
+        trained with one reward, so its group-relative advantage was 0.
     """
 
     stored: StoredSample
@@ -67,6 +180,7 @@ class BrowsedSample:
     manual_buffers: tuple[str, ...]
     stale_for: tuple[str, ...]
     failed_counts: Mapping[str, int] = attrs.field(factory=dict)
+    no_signal_counts: Mapping[str, int] = attrs.field(factory=dict)
 
 
 class SampleBrowser:
@@ -82,42 +196,140 @@ class SampleBrowser:
         self,
         where: SampleFilter,
         *,
-        after: Position | None = None,
+        after: BrowseKey | Position | None = None,
+        before: BrowseKey | Position | None = None,
+        from_end: bool = False,
         limit: int = 50,
         newest_first: bool = False,
-    ) -> tuple[list[BrowsedSample], int]:
-        """Up to ``limit`` samples that meet ``where``, after position ``after`` in the order
-        asked (store order, or newest first), and how many samples meet ``where`` in all.
+        by_reward: bool = False,
+    ) -> list[BrowsedSample]:
+        """Up to ``limit`` samples that meet ``where``, in the order asked (store order or by
+        reward, ascending or ``newest_first``: highest reward first), in that order.
 
-        Removed uploads (items detached from the scenario) are not shown.
+        The page starts after ``after``, or ends just before ``before``, or is the last page
+        (``from_end``), or else the first. Removed uploads (items detached from the scenario)
+        are not shown.
         """
         conditions = self._conditions(where)
-        order = tuple_(samples.c.commit_tx, samples.c.seq)
+        descending = newest_first
+        keys = self._order(by_reward, descending)
         query = select(samples.c.id).where(*conditions)
-        if after is not None:
-            cursor = tuple_(literal(after.commit_tx), literal(after.seq))
-            query = query.where(order < cursor if newest_first else order > cursor)
-        query = query.order_by(
-            *(
-                (samples.c.commit_tx.desc(), samples.c.seq.desc())
-                if newest_first
-                else (samples.c.commit_tx, samples.c.seq)
-            )
-        ).limit(limit)
+        backwards = from_end or before is not None
+        cursor = after if after is not None else before
+        if cursor is not None:
+            key = BrowseKey(cursor) if isinstance(cursor, Position) else cursor
+            values = self._key_values(key, by_reward, descending)
+            row, edge = tuple_(*keys), tuple_(*(literal(v) for v in values))
+            # In the page's order a later row is greater (ascending) or smaller (descending).
+            later = (row < edge) if descending else (row > edge)
+            earlier = (row > edge) if descending else (row < edge)
+            query = query.where(later if after is not None else earlier)
+        ascending_keys = [k.desc() if descending != backwards else k.asc() for k in keys]
+        query = query.order_by(*ascending_keys).limit(limit)
         with self._database.read() as connection:
             ids = list(connection.execute(query).scalars())
-            total = int(
-                connection.execute(
-                    select(func.count()).select_from(samples).where(*conditions)
-                ).scalar_one()
-            )
-        found = self._browsed(self._samples.get(ids))
-        return sorted(found, key=lambda s: s.stored.position, reverse=newest_first), total
+        if backwards:
+            ids.reverse()
+        found = {s.stored.id: s for s in self._browsed(self._samples.get(ids))}
+        return [found[i] for i in ids if i in found]
+
+    def count(self, where: SampleFilter, *, at_most: int = COUNT_LIMIT) -> tuple[int, bool]:
+        """How many samples meet ``where``, counting no further than ``at_most``: the count
+        and whether it is exact (``False``: more than ``at_most`` match)."""
+        matches = (
+            select(samples.c.seq).where(*self._conditions(where)).limit(at_most + 1).subquery()
+        )
+        with self._database.read() as connection:
+            found = int(connection.execute(select(func.count()).select_from(matches)).scalar_one())
+        return min(found, at_most), found <= at_most
+
+    @staticmethod
+    def key_of(sample: BrowsedSample, reward: float | None, *, by_reward: bool) -> BrowseKey:
+        """The key of ``sample`` (whose reward is ``reward``) in the order asked."""
+        return BrowseKey(sample.stored.position, reward if by_reward else None)
+
+    @staticmethod
+    def _order(by_reward: bool, descending: bool) -> list[ColumnElement[Any]]:
+        position: list[ColumnElement[Any]] = [samples.c.commit_tx, samples.c.seq]
+        if not by_reward:
+            return position
+        reward = _reward()
+        # Samples without a reward come last both ways: the mark sorts them there.
+        missing = case((reward.is_(None), 0 if descending else 1), else_=1 if descending else 0)
+        return [missing, func.coalesce(reward, 0.0), *position]
+
+    @staticmethod
+    def _key_values(key: BrowseKey, by_reward: bool, descending: bool) -> tuple[Any, ...]:
+        position = (key.position.commit_tx, key.position.seq)
+        if not by_reward:
+            return position
+        if key.reward is None:
+            return (0 if descending else 1, 0.0, *position)
+        return (1 if descending else 0, key.reward, *position)
 
     def one(self, sample_id: str) -> BrowsedSample | None:
         """The sample ``sample_id`` (``None`` when not stored, or a removed upload)."""
         found = self._browsed(self._samples.get([sample_id]))
         return found[0] if found else None
+
+    def many(self, sample_ids: Sequence[str]) -> list[BrowsedSample]:
+        """The samples of ``sample_ids`` still stored (removed uploads left out)."""
+        return self._browsed(self._samples.get(list(sample_ids)))
+
+    @staticmethod
+    def client_group(sample: BrowsedSample) -> str | None:
+        """The group the sample's client named (a report's ``metadata.group``), if any."""
+        found: Any = sample.stored.body
+        for key in CLIENT_GROUP_PATH:
+            found = found.get(key) if isinstance(found, Mapping) else None
+        return found if isinstance(found, str) else None
+
+    def instruction_notes(self, request_ids: Sequence[str]) -> dict[str, str | None]:
+        """The note (``text``) of each TRAIN instruction of ``request_ids`` that is stored."""
+        query = select(instructions.c.request_id, instructions.c.body).where(
+            instructions.c.scenario == self.scenario,
+            instructions.c.request_id.in_(list(request_ids)),
+        )
+        with self._database.read() as connection:
+            rows = list(connection.execute(query))
+        notes: dict[str, str | None] = {}
+        for request_id, body in rows:
+            text = json_values.load(body).get("text")
+            notes[str(request_id)] = text if isinstance(text, str) else None
+        return notes
+
+    def group_signals(self, sample_id: str) -> dict[tuple[str, str], bool | None]:
+        """For each job (trainer, job id) that sent ``sample_id``: whether its group in that
+        job trained with unlike rewards (``None``: not every member had a reward)."""
+        query = (
+            select(
+                job_samples.c.trainer,
+                job_samples.c.job_id,
+                func.coalesce(samples.c.group_id, samples.c.id),
+            )
+            .select_from(job_samples)
+            .join(
+                samples,
+                and_(
+                    samples.c.scenario == job_samples.c.scenario,
+                    samples.c.id == job_samples.c.sample_id,
+                ),
+            )
+            .where(
+                job_samples.c.scenario == self.scenario,
+                job_samples.c.sample_id == sample_id,
+                job_samples.c.trained.is_(True),
+            )
+        )
+        with self._database.read() as connection:
+            parts = [(str(t), str(j), str(g)) for t, j, g in connection.execute(query)]
+            keys = sorted({(t, j) for t, j, _ in parts})
+            spreads = self._group_spreads(connection, keys) if keys else {}
+        found: dict[tuple[str, str], bool | None] = {}
+        for trainer, job_id, group in parts:
+            spread = spreads.get((trainer, job_id), {}).get(group)
+            found[(trainer, job_id)] = None if spread is None else _signal([spread])
+        return found
 
     def _conditions(self, where: SampleFilter) -> list[ColumnElement[bool]]:
         conditions: list[ColumnElement[bool]] = [
@@ -128,6 +340,19 @@ class SampleBrowser:
             conditions.append(samples.c.kind == where.kind)
         if where.group_id is not None:
             conditions.append(samples.c.group_id == where.group_id)
+        if where.group is not None:
+            client = _JsonAt(samples.c.body, CLIENT_GROUP_PATH, "text")
+            conditions.append(or_(client == where.group, samples.c.group_id == where.group))
+        if where.text:
+            conditions.append(samples.c.body.ilike(_text_like(where.text), escape="!"))
+        if where.artifact is not None:
+            # A recorded call of the trajectory (extra.reef.records) names its artifact so.
+            named = '"artifact_id":' + json.dumps(where.artifact)
+            conditions.append(samples.c.body.like(_containing(named), escape="!"))
+        if where.reward_min is not None:
+            conditions.append(_reward() >= where.reward_min)
+        if where.reward_max is not None:
+            conditions.append(_reward() <= where.reward_max)
         # Each mark (trained, stale, chosen): a row of its table for the sample, of the
         # trainer asked about or of any; the filter wants one (True) or none (False). Trained
         # is a train count beyond the failed jobs of that trainer that sent the sample.
@@ -219,6 +444,7 @@ class SampleBrowser:
                 .order_by(manual_buffer.c.trainer),
             )
             failed = self._failed_counts(connection, [s.id for s in stored])
+            alike = self._alike_counts(connection, [s.id for s in stored])
         stale = self._stale.marked([s.id for s in stored])
         return [
             BrowsedSample(
@@ -227,9 +453,110 @@ class SampleBrowser:
                 tuple(buffers.get(s.position.seq, {})),
                 stale.get(s.id, ()),
                 failed.get(s.id, {}),
+                alike.get(s.id, {}),
             )
             for s in stored
         ]
+
+    # -- learning signal: did a job's groups score unlike? ---------------------------------
+
+    def job_signals(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], bool | None]:
+        """Whether each job (trainer, job id) had a learning signal: ``True`` when a group of
+        the samples it sent trained with unlike rewards, ``False`` when every group's members
+        trained with one reward (a group of one included: advantage 0 under a group-relative
+        objective, the loss 0, the weights unmoved), ``None`` when it sent no sample with a
+        reward (SFT, tasks) or the history holds none of its samples."""
+        found: dict[tuple[str, str], bool | None] = {}
+        with self._database.read() as connection:
+            for start in range(0, len(keys), _CHUNK):
+                chunk = list(keys[start : start + _CHUNK])
+                for key, groups in self._group_spreads(connection, chunk).items():
+                    found[key] = _signal(groups.values())
+        return {key: found.get(key) for key in keys}
+
+    def _group_spreads(
+        self, connection: Connection, keys: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], dict[str, tuple[int, int, float | None, float | None]]]:
+        """(trainer, job id) -> group -> (members sent, rewarded, lowest, highest reward)."""
+        group = func.coalesce(samples.c.group_id, samples.c.id)
+        query = (
+            select(
+                job_samples.c.trainer,
+                job_samples.c.job_id,
+                group,
+                func.count(),
+                func.count(job_samples.c.reward),
+                func.min(job_samples.c.reward),
+                func.max(job_samples.c.reward),
+            )
+            .select_from(job_samples)
+            .join(
+                samples,
+                and_(
+                    samples.c.scenario == job_samples.c.scenario,
+                    samples.c.id == job_samples.c.sample_id,
+                ),
+            )
+            .where(
+                job_samples.c.scenario == self.scenario,
+                job_samples.c.trained.is_(True),
+                tuple_(job_samples.c.trainer, job_samples.c.job_id).in_(list(keys)),
+            )
+            .group_by(job_samples.c.trainer, job_samples.c.job_id, group)
+        )
+        spreads: dict[tuple[str, str], dict[str, tuple[int, int, float | None, float | None]]]
+        spreads = {}
+        for trainer, job_id, name, members, rewarded, low, high in connection.execute(query):
+            spreads.setdefault((str(trainer), str(job_id)), {})[str(name)] = (
+                int(members),
+                int(rewarded),
+                low,
+                high,
+            )
+        return spreads
+
+    def _alike_counts(
+        self, connection: Connection, ids: Sequence[str]
+    ) -> dict[str, dict[str, int]]:
+        """Sample id -> trainer -> how many jobs (not failed) trained it in a group that
+        scored all alike."""
+        query = (
+            select(
+                job_samples.c.sample_id,
+                job_samples.c.trainer,
+                job_samples.c.job_id,
+                func.coalesce(samples.c.group_id, samples.c.id),
+            )
+            .select_from(job_samples)
+            .join(jobs, self._same_job())
+            .join(
+                samples,
+                and_(
+                    samples.c.scenario == job_samples.c.scenario,
+                    samples.c.id == job_samples.c.sample_id,
+                ),
+            )
+            .where(
+                job_samples.c.scenario == self.scenario,
+                job_samples.c.sample_id.in_(list(ids)),
+                job_samples.c.trained.is_(True),
+                # A running job trains it; a failed or released one did not.
+                or_(jobs.c.event.is_(None), jobs.c.event.not_in([FAILED, RELEASED])),
+            )
+        )
+        parts = [(str(s), str(t), str(j), str(g)) for s, t, j, g in connection.execute(query)]
+        keys = sorted({(t, j) for _, t, j, _ in parts})
+        spreads: dict[tuple[str, str], dict[str, tuple[int, int, float | None, float | None]]]
+        spreads = {}
+        for start in range(0, len(keys), _CHUNK):
+            spreads |= self._group_spreads(connection, keys[start : start + _CHUNK])
+        found: dict[str, dict[str, int]] = {}
+        for sample_id, trainer, job_id, group in parts:
+            spread = spreads.get((trainer, job_id), {}).get(group)
+            if spread is not None and _signal([spread]) is False:
+                counts = found.setdefault(sample_id, {})
+                counts[trainer] = counts.get(trainer, 0) + 1
+        return found
 
     @staticmethod
     def _by_seq(connection: Connection, query: Any) -> dict[int, dict[str, int]]:
@@ -237,6 +564,19 @@ class SampleBrowser:
         for seq, trainer, value in connection.execute(query):
             found.setdefault(int(seq), {})[str(trainer)] = int(value)
         return found
+
+
+#: How many jobs one query of :meth:`SampleBrowser.job_signals` asks about.
+_CHUNK: Final = 400
+
+
+def _signal(groups: Any) -> bool | None:
+    """Whether groups of (members, rewarded, lowest, highest) hold a learning signal: one
+    fully rewarded group of unlike rewards is one; none when no group is fully rewarded."""
+    rewarded = [(low, high) for members, n, low, high in groups if n and n == members]
+    if not rewarded:
+        return None
+    return any(low != high for low, high in rewarded)
 
 
 def _trained(commits: Mapping[str, int], failed: Mapping[str, int]) -> dict[str, int]:

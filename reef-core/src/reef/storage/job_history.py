@@ -34,6 +34,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    func,
     select,
     update,
 )
@@ -145,6 +146,8 @@ class JobEntry:
     :ivar trained: how many samples went to the component.
     :ivar consumed: how many samples the job consumed (trained or retired).
     :ivar reward_mean: the mean reward of the trained samples that have one.
+    :ivar number: its number in the scenario's history, 1 for the first job submitted (0 where
+        it was not read numbered).
     """
 
     seq: int
@@ -160,6 +163,7 @@ class JobEntry:
     trained: int
     consumed: int
     reward_mean: float | None
+    number: int = 0
 
 
 @attrs.frozen
@@ -309,25 +313,31 @@ class JobHistory:
     # -- read by the console ---------------------------------------------------------------
 
     def read(
-        self, *, trainer: str | None = None, before: int | None = None, limit: int = 100
+        self, *, trainer: str | None = None, before: int | None = None, limit: int | None = 100
     ) -> list[JobEntry]:
-        """The latest ``limit`` jobs (of ``trainer``, else of every trainer) submitted before
-        history place ``before``, oldest first."""
-        query = select(jobs).where(jobs.c.scenario == self.scenario)
+        """The latest ``limit`` jobs (of ``trainer``, else of every trainer; every job when
+        ``None``) submitted before history place ``before``, oldest first, each numbered in
+        the scenario's history."""
+        found = self._numbered()
+        query = select(found)
         if trainer is not None:
-            query = query.where(jobs.c.trainer == trainer)
+            query = query.where(found.c.trainer == trainer)
         if before is not None:
-            query = query.where(jobs.c.seq < before)
-        query = query.order_by(jobs.c.seq.desc()).limit(limit)
+            query = query.where(found.c.seq < before)
+        query = query.order_by(found.c.seq.desc())
+        if limit is not None:
+            query = query.limit(limit)
         with self._database.read() as connection:
             rows = list(connection.execute(query))
         return [_entry(row) for row in reversed(rows)]
 
     def job(self, trainer: str, job_id: str) -> tuple[JobEntry, list[SampleOfJob]] | None:
-        """One job of ``trainer`` and the samples it consumed; ``None`` when the history does
-        not hold it."""
+        """One job of ``trainer``, numbered in the history, and the samples it consumed by
+        sample id; ``None`` when the history does not hold it."""
+        found = self._numbered()
+        query = select(found).where(found.c.trainer == trainer, found.c.job_id == job_id)
         with self._database.read() as connection:
-            row = connection.execute(select(jobs).where(*self._job(trainer, job_id))).first()
+            row = connection.execute(query).first()
             if row is None:
                 return None
             samples = list(
@@ -346,23 +356,30 @@ class JobHistory:
             for s in samples
         ]
 
+    def _numbered(self) -> Any:  # a subquery
+        """The scenario's jobs, each with its ``number`` in the history."""
+        number = func.row_number().over(order_by=jobs.c.seq).label("number")
+        return select(jobs, number).where(jobs.c.scenario == self.scenario).subquery()
+
     def of_sample(self, sample_id: str) -> list[JobSampleEntry]:
-        """Every job that consumed ``sample_id``, in history order, with the sample's part."""
+        """Every job that consumed ``sample_id``, in history order and numbered, with the
+        sample's part."""
+        found = self._numbered()
         query = (
             select(
-                jobs,
+                found,
                 job_samples.c.trained.label("sample_trained"),
                 job_samples.c.reward.label("sample_reward"),
                 job_samples.c.extensions.label("sample_extensions"),
             )
             .join(
                 job_samples,
-                (job_samples.c.scenario == jobs.c.scenario)
-                & (job_samples.c.trainer == jobs.c.trainer)
-                & (job_samples.c.job_id == jobs.c.job_id),
+                (job_samples.c.scenario == found.c.scenario)
+                & (job_samples.c.trainer == found.c.trainer)
+                & (job_samples.c.job_id == found.c.job_id),
             )
             .where(job_samples.c.scenario == self.scenario, job_samples.c.sample_id == sample_id)
-            .order_by(jobs.c.seq)
+            .order_by(found.c.seq)
         )
         with self._database.read() as connection:
             rows = list(connection.execute(query))
@@ -395,4 +412,5 @@ def _entry(row: Any) -> JobEntry:
         trained=row.trained,
         consumed=row.consumed,
         reward_mean=row.reward_mean,
+        number=int(getattr(row, "number", 0) or 0),
     )

@@ -32,18 +32,52 @@ function append(element, children) {
 }
 
 /**
- * Replace the children of `container` with `children`, keeping the keyboard focus on the
- * element of the same data-key when there is one (a live refresh must not throw a person's
- * place away).
+ * Replace the children of `container` with `children`, keeping the person's place: the
+ * keyboard focus and the caret go back to the element of the same data-key, the text typed
+ * into a field (a value that differs from the one the page drew) goes back into the field of
+ * the same data-key, and each scrolled box of a data-key keeps its scroll. A live refresh must
+ * not throw away what a person was doing.
  */
 export function replace(container, ...children) {
   const active = document.activeElement;
   const key = active && container.contains(active) ? active.dataset.key : undefined;
+  const caret = key && typeof active.selectionStart === "number" ? [active.selectionStart, active.selectionEnd, active.selectionDirection] : null;
+  const typed = new Map();
+  for (const field of container.querySelectorAll("input[data-key], textarea[data-key]")) {
+    if (field.type !== "checkbox" && field.type !== "radio" && field.value !== field.defaultValue) {
+      typed.set(field.dataset.key, field.value);
+    }
+  }
+  const scrolled = new Map();
+  for (const box of container.querySelectorAll("[data-scroll]")) {
+    if (box.scrollTop || box.scrollLeft) scrolled.set(box.dataset.scroll, [box.scrollTop, box.scrollLeft]);
+  }
   container.replaceChildren();
   append(container, children);
+  const same = (attribute, name) => container.querySelector(`[${attribute}="${CSS.escape(name)}"]`);
+  for (const [name, value] of typed) {
+    const field = same("data-key", name);
+    if (field) field.value = value;
+  }
+  for (const [name, [top, left]] of scrolled) {
+    const box = same("data-scroll", name);
+    if (box) {
+      box.scrollTop = top;
+      box.scrollLeft = left;
+    }
+  }
   if (key) {
-    const again = container.querySelector(`[data-key="${CSS.escape(key)}"]`);
-    if (again) again.focus({ preventScroll: true });
+    const again = same("data-key", key);
+    if (again) {
+      again.focus({ preventScroll: true });
+      if (caret && typeof again.setSelectionRange === "function") {
+        try {
+          again.setSelectionRange(...caret);
+        } catch {
+          // a field type without a caret (number, email): the focus is enough
+        }
+      }
+    }
   }
 }
 
