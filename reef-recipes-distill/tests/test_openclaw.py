@@ -244,7 +244,11 @@ def test_hints_become_teacher_requests_best_first(judge_url: Any) -> None:
     assert len(reef["teacher_candidates"]) == 1  # "km" is shorter than min_hint_chars
     teacher = reef["teacher"]
     assert teacher == reef["teacher_candidates"][0]
-    assert teacher["messages"][-1]["content"].endswith(HINT)
+    # As OpenClaw-RL's _append_hint_to_messages: a blank line, its marker line, the hint.
+    assert (
+        teacher["messages"][-1]["content"]
+        == f"How far is it?\n\n[user's hint / instruction]\n{HINT}"
+    )
     assert teacher["messages"][:-1] == []  # the first turn: only the user's question before it
 
 

@@ -25,7 +25,7 @@ A judge that fails or never answers ends the turn untrained and counted (``judge
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Final, Self
 
 import attrs
 
@@ -51,6 +51,10 @@ from reef import (
     with_teacher,
 )
 from reef_distill.openclaw.judge import Judge, JudgeSettings, Verdict, Vote
+
+#: The line OpenClaw-RL's hinted teacher reads before the hint
+#: (``openclaw-opd/openclaw_opd_api_server.py``, ``_append_hint_to_messages``).
+HINT_MARKER: Final = "[user's hint / instruction]"
 
 
 @attrs.frozen
@@ -154,8 +158,15 @@ class OpenClawRLSamples(JudgedSamples[OpenClawRLSamplesSettings]):
         hints = verdict.hints(settings.min_hint_chars)
         if not hints:
             return None
-        candidates = [compose_teacher_request(record, context=h) for h in hints]
+        candidates = [compose_teacher_request(record, context=hint_context(h)) for h in hints]
         return with_teacher(sample, teacher=candidates[0], candidates=candidates)
+
+
+def hint_context(hint: str) -> str:
+    """The text a hint adds to the teacher's last user message, as OpenClaw-RL's
+    ``_append_hint_to_messages`` writes it (after a blank line): :data:`HINT_MARKER`, a
+    newline, the hint."""
+    return f"{HINT_MARKER}\n{hint.strip()}"
 
 
 class OpenClawRLJobData(Sample2Job):
