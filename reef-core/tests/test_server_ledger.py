@@ -288,3 +288,48 @@ def test_a_conflict_only_the_insert_finds_is_written_again_item_by_item(
     assert [entry.call_id for entry in outcomes[1:]] == ["x1-0", "x2-0"]  # type: ignore[union-attr]
     stored = [row.id for row in RecordStore(database, SCENARIO).read_after(None)]
     assert stored == ["held0-0", "x1-0", "x2-0"]
+
+
+class _Poisoned(Exception):
+    pass
+
+
+def test_a_failed_batch_falls_back_item_by_item_without_rebuilding_the_index(
+    ledger: tuple[ScenarioLedger, Database],
+) -> None:
+    """rule: P-SET-2. A batch whose transaction fails is written again one item at a time; the
+    index drops only what the failed transactions added (no read of the store's link entries
+    from the start, however many items fail), and calls of the batch still link to each other
+    and to what came before."""
+    writer, database = ledger
+    a1, a2, a3 = _conversations(1, 3, prefix="a")[0]
+    (poison,) = _conversations(1, 1, prefix="poison")[0]
+    full_reads: list[str] = []
+
+    def fail_and_watch(_conn: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+        if statement.startswith("INSERT INTO reef_records") and poison.id in str(parameters):
+            raise _Poisoned(poison.id)
+        if "reef_records" in statement and "ORDER BY" in statement and "-1" in str(parameters):
+            full_reads.append(statement)
+
+    writer.append(a1).result(timeout=60)
+    commits = _HeldCommits(database)
+    try:
+        held = writer.append(_conversations(1, 1, prefix="held")[0][0])
+        assert commits.holding.wait(timeout=60)
+        event.listen(database.engine, "before_cursor_execute", fail_and_watch)
+        futures = [writer.append(call) for call in (a2, poison, a3)]
+        commits.release.set()
+        held.result(timeout=60)
+        outcomes = [_outcome(future) for future in futures]
+    finally:
+        commits.remove()
+        event.remove(database.engine, "before_cursor_execute", fail_and_watch)
+    assert isinstance(outcomes[1], _Poisoned)
+    assert [outcomes[0].parent_id, outcomes[2].parent_id] == [a1.id, a2.id]  # type: ignore[union-attr]
+    assert full_reads == []
+    (a4,) = _conversations(1, 4, prefix="a")[0][3:]
+    assert writer.append(a4).result(timeout=60).parent_id == a3.id
+    stored = [row.id for row in RecordStore(database, SCENARIO).read_after(None)]
+    assert stored == [a1.id, "held0-0", a2.id, a3.id, a4.id]
+    assert writer.append(poison).result(timeout=60).parent_id is None  # never half-linked

@@ -13,7 +13,7 @@ Responses call may be chained by ``previous_response_id`` (docs/api-formats.md#l
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
@@ -336,6 +336,64 @@ def test_restore_from_entries_answers_like_add(records: list[InferenceRecord]) -
     check_answers(rebuilt, records)
 
 
+class _Abandoned(Exception):
+    pass
+
+
+def _abandoned(index: TrajectoryIndex, work: Callable[[], object]) -> None:
+    """Run ``work`` in a tentative block of ``index`` that then raises."""
+
+    def block() -> None:
+        with index.tentative():
+            work()
+            raise _Abandoned
+
+    with pytest.raises(_Abandoned):
+        block()
+
+
+@PROPERTY
+@given(call_trees(), st.data())
+def test_a_tentative_block_that_raises_leaves_the_index_as_it_was(
+    records: list[InferenceRecord], data: st.DataObject
+) -> None:
+    """rule: P-SET-2; calls added (or restored) in a failed block are gone: the index answers,
+    and links later calls, as one that never saw them."""
+    start = data.draw(st.integers(0, len(records)), label="start")
+    end = data.draw(st.integers(start, len(records)), label="end")
+    kept, dropped, later = records[:start], records[start:end], records[end:]
+    index, _ = linked(kept)
+    never, _ = linked(kept)
+    scratch, _ = linked(kept)
+    entries = [scratch.add(record) for record in dropped]
+
+    def add_and_restore() -> None:
+        for n, (record, entry) in enumerate(zip(dropped, entries, strict=True)):
+            if n % 2:
+                index.restore(entry)  # as a catch-up restores what another writer stored
+            else:
+                assert index.add(record) == entry
+
+    _abandoned(index, add_and_restore)
+    assert list(index) == [r.id for r in kept]
+    for record in later:
+        assert index.add(record) == never.add(record)
+    for call_id in never:
+        assert index.parent(call_id) == never.parent(call_id)
+        assert index.children(call_id) == never.children(call_id)
+        assert index.is_last_call(call_id) == never.is_last_call(call_id)
+    with index.tentative():  # a block that ends normally keeps what it added
+        for record in dropped:
+            index.add(record)
+    assert len(index) == len(records)
+
+
+def test_tentative_blocks_do_not_nest() -> None:
+    index = TrajectoryIndex()
+    with index.tentative(), pytest.raises(ValueError, match="open already"), index.tentative():
+        pass
+
+
 # -- worked cases -----------------------------------------------------------------------------
 
 SYSTEM = {"role": "system", "content": "be brief"}
@@ -362,6 +420,18 @@ def test_a_retry_is_a_sibling_and_the_child_follows_the_reply_it_continues() -> 
     assert index.is_inside("r0", "r2")
     assert not index.is_inside("r1", "r2")
     assert not index.is_inside("r2", "r2")
+
+
+def test_an_undone_retry_no_longer_breaks_the_tie_between_retries() -> None:
+    """rule: P-SET-2; a retry added in a failed tentative block is forgotten in the reply
+    tie-break too: the child goes to the kept retry whose reply it continues."""
+    first = make_record(0, [SYSTEM, ASK], [], CHAT_COMPLETIONS, [CALL_LS])
+    retry = make_record(1, [SYSTEM, ASK], [], CHAT_COMPLETIONS, [DONE])
+    undone = make_record(2, [SYSTEM, ASK], [], CHAT_COMPLETIONS, [CALL_LS])
+    child = make_record(3, [SYSTEM, ASK, CALL_LS, LS_RESULT], [], CHAT_COMPLETIONS, [DONE])
+    index, _ = linked([first, retry])
+    _abandoned(index, lambda: index.add(undone))
+    assert index.add(child).parent_id == "r0"
 
 
 def test_ambiguous_retries_go_to_the_most_recent() -> None:

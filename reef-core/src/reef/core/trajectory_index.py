@@ -28,6 +28,7 @@ bodies, so it can be rebuilt from :class:`LinkEntry` values after the bodies wer
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 from collections.abc import Iterator, Mapping, Sequence
@@ -159,6 +160,8 @@ class TrajectoryIndex:
         self._by_request: dict[str, list[str]] = {}
         self._by_reply: dict[str, list[str]] = {}
         self._probes = 0
+        # The entries inserted inside a :meth:`tentative` block, in order; None outside one.
+        self._journal: list[LinkEntry] | None = None
 
     # -- linking --------------------------------------------------------------------------
 
@@ -219,7 +222,38 @@ class TrajectoryIndex:
             return matching[-1] if matching else candidates[-1]
         return None
 
+    @contextlib.contextmanager
+    def tentative(self) -> Iterator[None]:
+        """A block whose additions are undone when it raises: the index is then exactly as it
+        was before the block (a writer whose transaction failed keeps its index without
+        rebuilding it). Cost of the undo: proportional to what the block added.
+
+        :raises ValueError: when a tentative block is open already.
+        """
+        if self._journal is not None:
+            raise ValueError("a tentative block of this trajectory index is open already")
+        self._journal = []
+        try:
+            yield
+        except BaseException:
+            self._undo(self._journal)
+            raise
+        finally:
+            self._journal = None
+
+    def _undo(self, entries: list[LinkEntry]) -> None:
+        # Newest first: each entry is then the last item of every list that holds it.
+        for entry in reversed(entries):
+            del self._parent[entry.call_id]
+            if entry.parent_id is not None:
+                _pop_last(self._children, entry.parent_id, entry.call_id)
+            _pop_last(self._by_request, entry.request_key, entry.call_id)
+            for reply_key in dict.fromkeys(entry.reply_keys):
+                _pop_last(self._by_reply, reply_key, entry.call_id)
+
     def _insert(self, entry: LinkEntry) -> None:
+        if self._journal is not None:
+            self._journal.append(entry)
         self._parent[entry.call_id] = entry.parent_id
         if entry.parent_id is not None:
             self._children.setdefault(entry.parent_id, []).append(entry.call_id)
@@ -308,3 +342,13 @@ class TrajectoryIndex:
     def __iter__(self) -> Iterator[str]:
         """The call ids, in store order."""
         return iter(self._parent)
+
+
+def _pop_last(lists: dict[str, list[str]], key: str, call_id: str) -> None:
+    """Take ``call_id``, the newest, off ``lists[key]``; an emptied list goes (an absent key
+    and an empty list must not differ: :meth:`TrajectoryIndex.is_last_call`)."""
+    calls = lists[key]
+    assert calls[-1] == call_id  # undone newest first
+    calls.pop()
+    if not calls:
+        del lists[key]

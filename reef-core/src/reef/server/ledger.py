@@ -18,7 +18,8 @@ scenario's :class:`ScenarioLedger`, which runs on a thread of its own:
   inference record of the scenario that no call continues (P-REP-1, P-REP-2);
 - every item is answered only after its batch commits. When the transaction itself fails
   (the database, or a write conflict no check foresaw, such as another process taking an id),
-  the index is rebuilt and the items are written again one transaction each, so a failure
+  the index drops what the batch added to it (:meth:`TrajectoryIndex.tentative`: no rebuild,
+  no read of the store) and the items are written again one transaction each, so a failure
   reaches only the item that causes it. An item the database itself cannot take (a full
   disk) is told to ``on_store_failure`` with the size of its record, so the store's health is
   decided by that write (:mod:`reef.server.store_health`).
@@ -175,10 +176,10 @@ class ScenarioLedger:
         transaction fails, write them one transaction each."""
         started = time.perf_counter()
         try:
-            answers = self._write(items)
+            with self._index.tentative():
+                answers = self._write(items)
         except Exception as exc:
-            # Nothing was stored, but the index may hold some of the calls: rebuild it.
-            self._rebuild()
+            # Nothing was stored, and the index is as the last committed batch left it.
             if not reconnected and isinstance(exc, DBAPIError) and exc.connection_invalidated:
                 # The ledger's connection was dead (the database restarted since the last
                 # batch, say): the writer opens a fresh one; the same batch goes again once.
@@ -209,15 +210,6 @@ class ScenarioLedger:
             self._on_write(time.perf_counter() - started, 0)
         for answer in answers:
             answer()
-
-    def _rebuild(self) -> None:
-        """Start the index afresh and catch it up (outside the write lock)."""
-        self._index = TrajectoryIndex()
-        self._cursor = None
-        try:
-            self._catch_up()
-        except Exception as exc:  # the next batch catches up inside its transaction
-            _log.warning("scenario %r: rebuilding the trajectory index: %r", self.scenario, exc)
 
     def _write(self, items: list[_Append | _Admit]) -> list[Callable[[], object]]:
         """Judge and take each item, in order, inside one transaction; returns how to answer
