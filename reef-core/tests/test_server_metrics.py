@@ -34,8 +34,9 @@ from reef.testing.service import ServiceToken, auth_section, serve_on_loopback, 
 TOKENS = (
     ServiceToken("admin", ("infer", "feedback", "admin")),
     ServiceToken("scraper", ("metrics",)),
+    ServiceToken("limited", ("metrics",), ("support",)),
 )
-ADMIN, SCRAPER = (token.headers for token in TOKENS)
+ADMIN, SCRAPER, LIMITED = (token.headers for token in TOKENS)
 
 DEPLOYMENT = (
     'storage: {url: "%(url)s"}\nserving: {engine: "%(engine)s/v1"}\n'
@@ -192,6 +193,9 @@ def test_refusals_are_counted_by_reason(client: TestClient) -> None:
 def test_the_metrics_scope_guards_the_route(client: TestClient) -> None:
     assert client.get("/metrics").status_code == 401
     assert client.get("/metrics", headers=ADMIN).status_code == 403  # admin is not metrics
+    limited = client.get("/metrics", headers=LIMITED)
+    assert limited.status_code == 403  # the figures name every scenario
+    assert "limited to scenarios" in limited.json()["message"]
     assert client.get("/metrics", headers=SCRAPER).status_code == 200
 
 

@@ -20,7 +20,9 @@ handlers and route rows: :mod:`~reef.server.inference`, :mod:`~reef.server.repor
 :mod:`~reef.server.items`, :mod:`~reef.server.scenarios`, :mod:`~reef.server.samples`,
 :mod:`~reef.server.jobs`, :mod:`~reef.server.status`), the OpenAPI document made from it, the
 console's page (:mod:`~reef.server.console`), the error answers and the lifespan that starts
-and stops the :class:`~reef.server.service.Service` behind the routes.
+and stops the :class:`~reef.server.service.Service` behind the routes; and, where their
+libraries are installed, the application's own metrics (:mod:`~reef.server.metrics`) and
+spans (:mod:`~reef.server.tracing`) around it all.
 """
 
 from __future__ import annotations

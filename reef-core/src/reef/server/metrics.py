@@ -477,9 +477,19 @@ async def get_metrics(request: Request) -> Response:
     """``GET /metrics``: the service's metrics in Prometheus' text format, for a token with the
     ``metrics`` scope (any loopback client of a service without tokens).
 
-    :raises ApiError: 501 without the ``metrics`` extra."""
+    :raises ApiError: 403 for a token limited to scenarios (the figures name every scenario);
+        501 without the ``metrics`` extra."""
     service = service_of(request)
-    service.caller(request).require("metrics")
+    caller = service.caller(request)
+    caller.require("metrics")
+    if caller.scenarios is not None:
+        raise ApiError.one(
+            403,
+            "forbidden",
+            "authorization",
+            f"token {caller.name!r} is limited to scenarios, and the metrics name every"
+            " scenario: give the scraper a token that is not limited",
+        )
     if service.metrics is None:
         raise ApiError.one(
             501,
