@@ -28,6 +28,7 @@ from reef.components.teacher_scores import (  # noqa: E402
     EngineTeacher,
     TeacherError,
     kl_advantages,
+    token_advantages,
 )
 from reef.core.chat_rendering import ChatRenderer  # noqa: E402
 from reef.core.job_data import JobData, TrajectorySample  # noqa: E402
@@ -137,6 +138,41 @@ def test_the_advantage_is_the_negative_reverse_kl(
         # a token the teacher finds likelier than the student is pushed up, and back
         if abs(t - s) > 1e-6:
             assert (a > 0) == (coef > 0 and t > s)
+
+
+class _FixedTeacher:
+    """A teacher whose log probability of every token is ``value``."""
+
+    def __init__(self, value: float) -> None:
+        self.value = value
+
+    def logprobs(self, samples: Any) -> list[list[float]]:
+        return [[self.value] * len(trained_tokens(sample)) for sample in samples]
+
+
+@pytest.mark.parametrize("gamma", [0.0, 0.5, 0.9, 1.0])
+def test_the_kl_discount_factor_is_the_cookbooks(gamma: float) -> None:
+    # tinker_cookbook/distillation/train_on_policy.py: kl_advantages = -coef * mask * (log p -
+    # log q), then discounted_future_sum_vectorized(kl_advantages, gamma) when gamma > 0.
+    data = JobData("d:k", (distil_sample("2+3?", "five", None),))
+    job = JobParameters.parse(DISTIL, plugin_class=LocalComponent)
+    prepared = prepare_job(
+        data, RENDERER, job.objective, max_seq_len=None, component="t",
+        distillation=job.distillation,
+    )  # fmt: skip
+    (sequence,) = prepared.rendered[0][1].sequences
+    student = [-0.1 * (j % 7) - 0.2 for j in range(len(sequence.token_ids) - 1)]
+    rows, _ = token_advantages(
+        prepared, {(0, 0): student}, _FixedTeacher(-1.0), kl_coef=0.7, kl_discount=gamma
+    )
+    mask = torch.tensor(sequence.loss_mask[1:], dtype=torch.float64)
+    kl = -0.7 * mask * (torch.tensor(student, dtype=torch.float64) + 1.0)
+    expected = torch.empty_like(kl)
+    running = torch.zeros((), dtype=torch.float64)
+    for t in range(len(kl) - 1, -1, -1):
+        running = kl[t] + gamma * running if gamma > 0 else kl[t]
+        expected[t] = running
+    assert rows[(0, 0)] == pytest.approx(expected.tolist(), abs=1e-6)
 
 
 def test_a_teacher_that_scores_another_number_of_tokens_is_refused() -> None:

@@ -46,6 +46,12 @@ class DistillRecipeSettings(PluginSettings):
         help="weight of the reports' scores beside the teacher (0: reports need no score)",
         validator=attrs.validators.ge(0),
     )
+    kl_discount_factor: float = config_option(
+        0.0,
+        help="tinker-cookbook's kl_discount_factor: each token's KL advantage is the discounted"
+        " sum of its own and the later tokens' (0: its own alone)",
+        validator=[attrs.validators.ge(0), attrs.validators.le(1)],
+    )
     loss: str = config_option(
         "importance_sampling",
         help="importance_sampling (tinker-cookbook's form) or ppo (clipped)",
@@ -68,6 +74,9 @@ class DistillRecipe(Recipe[DistillRecipeSettings]):
     def job_parameters_of(cls, settings: DistillRecipeSettings) -> Mapping[str, Any]:
         """The distilling objective of the recipe's config."""
         distillation = DistillationParameters(
-            teacher=settings.teacher, kl_coef=settings.kl_coef, reward_coef=settings.reward_coef
+            teacher=settings.teacher,
+            kl_coef=settings.kl_coef,
+            reward_coef=settings.reward_coef,
+            kl_discount_factor=settings.kl_discount_factor,
         )
         return {"objective": settings.loss, "distillation": attrs.asdict(distillation)}

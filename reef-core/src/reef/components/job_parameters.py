@@ -108,6 +108,12 @@ class DistillationParameters(PluginSettings):
         help="weight of the task reward's advantage beside it (0: samples need no reward)",
         validator=_non_negative,
     )
+    kl_discount_factor: float = config_option(
+        0.0,
+        help="the cookbook's kl_discount_factor: each token's KL advantage becomes the "
+        "discounted sum of its own and the later tokens' (gamma; 0: its own alone)",
+        validator=attrs.validators.and_(attrs.validators.ge(0.0), attrs.validators.le(1.0)),
+    )
 
 
 @attrs.frozen

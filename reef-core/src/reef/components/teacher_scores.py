@@ -163,6 +163,7 @@ def token_advantages(
     scorer: TeacherScorer,
     *,
     kl_coef: float,
+    kl_discount: float = 0.0,
 ) -> tuple[dict[SequenceRef, list[float]], float | None]:
     """Each sequence's per-token advantage under a distilling objective, and the mean reverse
     KL (``log p_student - log p_teacher`` over the trained tokens, the ``teacher_kl`` metric).
@@ -173,6 +174,11 @@ def token_advantages(
 
     :param start: the student's log probabilities at the job's start weights, for every
         sequence of every sample to score (one value per token after the first).
+    :param kl_discount: ``gamma`` of the cookbook's ``kl_discount_factor``
+        (``tinker_cookbook/distillation/train_on_policy.py``): above 0, each position's KL
+        advantage is ``sum_k gamma^k * kl[t + k]`` over the row's later positions
+        (``discounted_future_sum_vectorized``; a position that does not train holds 0 and
+        still counts as a step of the discount, as in the cookbook's datum).
     :returns: the rows by sequence, each of ``len(sequence) - 1`` values.
     """
     positions = sorted({ref[0] for ref in start})
@@ -187,9 +193,14 @@ def token_advantages(
         differences += [s - t for s, t in zip(student, teacher, strict=True)]
         base = job.advantage_of(position)
         for k, js in enumerate(marks):
-            row = [base] * len(start[(position, k)])
+            terms = [0.0] * len(start[(position, k)])
             for j in js:
-                row[j - 1] = base + next(token_values)
-            rows[(position, k)] = row
+                terms[j - 1] = next(token_values)
+            if kl_discount > 0:
+                running = 0.0
+                for t in range(len(terms) - 1, -1, -1):
+                    running = terms[t] + kl_discount * running
+                    terms[t] = running
+            rows[(position, k)] = [base + term for term in terms]
     kl = sum(differences) / len(differences) if differences else None
     return rows, kl

@@ -312,6 +312,7 @@ class LocalComponent:
                 start,
                 self._teachers.scorer(job.distillation.teacher, self.model),
                 kl_coef=job.distillation.kl_coef,
+                kl_discount=job.distillation.kl_discount_factor,
             )
 
         def advantage_rows(refs: Sequence[SequenceRef]) -> torch.Tensor | None:

@@ -120,11 +120,16 @@ def distillation_rows(
     scorer: TeacherScorer,
     *,
     kl_coef: float,
+    kl_discount: float = 0.0,
 ) -> tuple[dict[SequenceRef, torch.Tensor], float | None]:
     """:func:`~reef.components.teacher_scores.token_advantages` of the start weights' log
     probabilities ``start``, as rows on their device (see there)."""
     rows, kl = token_advantages(
-        job, {ref: row.float().tolist() for ref, row in start.items()}, scorer, kl_coef=kl_coef
+        job,
+        {ref: row.float().tolist() for ref, row in start.items()},
+        scorer,
+        kl_coef=kl_coef,
+        kl_discount=kl_discount,
     )
     tensors = {
         ref: torch.tensor(values, dtype=torch.float32, device=start[ref].device)

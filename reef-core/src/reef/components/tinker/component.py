@@ -398,6 +398,7 @@ class TinkerComponent:
                 start,
                 self._teacher(client, job.distillation.teacher),
                 kl_coef=job.distillation.kl_coef,
+                kl_discount=job.distillation.kl_discount_factor,
             )
         loss_fn_config = (
             {"clip_low_threshold": 1 - job.clip_low, "clip_high_threshold": 1 + job.clip_high}
