@@ -330,35 +330,24 @@ def test_a_deployment_names_what_is_wrong_with_its_evals(tmp_path: Path) -> None
     bad.write_text('{"prompt": "a", "expected": "b"}\n{"prompt": 3}\n')
     good = tmp_path / "good.jsonl"
     good.write_text('{"prompt": "a", "expected": "b"}\n')
-    problems = problems_of(
-        tmp_path,
-        f"""    evals:
+    sets = f"""    evals:
       missing: {{data: {tmp_path / "none.jsonl"}}}
       broken: {{data: {bad}}}
-      unknown: {{data: {good}, verifier: "no_such_module_here:score"}}
-      odd: {{data: {bad}, verifier: "maybe"}}
-    serve_if: {{eval: missing, not_worse_than: -1}}""",
+      unknown: {{data: {good}, verifier: "no_such_module_here:score"}}"""
+    text = "\n".join(
+        problems_of(
+            tmp_path,
+            sets
+            + """
+      odd: {data: x, verifier: "maybe"}
+    serve_if: {eval: missing, not_worse_than: -1}""",
+        )
     )
-    text = "\n".join(problems)
     assert "verifier 'maybe' is neither exact nor regex" in text
     assert "not_worse_than" in text
-    problems = problems_of(
-        tmp_path,
-        f"""    evals:
-      missing: {{data: {tmp_path / "none.jsonl"}}}
-      broken: {{data: {bad}}}
-      unknown: {{data: {good}, verifier: "no_such_module_here:score"}}
-    serve_if: {{eval: other}}""",
-    )
-    text = "\n".join(problems)
+    text = "\n".join(problems_of(tmp_path, sets + "\n    serve_if: {eval: other}"))
     assert "serve_if.eval 'other' names no eval of the scenario" in text
-    problems = problems_of(
-        tmp_path,
-        f"""    evals:
-      missing: {{data: {tmp_path / "none.jsonl"}}}
-      broken: {{data: {bad}}}
-      unknown: {{data: {good}, verifier: "no_such_module_here:score"}}""",
-    )
+    problems = problems_of(tmp_path, sets)
     assert any("eval missing: cannot read" in p and p.endswith(".evals.missing") for p in problems)
     assert any("line 2: prompt is a string" in p for p in problems)
     assert any("no_such_module_here:score: cannot import it" in p for p in problems)

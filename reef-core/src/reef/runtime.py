@@ -32,7 +32,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from reef.components.interface import Artifact, ArtifactSource, JobHandle, TrainingComponent
+from reef.components.interface import (
+    Artifact,
+    ArtifactSource,
+    TrainingComponent,
+    WrappedComponent,
+)
 from reef.core.deployment import (
     LOCAL_ENGINE,
     Deployment,
@@ -40,7 +45,6 @@ from reef.core.deployment import (
     ServingSection,
     TrainingSection,
 )
-from reef.core.job_data import JobData, JobOutcome
 from reef.engines.admin import EngineAdmin
 from reef.engines.interface import CompletionFunction
 from reef.engines.publisher import Publisher
@@ -407,37 +411,21 @@ class ReefRuntime(ServiceRuntime):
         self._wake(scenario)
 
 
-class PublishedComponent:
+class PublishedComponent(WrappedComponent):
     """A training component whose :meth:`publish` waits (up to ``timeout`` seconds) for the
     scenario's engine to serve the new artifact, and returns the artifact the engine serves
     then: what the trainer hands its pipeline as served (P-STALE-5). Before the engine serves
     any, it returns the component's own. Everything else is the component's."""
 
     def __init__(self, component: TrainingComponent, publisher: Publisher, timeout: float) -> None:
-        self.component = component
+        super().__init__(component)
         self.publisher = publisher
         self.timeout = timeout
-
-    @property
-    def name(self) -> str:
-        return self.component.name
-
-    def submit(self, data: JobData, parameters: Mapping[str, Any] | None = None) -> JobHandle:
-        return self.component.submit(data, parameters)
-
-    def poll(self, handle: JobHandle) -> JobOutcome | None:
-        return self.component.poll(handle)
-
-    def wait(self, handle: JobHandle, timeout: float | None = None) -> JobOutcome:
-        return self.component.wait(handle, timeout)
 
     def publish(self) -> Artifact:
         artifact = self.component.publish()
         served = self.publisher.serve(artifact, self.timeout)
         return artifact if served is None else served
-
-    def close(self) -> None:
-        self.component.close()
 
 
 def _client_host(host: str) -> str:

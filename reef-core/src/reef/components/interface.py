@@ -127,3 +127,30 @@ class TrainingComponent(Protocol):
     def close(self) -> None:
         """Stop taking jobs and wait for the running one to end."""
         ...
+
+
+class WrappedComponent:
+    """A training component that hands every call to ``component`` but :meth:`publish`, which
+    a subclass changes (the runtime's publication into an engine, the eval gate)."""
+
+    def __init__(self, component: TrainingComponent) -> None:
+        self.component = component
+
+    @property
+    def name(self) -> str:
+        return self.component.name
+
+    def submit(self, data: JobData, parameters: Mapping[str, Any] | None = None) -> JobHandle:
+        return self.component.submit(data, parameters)
+
+    def poll(self, handle: JobHandle) -> JobOutcome | None:
+        return self.component.poll(handle)
+
+    def wait(self, handle: JobHandle, timeout: float | None = None) -> JobOutcome:
+        return self.component.wait(handle, timeout)
+
+    def publish(self) -> Artifact:
+        return self.component.publish()
+
+    def close(self) -> None:
+        self.component.close()

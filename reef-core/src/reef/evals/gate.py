@@ -23,11 +23,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, Final, Protocol
+from typing import Final, Protocol
 
-from reef.components.interface import Artifact, JobHandle, TrainingComponent
+from reef.components.interface import Artifact, TrainingComponent, WrappedComponent
 from reef.core.evals import ServeIfSection, gate_verdict
-from reef.core.job_data import JobData, JobOutcome
 from reef.core.records import JSON
 from reef.evals.sets import EvalIncomplete, EvalSet
 from reef.evals.targets import EvalTarget
@@ -71,7 +70,7 @@ class GatedArtifacts:
             return None
 
 
-class GatedComponent:
+class GatedComponent(WrappedComponent):
     """A training component whose publications are evaluated and, with a gate, served only
     when the gate passes them (see the module's documentation). Everything else is the
     component's."""
@@ -89,7 +88,7 @@ class GatedComponent:
         evaluations: ArtifactEvaluations,
         settings: ScenarioSettings,
     ) -> None:
-        self.component = component
+        super().__init__(component)
         self.scenario = scenario
         self.trainer = trainer
         self.evals = dict(evals)
@@ -98,22 +97,6 @@ class GatedComponent:
         self.artifacts = artifacts
         self.evaluations = evaluations
         self.settings = settings
-
-    @property
-    def name(self) -> str:
-        return self.component.name
-
-    def submit(self, data: JobData, parameters: Mapping[str, Any] | None = None) -> JobHandle:
-        return self.component.submit(data, parameters)
-
-    def poll(self, handle: JobHandle) -> JobOutcome | None:
-        return self.component.poll(handle)
-
-    def wait(self, handle: JobHandle, timeout: float | None = None) -> JobOutcome:
-        return self.component.wait(handle, timeout)
-
-    def close(self) -> None:
-        self.component.close()
 
     def publish(self) -> Artifact:
         """Publish, evaluate and (with a gate) decide; the artifact the engine serves."""
