@@ -279,6 +279,8 @@ def test_publications_and_their_failures_are_in_the_metrics(loop_of: Any, tmp_pa
     assert found["reef_publications_total"] == 1
     assert found["reef_publication_failures_total"] == 1
     assert found["reef_publication_last_duration_seconds"] > 0
+    assert found["reef_publication_duration_seconds_count"] == 1  # the one that succeeded
+    assert found["reef_publication_duration_seconds_sum"] > 0
 
 
 def test_an_adapter_another_process_loaded_is_taken_as_loaded(loop_of: Any, tmp_path: Path) -> None:

@@ -38,6 +38,7 @@ import logging
 import re
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
@@ -175,6 +176,8 @@ class Publisher:
         self._last_publication: JSON | None = None
         self._unlabelled: dict[str, int] = {}
         self._lost = 0
+        #: Told the seconds of each publication that succeeded (the service's metrics).
+        self.on_published: Callable[[float], None] | None = None
 
     # -- the thread ------------------------------------------------------------------------
 
@@ -308,6 +311,8 @@ class Publisher:
                 "seconds": seconds,
             }
             self._changed.notify_all()
+        if self.on_published is not None:
+            self.on_published(seconds)
         logger.info(
             "scenario %s: %s serves %s (%.3f s)",
             self.scenario,

@@ -28,6 +28,7 @@ spans (:mod:`~reef.server.tracing`) around it all.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Final
 
@@ -171,6 +172,9 @@ def create_app(
         for scenario in service.scenarios.values():
             if scenario.engine is not None:
                 scenario.engine = TimedEngine(scenario.engine)
+            publisher = service.runtime.publisher(scenario.name)
+            if publisher is not None:
+                publisher.on_published = functools.partial(service.metrics.published, scenario.name)
     tracer = tracer_of(service.options.tracer_provider)
     service.runtime.observe_trainers(JobTelemetry(service.metrics, tracer))
     # The first is the outermost: the metrics see every request, the refused ones included.

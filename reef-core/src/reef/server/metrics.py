@@ -180,6 +180,12 @@ class ServiceMetrics:
             "scenario",
             "trainer",
         )
+        self.publication_seconds = histogram(
+            "reef_publication_duration_seconds",
+            "Seconds each publication of this process took to load into its engine",
+            _JOB,
+            "scenario",
+        )
         self.trained_tokens = counter(
             "reef_trained_tokens",
             "Tokens this process's trainers trained on (the component's trained_tokens)",
@@ -237,6 +243,10 @@ class ServiceMetrics:
         tokens = outcome.metrics.get("trained_tokens")
         if isinstance(tokens, int | float) and not isinstance(tokens, bool) and tokens > 0:
             self.trained_tokens.labels(scenario, trainer).inc(tokens)
+
+    def published(self, scenario: str, seconds: float) -> None:
+        """This process put a new artifact of ``scenario`` into its engine in ``seconds``."""
+        self.publication_seconds.labels(scenario).observe(seconds)
 
     def text(self) -> bytes:
         """Everything, in Prometheus' text format."""
@@ -377,6 +387,7 @@ METRIC_NAMES: Final = frozenset(
         "reef_publications_total",
         "reef_publication_failures_total",
         "reef_publication_last_duration_seconds",
+        "reef_publication_duration_seconds",
     }
 )
 
