@@ -504,3 +504,94 @@ def test_the_gate_with_tinker_holds_back_a_worse_checkpoint(
     finally:
         component.close()
         service.close()
+
+
+# -- the trainer -----------------------------------------------------------------------------
+
+
+class Replies:
+    """An eval target whose artifacts answer as a test says: ``good`` or ``bad``."""
+
+    def __init__(self, replies: dict[str, str]) -> None:
+        self.replies = replies
+
+    def open(self, artifact: Artifact) -> Callable[[JSON], JSON]:
+        reply = self.replies[artifact.artifact_id]
+        return lambda request: {"choices": [{"message": {"content": reply}}]}
+
+    def close(self, artifact: Artifact, *, served: bool) -> None:
+        del artifact, served
+
+
+def test_the_trainer_counts_as_served_only_what_the_gate_served(
+    storage_database: Database, tmp_path: Path
+) -> None:
+    """rule: P-STALE-5 -- groups g1 and g2 were made under the served artifact a0; g1 trains,
+    and the job's end publishes a1, which the gate holds back. a0 still serves, so g2 is not
+    stale (max_staleness 0) and trains; the trainer's served artifacts never name a1."""
+    from reef.core.job_data import sample_body
+    from reef.pipeline_context import PipelineContext
+    from reef.recipe.grouped.processor import GroupedJobData
+    from reef.record2sample.no_samples import NoSamples
+    from reef.storage import NewSample, TrainerSamples
+    from reef.storage.scenario_settings import snapshot_key
+    from reef.testing.components import RecordingComponent, train_until_submitted
+    from reef.train.pipeline import TrainingPipeline
+    from reef.train.trainer import TrainerParts
+
+    store = ArtifactStore(tmp_path / "artifacts")
+    ids = [f"sha256:{hashlib.sha256(str(n).encode()).hexdigest()}" for n in range(3)]
+    for artifact_id in ids:
+        store.folder(artifact_id).mkdir(parents=True)
+
+    class Publishing(RecordingComponent):
+        """Publishes artifact n after its n-th job."""
+
+        def publish(self) -> Artifact:
+            return store.get(ids[len(self.submitted)])
+
+    samples = TrainerSamples(storage_database, "s")
+    samples.register_trainer("c", reads_uploads=False)
+    for group in ("g1", "g2"):
+        made = {"steps": [], "extra": {"reef": {"records": [{"id": "c", "artifact_id": ids[0]}]}}}
+        unit = [
+            NewSample(f"{group}-{i}", "trajectory", sample_body(TrajectorySample(made, reward=i)))
+            for i in range(2)
+        ]
+        samples.add_record_samples("c", unit, [f"record-{group}"])
+    component = Publishing(expected_jobs=2)
+    data = tmp_path / "items.jsonl"
+    data.write_text('{"prompt": "p", "expected": "good"}\n')
+    gated_component = GatedComponent(
+        component,
+        scenario="s",
+        trainer="c",
+        evals={"e": load_eval_set("e", EvalSetSection(data=str(data)))},
+        gate=ServeIfSection(eval="e"),
+        target=Replies({ids[0]: "good", ids[1]: "bad", ids[2]: "good"}),
+        artifacts=store,
+        evaluations=ArtifactEvaluations(storage_database, "s"),
+        settings=ScenarioSettings(storage_database, "s"),
+    )
+
+    def build(database: Database) -> TrainerParts:
+        context = PipelineContext("s", "c", has_runtime_loader=True)
+        pipeline = TrainingPipeline(
+            NoSamples(context, max_staleness=0),
+            GroupedJobData(context, job_samples=2, buffer_size=2),
+            samples=TrainerSamples(database, "s"),
+            context=context,
+        )
+        return TrainerParts(pipeline, gated_component)
+
+    train_until_submitted(storage_database, component, build)
+    jobs = [[str(s.sample_id) for s in data.samples] for data in component.submitted]
+    assert jobs == [["g1-0", "g1-1"], ["g2-0", "g2-1"]]
+    snapshot = ScenarioSettings(storage_database, "s").get(snapshot_key("c"))
+    assert snapshot["served_artifacts"] == [ids[0], ids[2]]
+    decisions = ArtifactEvaluations(storage_database, "s").decisions("c")
+    assert [(d.artifact_id, d.served) for d in decisions] == [
+        (ids[0], True),
+        (ids[1], False),
+        (ids[2], True),
+    ]
