@@ -51,6 +51,9 @@ NOT_CHECKED = (
     "reef_tttd.processor",
     "reef_distill.openclaw.processor",
     "agent_ecc.reef_seal",
+    "agent_ecc.adapters.swebench",
+    "agent_ecc.seal",
+    "agent_ecc.scorer",
 )
 
 

@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
-from agent_ecc.adapters.swebench import DEFAULT_RULE, RULES
+from agent_ecc.adapters.rules import DEFAULT_RULE, RULES
 from reef import (
     JobData,
     JobOutcome,

@@ -7,12 +7,13 @@ the request that re-executes a check, and the verdicts a record decides without 
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from agent_ecc.execution import ExecRequest, RawOutput
-from agent_ecc.records import ExecutionRecord, Run, Verdict
-from agent_ecc.store import ContentStore
-from agent_ecc.versions import Check
+if TYPE_CHECKING:  # named in annotations only: importing an adapter imports no more than it
+    from agent_ecc.execution import ExecRequest, RawOutput
+    from agent_ecc.records import ExecutionRecord, Run, Verdict
+    from agent_ecc.store import ContentStore
+    from agent_ecc.versions import Check
 
 
 class Adapter(Protocol):

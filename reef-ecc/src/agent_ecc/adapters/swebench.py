@@ -34,6 +34,7 @@ from typing import Any, Final
 import attrs
 
 from agent_ecc.adapters import parsers
+from agent_ecc.adapters.rules import DEFAULT_RULE, RULES
 from agent_ecc.execution import (
     RUNTIMES,
     ExecRequest,
@@ -67,9 +68,6 @@ __all__ = [
     "row_grading",
 ]
 
-RULES: Final = ("official", "logical", "swebench_4_1", "reference_set")
-#: The one default rule: the adapter's, :func:`conjunction_version`'s and the Reef plugin's.
-DEFAULT_RULE: Final = "official"
 #: The repository folder in SWE-bench's images, where a container check applies the patch.
 CONTAINER_WORKDIR: Final = "/testbed"
 
