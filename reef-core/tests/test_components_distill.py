@@ -175,6 +175,35 @@ def test_the_kl_discount_factor_is_the_cookbooks(gamma: float) -> None:
     assert rows[(0, 0)] == pytest.approx(expected.tolist(), abs=1e-6)
 
 
+def test_the_centred_kl_is_ttt_discovers_kl_penalty() -> None:
+    # tinker_cookbook/rl/metrics.py (test-time-training/discover), incorporate_kl_penalty:
+    # diff = logp - logp_base; avg = mean diff over the batch's trained tokens;
+    # advantages += kl_penalty_coef * mask * (avg - diff).
+    data = JobData("d:c", (distil_sample("2+3?", "five", None), distil_sample("1+1?", "2", None)))
+    job = JobParameters.parse(DISTIL, plugin_class=LocalComponent)
+    prepared = prepare_job(
+        data, RENDERER, job.objective, max_seq_len=None, component="t",
+        distillation=job.distillation,
+    )  # fmt: skip
+    start = {}
+    for position, (_, sample) in enumerate(prepared.rendered):
+        (sequence,) = sample.sequences
+        start[(position, 0)] = [
+            -0.3 * (j % 5) - 0.1 * position for j in range(len(sequence.token_ids) - 1)
+        ]
+    rows, kl = token_advantages(prepared, start, _FixedTeacher(-0.5), kl_coef=0.4, kl_centred=True)
+    masks = [
+        torch.tensor(prepared.rendered[p][1].sequences[0].loss_mask[1:], dtype=torch.float64)
+        for p in range(2)
+    ]
+    diffs = [(torch.tensor(start[(p, 0)], dtype=torch.float64) + 0.5) * masks[p] for p in range(2)]
+    avg = sum(float(d.sum()) for d in diffs) / sum(float(m.sum()) for m in masks)
+    assert kl == pytest.approx(avg, abs=1e-9)
+    for p in range(2):
+        expected = 0.4 * masks[p] * (avg - diffs[p])
+        assert rows[(p, 0)] == pytest.approx(expected.tolist(), abs=1e-6)
+
+
 def test_a_teacher_that_scores_another_number_of_tokens_is_refused() -> None:
     with pytest.raises(TeacherError, match="does not hold the student's reply"):
         kl_advantages([-1.0, -2.0], [-1.0], kl_coef=1.0)

@@ -18,19 +18,60 @@ from reef import (
 )
 
 
-class TTTDRecipe(Recipe):
+@attrs.frozen
+class TTTDRecipeSettings(PluginSettings):
+    """The ``tttd`` recipe's config: TTT-Discover's optional KL penalty against the base model
+    (``kl_penalty_coef``, 0 by default as in the published code)."""
+
+    kl_penalty_coef: float = config_option(
+        0.0,
+        help="the KL penalty's weight: each token's advantage gains kl_penalty_coef * (the "
+        "job's mean of log p - log p_base, minus the token's); 0: no penalty",
+        validator=attrs.validators.ge(0),
+    )
+    base_model: str | None = config_option(
+        None, help="kl_penalty_coef > 0: the base model's folder, what the penalty measures from"
+    )
+    kl_discount_factor: float = config_option(
+        0.0,
+        help="the KL penalty's discount over the later tokens (the published kl_discount_factor)",
+        validator=[attrs.validators.ge(0), attrs.validators.le(1)],
+    )
+
+    def __attrs_post_init__(self) -> None:
+        if self.kl_penalty_coef > 0 and self.base_model is None:
+            raise ValueError("kl_penalty_coef measures the KL from base_model: set it")
+
+
+class TTTDRecipe(Recipe[TTTDRecipeSettings]):
     """TTT-Discover: an external runner reports each step's rollouts in a grid; each complete
     step trains as one job with entropic advantages and the importance-sampling loss.
 
     Its ``job_samples`` defaults to one step of the grid, so it is not required.
     """
 
+    Settings: ClassVar[type[PluginSettings]] = TTTDRecipeSettings
     job_parameters: ClassVar[Mapping[str, Any]] = {"objective": "importance_sampling"}
 
     @classmethod
     def pipeline_spec(cls) -> PipelineSpec:
         """``TTTDSamples`` then ``TTTDJobData``."""
         return PipelineSpec(record2sample="TTTDSamples", sample2job="TTTDJobData")
+
+    @classmethod
+    def job_parameters_of(cls, settings: TTTDRecipeSettings) -> Mapping[str, Any]:
+        """With a KL penalty: the base model as a teacher of the rollouts' own tokens, its KL
+        term centred on the job's mean, beside the entropic advantage (``reward_coef`` 1)."""
+        if settings.kl_penalty_coef == 0:
+            return cls.job_parameters
+        distillation = DistillationParameters(
+            teacher=TeacherSettings(model_path=settings.base_model),
+            kl_coef=settings.kl_penalty_coef,
+            reward_coef=1.0,
+            kl_discount_factor=settings.kl_discount_factor,
+            kl_centred=True,
+        )
+        return {"objective": "importance_sampling", "distillation": attrs.asdict(distillation)}
 
 
 def _fraction(_: object, attribute: attrs.Attribute[Any], value: float) -> None:

@@ -7,8 +7,10 @@ sandbox; a real runner scores attempts with the task's verifier in the same plac
 Each step of the grid, the runner:
 
 1. reads the artifact the scenario serves (``GET /reef/status``), waiting for the first one;
-2. for each comparison group picks a state from its archive (the best attempts so far; the
-   empty string at first) and asks the served policy for ``rollouts`` attempts to improve it
+2. for each comparison group picks a state from its archive, as TTT-Discover's PUCT sampler
+   does (:class:`reef_tttd.puct.PUCTArchive`: the empty string at first, then the attempts
+   whose score and unexplored promise are highest, one per lineage) and asks the served
+   policy for ``rollouts`` attempts to improve it
    (``POST /scenarios/<scenario>/v1/chat/completions``), scores each and reports it
    (``POST /reef/scenarios/<scenario>/reports``) with its cell in ``metadata.tttd`` and the id
    ``<run>-s<step>-g<group>-r<rollout>``;
@@ -41,6 +43,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
+
+from reef_tttd.puct import Child, PUCTArchive
 
 VOWELS = frozenset("aeiouAEIOU")
 
@@ -150,7 +154,7 @@ class ToyRunner:
     :param url: the service's base URL.
     :param scenario: a scenario whose recipe is ``tttd``, with this grid.
     :param run: the prefix of every report id, so that two runs never share one.
-    :param archive_size: how many of the best attempts the archive keeps as states.
+    :param puct_c: the archive's exploration constant (:class:`PUCTArchive`).
     :param cell_key: the recipe's report metadata key of a cell: ``tttd`` or ``sdpo``.
     :param feedback: gives each report textual feedback on its attempt (SDPO's teacher reads it).
     :param timeout: the longest wait for one step to train, in seconds.
@@ -165,7 +169,7 @@ class ToyRunner:
         rollouts: int,
         run: str = "toy",
         max_tokens: int = 8,
-        archive_size: int = 4,
+        puct_c: float = 1.0,
         timeout: float = 120.0,
         token: str | None = None,
         cell_key: str = "tttd",
@@ -177,14 +181,14 @@ class ToyRunner:
         self.rollouts = rollouts
         self.run = run
         self.max_tokens = max_tokens
-        self.archive_size = archive_size
+
         self.timeout = timeout
         self.cell_key = cell_key
         self.feedback = feedback
         self.headers = {"content-type": "application/json"}
         if token is not None:
             self.headers["authorization"] = f"Bearer {token}"
-        self.archive: list[tuple[float, str]] = [(0.0, "")]
+        self.archive = PUCTArchive([("", vowel_score(""))], c=puct_c)
 
     def _request(self, method: str, path: str, body: Any = None) -> tuple[Any, Mapping[str, str]]:
         data = None if body is None else json.dumps(body).encode()
@@ -247,18 +251,20 @@ class ToyRunner:
     def step(self, step: int) -> StepResult:
         """Run, report and wait for one step of the grid."""
         served = self.served_artifact()
-        states = [text for _, text in self.archive]
+        states = self.archive.sample(self.groups)
+        children: list[Child] = []
         scores: list[float] = []
         for group in range(self.groups):
-            state = states[group % len(states)]
+            state = states[group % len(states)]  # fewer separate lineages than groups
             for rollout in range(self.rollouts):
-                reply, record = self.attempt(state)
+                reply, record = self.attempt(state.text)
                 score = self.report(step, group, rollout, record, reply)
                 scores.append(score)
-                self.archive.append((score, reply))
-        self.archive = sorted(self.archive, key=lambda entry: -entry[0])[: self.archive_size]
+                children.append(Child(state, reply, score))
+        self.archive.update(children)
         moved = self.wait_trained(step, served)
-        return StepResult(step, tuple(scores), self.archive[0][0], moved)
+        best = max(s.value for s in self.archive.states)
+        return StepResult(step, tuple(scores), best, moved)
 
     def served_artifact(self) -> str:
         """The artifact the scenario serves, once it serves one (the first weights are published

@@ -114,6 +114,11 @@ class DistillationParameters(PluginSettings):
         "discounted sum of its own and the later tokens' (gamma; 0: its own alone)",
         validator=attrs.validators.and_(attrs.validators.ge(0.0), attrs.validators.le(1.0)),
     )
+    kl_centred: bool = config_option(
+        False,
+        help="add kl_coef times the job's mean KL to every token's term (TTT-Discover's KL "
+        "penalty against the base model)",
+    )
 
 
 @attrs.frozen

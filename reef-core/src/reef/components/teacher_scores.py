@@ -164,6 +164,7 @@ def token_advantages(
     *,
     kl_coef: float,
     kl_discount: float = 0.0,
+    kl_centred: bool = False,
 ) -> tuple[dict[SequenceRef, list[float]], float | None]:
     """Each sequence's per-token advantage under a distilling objective, and the mean reverse
     KL (``log p_student - log p_teacher`` over the trained tokens, the ``teacher_kl`` metric).
@@ -179,18 +180,29 @@ def token_advantages(
         advantage is ``sum_k gamma^k * kl[t + k]`` over the row's later positions
         (``discounted_future_sum_vectorized``; a position that does not train holds 0 and
         still counts as a step of the discount, as in the cookbook's datum).
+    :param kl_centred: add ``kl_coef`` times the job's mean KL to every trained token's term,
+        so the terms average 0 over the job: TTT-Discover's KL penalty against the base model
+        (``tinker_cookbook/rl/metrics.py``, ``incorporate_kl_penalty``:
+        ``kl_penalty_coef * (avg_logp_diff - logp_diff)``).
     :returns: the rows by sequence, each of ``len(sequence) - 1`` values.
     """
     positions = sorted({ref[0] for ref in start})
     scored = scorer.logprobs([job.teachers[job.rendered[p][0]] for p in positions])
     rows: dict[SequenceRef, list[float]] = {}
     differences: list[float] = []
+    values: list[list[float]] = []
     for position, teacher in zip(positions, scored, strict=True):
         sequences = job.rendered[position][1].sequences
         marks = [[j for j in range(1, len(s.token_ids)) if s.loss_mask[j]] for s in sequences]
         student = [float(start[(position, k)][j - 1]) for k, js in enumerate(marks) for j in js]
-        token_values = iter(kl_advantages(student, teacher, kl_coef=kl_coef))
+        values.append(kl_advantages(student, teacher, kl_coef=kl_coef))
         differences += [s - t for s, t in zip(student, teacher, strict=True)]
+    kl = sum(differences) / len(differences) if differences else None
+    shift = kl_coef * kl if kl_centred and kl is not None else 0.0
+    for position, computed in zip(positions, values, strict=True):
+        sequences = job.rendered[position][1].sequences
+        marks = [[j for j in range(1, len(s.token_ids)) if s.loss_mask[j]] for s in sequences]
+        token_values = iter(value + shift for value in computed)
         base = job.advantage_of(position)
         for k, js in enumerate(marks):
             terms = [0.0] * len(start[(position, k)])
@@ -202,5 +214,4 @@ def token_advantages(
                     running = terms[t] + kl_discount * running
                     terms[t] = running
             rows[(position, k)] = [base + term for term in terms]
-    kl = sum(differences) / len(differences) if differences else None
     return rows, kl

@@ -313,6 +313,7 @@ class LocalComponent:
                 self._teachers.scorer(job.distillation.teacher, self.model),
                 kl_coef=job.distillation.kl_coef,
                 kl_discount=job.distillation.kl_discount_factor,
+                kl_centred=job.distillation.kl_centred,
             )
 
         def advantage_rows(refs: Sequence[SequenceRef]) -> torch.Tensor | None:

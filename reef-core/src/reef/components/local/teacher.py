@@ -121,6 +121,7 @@ def distillation_rows(
     *,
     kl_coef: float,
     kl_discount: float = 0.0,
+    kl_centred: bool = False,
 ) -> tuple[dict[SequenceRef, torch.Tensor], float | None]:
     """:func:`~reef.components.teacher_scores.token_advantages` of the start weights' log
     probabilities ``start``, as rows on their device (see there)."""
@@ -130,6 +131,7 @@ def distillation_rows(
         scorer,
         kl_coef=kl_coef,
         kl_discount=kl_discount,
+        kl_centred=kl_centred,
     )
     tensors = {
         ref: torch.tensor(values, dtype=torch.float32, device=start[ref].device)

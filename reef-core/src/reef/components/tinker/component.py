@@ -399,6 +399,7 @@ class TinkerComponent:
                 self._teacher(client, job.distillation.teacher),
                 kl_coef=job.distillation.kl_coef,
                 kl_discount=job.distillation.kl_discount_factor,
+                kl_centred=job.distillation.kl_centred,
             )
         loss_fn_config = (
             {"clip_low_threshold": 1 - job.clip_low, "clip_high_threshold": 1 + job.clip_high}
