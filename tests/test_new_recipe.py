@@ -6,7 +6,7 @@ installed into a throwaway folder (as ``pip install`` would put it), so Reef fin
 its entry point; then its generated tests run there, ``reef plugins`` and ``reef check`` see it,
 and Reef's own layout test passes with it installed. That it installs and passes with exactly
 the dependencies it declares, in a fresh environment, is
-``tests/test_isolation_distributions.py``'s to show (it builds the wheels that takes).
+``tests/test_isolation_new_recipe.py``'s to show (it builds the wheels that takes).
 """
 
 from __future__ import annotations
