@@ -65,10 +65,18 @@ def with_test_extra(dist: str) -> str:
     return f"{dist}[test]" if "test" in extras else dist
 
 
+#: Where a distribution's requirements admit PyTorch, the build the workspace's setup installs:
+#: its CPU wheel lies on this machine's disk, while the newest release is GBs of CUDA build.
+TORCH = "torch==2.13.0"
+
+
 def fresh_venv(path: Path, wheels: Path, *requirements: str) -> Path:
     venv.create(path, with_pip=True)
     python = path / "bin" / "python"
-    run(python, "-m", "pip", "install", "-q", "--find-links", wheels, *requirements)
+    constraints = path / "constraints.txt"
+    constraints.write_text(TORCH + "\n", encoding="utf-8")
+    run(python, "-m", "pip", "install", "-q", "--find-links", wheels, "-c", constraints,
+        *requirements)  # fmt: skip
     return python
 
 
