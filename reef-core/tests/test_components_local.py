@@ -19,6 +19,7 @@ from reef.components.advantages import group_advantages  # noqa: E402
 from reef.components.local.artifacts import load_model_folder  # noqa: E402
 from reef.components.local.component import LocalComponent  # noqa: E402
 from reef.core.job_data import JobData, TaskSample  # noqa: E402
+from reef.core.plugins import PluginConfigError  # noqa: E402
 from reef.testing.components import tiny_local_component  # noqa: E402
 from reef.testing.samples import colour_samples  # noqa: E402
 
@@ -50,6 +51,19 @@ def test_same_seed_same_jobs_same_artifact(tmp_path: Path) -> None:
     assert ids[0] == ids[1]
     other_seed = tiny_local_component(tmp_path / "c", seed=1)
     assert other_seed.publish().artifact_id != ids[0]
+
+
+def test_the_threads_setting_sets_torchs_cpu_threads(tmp_path: Path) -> None:
+    before = torch.get_num_threads()
+    try:
+        tiny_local_component(tmp_path / "three", threads=3)
+        assert torch.get_num_threads() == 3
+        tiny_local_component(tmp_path / "unset")
+        assert torch.get_num_threads() == 3  # unset: left as it is
+    finally:
+        torch.set_num_threads(before)
+    with pytest.raises(PluginConfigError, match="threads must be positive"):
+        tiny_local_component(tmp_path / "zero", threads=0)
 
 
 def test_components_built_at_once_start_from_the_same_seeded_weights(tmp_path: Path) -> None:

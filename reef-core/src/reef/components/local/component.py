@@ -101,6 +101,9 @@ class LocalComponent:
         self.state_dir = Path(settings.state_dir)
         self.artifacts = ArtifactStore(self.state_dir / "artifacts")
         self.jobs = JobRunner(name, self.state_dir / "jobs")
+        if settings.threads is not None:
+            # Process-wide: torch has one intra-op thread pool.
+            torch.set_num_threads(settings.threads)
         if settings.device == "auto":
             self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         else:

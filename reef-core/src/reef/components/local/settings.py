@@ -78,6 +78,12 @@ class LocalComponentSettings(PluginSettings):
     learning_rate: float = config_option(1e-3, help="AdamW learning rate", validator=_positive)
     seed: int = config_option(0, help="seed of the built model's (or adapter's) initial weights")
     device: str = config_option("auto", help="torch device; auto takes CUDA when present")
+    threads: int | None = config_option(
+        None,
+        help="CPU threads torch computes with (torch.set_num_threads, for the whole process); "
+        "torch's own default when unset",
+        validator=_positive,
+    )
     chat_template_args: dict[str, Any] = config_option(
         factory=dict, help="the engine's chat template arguments (enable_thinking...)"
     )
