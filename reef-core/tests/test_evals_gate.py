@@ -595,3 +595,70 @@ def test_the_trainer_counts_as_served_only_what_the_gate_served(
         (ids[1], False),
         (ids[2], True),
     ]
+
+
+# -- a judge model ---------------------------------------------------------------------------
+
+
+def judge_app(asked: list[JSON]) -> Any:
+    """An OpenAI-compatible judge: it answers 1 when the reply it is shown is the reference
+    answer, else 0 (a chat.completion as vLLM's)."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    async def complete(request: Request) -> JSONResponse:
+        body = await request.json()
+        asked.append(body)
+        text = body["messages"][0]["content"]
+        reference = text.split("reference answer is:\n")[1].split("\n")[0]
+        reply = text.split("The reply is:\n")[1].split("\n")[0]
+        message = {"role": "assistant", "content": "1" if reply == reference else "0"}
+        return JSONResponse(
+            {"object": "chat.completion", "model": body["model"],
+             "choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}
+        )  # fmt: skip
+
+    return Starlette(routes=[Route("/v1/chat/completions", complete, methods=["POST"])])
+
+
+def test_a_judge_model_grades_each_reply(storage_database: Database, tmp_path: Path) -> None:
+    from reef.core.evals import JudgeSection
+
+    asked: list[JSON] = []
+    data = tmp_path / "letters.jsonl"
+    data.write_text("".join(json.dumps({"prompt": p, "expected": "r"}) + "\n" for p in PROMPTS))
+    with serve_on_loopback(judge_app(asked)) as url:
+        judged = load_eval_set(
+            "letters",
+            EvalSetSection(
+                data=str(data),
+                verifier="judge",
+                judge=JudgeSection(url=f"{url}/v1", model="grader"),
+                sampling=EvalSamplingSection(max_tokens=1),
+            ),
+        )
+        gate = ServeIfSection(eval="letters", not_worse_than=0.02)
+        component, _ = gated(tmp_path / "state", storage_database, judged, gate)
+        component.publish()
+        train(component, "better", "r")
+        better = component.publish()
+        train(component, "worse", "x")
+        assert component.publish() == better
+    evaluations = ArtifactEvaluations(storage_database, SCENARIO)
+    assert [r.score for r in evaluations.results(TRAINER)] == [0.0, 1.0, 0.0]
+    assert len(asked) == 3 * len(PROMPTS)
+    assert {body["model"] for body in asked} == {"grader"}
+    # The judge is away: the evaluation is unfinished, nothing is decided, the status says so.
+    train(component, "again", "r")
+    assert component.publish() == better
+    error = ScenarioSettings(storage_database, SCENARIO).get(f"eval_error:{TRAINER}")
+    assert "the judge at" in error["error"]
+    assert len(evaluations.decisions(TRAINER)) == 3
+    component.close()
+
+
+def test_a_judge_section_goes_with_the_judge_verifier(tmp_path: Path) -> None:
+    problems = problems_of(tmp_path, "    evals:\n      j: {data: x.jsonl, verifier: judge}")
+    assert any("verifier judge and a judge section go together" in p for p in problems)

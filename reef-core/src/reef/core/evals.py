@@ -35,16 +35,24 @@ __all__ = [
     "EvalSetSection",
     "GateVerdict",
     "ItemOutcome",
+    "JudgeSection",
     "ServeIfSection",
     "gate_problems",
     "gate_verdict",
+    "judged_score",
     "mean_score",
     "parse_eval_lines",
     "verify_builtin",
 ]
 
 #: The verifiers Reef has built in; any other value is a Python function's ``module:name``.
-BUILTIN_VERIFIERS: Final = ("exact", "regex")
+BUILTIN_VERIFIERS: Final = ("exact", "regex", "judge")
+#: The judge's default instruction: ``{prompt}``, ``{reply}`` and ``{expected}`` are filled in.
+JUDGE_PROMPT: Final = (
+    "You grade an assistant's reply. The request was:\n{prompt}\n\nThe reference answer"
+    " is:\n{expected}\n\nThe reply is:\n{reply}\n\nAnswer with one number from 0 (wrong) to"
+    " 1 (right), and nothing else."
+)
 _FUNCTION_REFERENCE = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
 _ITEM_KEYS: Final = frozenset({"id", "messages", "prompt", "expected", "pattern", "metadata"})
 
@@ -94,6 +102,56 @@ class EvalSamplingSection(PluginSettings):
         return fields
 
 
+def _judge_prompt(_: object, attribute: attrs.Attribute[Any], value: str) -> None:
+    try:
+        value.format(prompt="", reply="", expected="")
+    except (KeyError, IndexError, ValueError) as exc:
+        raise ValueError(
+            f"{attribute.name} may name {{prompt}}, {{reply}} and {{expected}} only"
+            f" (double other braces): {exc!r}"
+        ) from exc
+
+
+@attrs.frozen
+class JudgeSection(PluginSettings):
+    """The judge model of a ``judge`` verifier: any OpenAI-compatible server."""
+
+    url: str = config_option(help="the judge's base URL (http://host:port/v1)")
+    model: str = config_option(help="the judge's model name")
+    api_key: str | None = config_option(None, help="its API key; a ${ENV} reference")
+    prompt: str = config_option(
+        JUDGE_PROMPT, help="the instruction, with {prompt}, {reply}, {expected}",
+        validator=_judge_prompt,
+    )  # fmt: skip
+
+    def request(self, item: EvalItem, reply: str) -> JSON:
+        """The judge's chat request about ``reply`` to ``item`` (greedy, short)."""
+        asked = "\n".join(str(m.get("content")) for m in item.messages)
+        text = self.prompt.format(
+            prompt=asked, reply=reply, expected=item.fields.get("expected", "")
+        )
+        return {
+            "model": self.model,
+            "messages": [{"role": "user", "content": text}],
+            "temperature": 0,
+            "max_tokens": 8,
+        }
+
+
+_JUDGED = re.compile(r"\b(0(?:\.\d+)?|1(?:\.0+)?)\b")
+
+
+def judged_score(text: str) -> float:
+    """The score a judge's answer gives: its first number in [0, 1].
+
+    :raises ValueError: when the answer holds none.
+    """
+    found = _JUDGED.search(text)
+    if found is None:
+        raise ValueError(f"the judge answered no score in [0, 1]: {text[:80]!r}")
+    return float(found.group(1))
+
+
 @attrs.frozen
 class EvalSetSection(PluginSettings):
     """One evaluation set of a scenario (``evals.<name>``)."""
@@ -108,6 +166,13 @@ class EvalSetSection(PluginSettings):
     sampling: EvalSamplingSection = config_option(
         factory=EvalSamplingSection, help="temperature, max_tokens, top_p, seed"
     )
+    judge: JudgeSection | None = config_option(
+        None, help="judge: the model that grades each reply (url, model, api_key, prompt)"
+    )
+
+    def __attrs_post_init__(self) -> None:
+        if (self.verifier == "judge") != (self.judge is not None):
+            raise ValueError("verifier judge and a judge section go together: give both or neither")
 
 
 @attrs.frozen
@@ -212,7 +277,7 @@ def parse_eval_lines(text: str, section: EvalSetSection) -> tuple[EvalItem, ...]
 
 
 def verify_builtin(section: EvalSetSection, item: EvalItem, reply: str) -> float:
-    """The score in [0, 1] of ``reply`` by a built-in verifier (``exact``, ``regex``)."""
+    """The score in [0, 1] of ``reply`` by the ``exact`` or ``regex`` verifier."""
     if section.verifier == "exact":
         return 1.0 if reply.strip() == str(item.fields["expected"]).strip() else 0.0
     pattern = item.fields.get("pattern", section.pattern)

@@ -3,7 +3,9 @@
 :func:`load_eval_set` is what ``reef check`` and ``reef serve`` call for each of a scenario's
 ``evals`` (a file that does not read, an item that is not usable, a verifier that does not import
 is a problem of the deployment); :meth:`EvalSet.evaluate` runs every item through a completion
-function (the artifact under evaluation, :mod:`reef.evals.targets`) and scores the replies.
+function (the artifact under evaluation, :mod:`reef.evals.targets`) and scores the replies. A
+``judge`` verifier asks the judge model to grade each reply; a judge that does not answer leaves
+the evaluation unfinished.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import httpx
 
 from reef.core.evals import (
     BUILTIN_VERIFIERS,
@@ -23,6 +26,8 @@ from reef.core.evals import (
     EvalResult,
     EvalSetSection,
     ItemOutcome,
+    JudgeSection,
+    judged_score,
     mean_score,
     parse_eval_lines,
     verify_builtin,
@@ -79,6 +84,8 @@ class EvalSet:
                 score = float(self.verify(reply, item))
                 if not 0.0 <= score <= 1.0:
                     raise ValueError(f"a score is in [0, 1], the verifier gave {score}")
+            except EvalIncomplete:
+                raise  # the judge did not answer: no score at all
             except Exception as exc:  # the user's verifier: its failure is the item's outcome
                 outcomes.append(ItemOutcome(item.item_id, 0.0, reply, f"verifier: {exc!r}"))
                 continue
@@ -120,6 +127,27 @@ def _function_verifier(reference: str) -> Verifier:
     return verify
 
 
+def _judge_verifier(name: str, judge: JudgeSection) -> Verifier:
+    url = f"{judge.url.rstrip('/')}/chat/completions"
+    headers = {"authorization": f"Bearer {judge.api_key}"} if judge.api_key else {}
+
+    def verify(reply: str, item: EvalItem) -> float:
+        try:
+            response = httpx.post(
+                url, json=judge.request(item, reply), headers=headers, timeout=120
+            )
+        except httpx.HTTPError as exc:
+            raise EvalIncomplete(f"eval {name}: the judge at {url} did not answer: {exc}") from exc
+        if response.status_code != 200:
+            raise EvalIncomplete(
+                f"eval {name}: the judge at {url} answered {response.status_code}:"
+                f" {response.text[:200]}"
+            )
+        return judged_score(_reply_text(response.json()))
+
+    return verify
+
+
 def load_eval_set(name: str, section: EvalSetSection) -> EvalSet:
     """The eval set ``name`` of ``section``: its file read, its items checked, its verifier
     imported.
@@ -136,6 +164,8 @@ def load_eval_set(name: str, section: EvalSetSection) -> EvalSet:
         items = parse_eval_lines(text, section)
     except EvalItemError as exc:
         raise EvalSetError(f"eval {name}: {path}: {exc}") from exc
+    if section.judge is not None:
+        return EvalSet(name, section, items, _judge_verifier(name, section.judge))
     if section.verifier in BUILTIN_VERIFIERS:
 
         def verify(reply: str, item: EvalItem) -> float:
