@@ -16,6 +16,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import attrs
 
@@ -335,6 +336,119 @@ def _run_new(args: argparse.Namespace) -> int:
     return 0
 
 
+def _configure_export(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("deployment", type=flags.deployment_file, help="the deployment file (YAML)")
+    parser.add_argument("scenario", type=flags.name, help="the scenario whose samples to export")
+    parser.add_argument(
+        "--format",
+        choices=["jsonl", "parquet", "hf"],
+        default="jsonl",
+        help="JSON Lines, a Parquet file, or a Hugging Face datasets folder (load_from_disk)",
+    )
+    parser.add_argument(
+        "--output", type=flags.new_path, required=True, help="the file (folder, for hf) to write"
+    )
+    parser.add_argument(
+        "--since", type=flags.timestamp, help="samples of calls received at or after this time"
+    )
+    parser.add_argument(
+        "--until", type=flags.timestamp, help="samples of calls received before this time"
+    )
+    parser.add_argument(
+        "--tag",
+        type=flags.tag,
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="samples of calls carrying this tag (repeat for several; all must match)",
+    )
+    trained = parser.add_mutually_exclusive_group()
+    trained.add_argument(
+        "--trained", dest="trained", action="store_const", const=True, help="trained samples only"
+    )
+    trained.add_argument(
+        "--untrained", dest="trained", action="store_const", const=False, help="untrained only"
+    )
+    parser.add_argument(
+        "--trainer", type=flags.name, help="the trainer --trained and --untrained ask about"
+    )
+    parser.add_argument("--reward-min", type=flags.finite_number, help="a reward at least this")
+    parser.add_argument("--reward-max", type=flags.finite_number, help="a reward at most this")
+
+
+def _open_scenario(command: str, args: argparse.Namespace) -> tuple[Any, Any] | None:
+    """The deployment's database of ``args.scenario``, opened, and the export module; ``None``
+    (said why) when it cannot be."""
+    try:
+        from reef.server import export, open_databases
+    except ModuleNotFoundError as exc:
+        _needs_server_extra(command, exc)
+        return None
+    plugins = _loaded_plugins()
+    try:
+        deployment = load_deployment(args.deployment, plugins=plugins)
+    except DeploymentError as exc:
+        print(exc, file=sys.stderr)
+        return None
+    if args.scenario not in deployment.scenarios:
+        print(
+            f"reef {command}: the deployment has no scenario {args.scenario!r}; its scenarios:"
+            f" {', '.join(deployment.scenarios)}",
+            file=sys.stderr,
+        )
+        return None
+    url = deployment.storage_of(args.scenario).url
+    return open_databases(deployment)[url], export
+
+
+def _run_export(args: argparse.Namespace) -> int:
+    opened = _open_scenario("export", args)
+    if opened is None:
+        return 1
+    database, export = opened
+    where = export.ExportFilter(
+        since=args.since,
+        until=args.until,
+        tags=dict(args.tag),
+        trained=args.trained,
+        trainer=args.trainer,
+        reward_min=args.reward_min,
+        reward_max=args.reward_max,
+    )
+    written = export.write_export(
+        export.export_rows(database, args.scenario, where), args.format, args.output
+    )
+    print(f"exported {written} samples of scenario {args.scenario} to {args.output}")
+    return 0
+
+
+def _configure_import(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("deployment", type=flags.deployment_file, help="the deployment file (YAML)")
+    parser.add_argument(
+        "file", type=flags.export_file, help="what reef export wrote: .jsonl, .parquet, a folder"
+    )
+    parser.add_argument(
+        "--scenario", type=flags.name, required=True, help="the scenario that gets the uploads"
+    )
+
+
+def _run_import(args: argparse.Namespace) -> int:
+    opened = _open_scenario("import", args)
+    if opened is None:
+        return 1
+    database, export = opened
+    try:
+        result = export.import_file(database, args.scenario, args.file)
+    except export.ImportError_ as exc:
+        print(f"reef import: {exc}", file=sys.stderr)
+        return 1
+    print(
+        f"imported {result.stored} trajectories into scenario {args.scenario} as uploads"
+        f" ({result.already} were there already)"
+    )
+    return 0
+
+
 #: Every subcommand, by name. A layer that adds one (``serve``, ``status``, ``example``) adds
 #: its entry here.
 SUBCOMMANDS: dict[str, Subcommand] = {
@@ -363,6 +477,19 @@ SUBCOMMANDS: dict[str, Subcommand] = {
         "docs/recipe-authoring.md",
         _configure_new,
         _run_new,
+    ),
+    "export": Subcommand(
+        "write a scenario's trajectory samples (ATIF, rewards, train counts, artifacts, tags) as"
+        " JSON Lines, Parquet or a Hugging Face datasets folder, filtered",
+        "docs/observe.md#export-and-import",
+        _configure_export,
+        _run_export,
+    ),
+    "import": Subcommand(
+        "store the trajectories of an export file as uploads of a deployment's scenario",
+        "docs/observe.md#export-and-import",
+        _configure_import,
+        _run_import,
     ),
     "status": Subcommand(
         "print each scenario and trainer of a running service as a table",

@@ -19,6 +19,7 @@ import ipaddress
 import math
 import re
 import socket
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final
 from urllib.parse import urlsplit
@@ -26,14 +27,20 @@ from urllib.parse import urlsplit
 __all__ = [
     "LOG_LEVELS",
     "deployment_file",
+    "export_file",
+    "finite_number",
     "folder",
     "host",
     "http_url",
     "log_level",
+    "name",
+    "new_path",
     "port",
     "port_is_free",
     "positive_seconds",
     "recipe_name",
+    "tag",
+    "timestamp",
     "token",
 ]
 
@@ -143,6 +150,78 @@ def folder(text: str) -> Path:
     if path.exists() and not path.is_dir():
         raise argparse.ArgumentTypeError(f"{text} is a file: name a folder")
     return path
+
+
+def new_path(text: str) -> Path:
+    """A path to write a new file or folder at: nothing is there yet, its folder exists."""
+    path = Path(text)
+    if path.exists():
+        raise argparse.ArgumentTypeError(f"{text} exists: name a new path (nothing is overwritten)")
+    if not path.parent.is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: the folder {path.parent} does not exist")
+    return path
+
+
+def export_file(text: str) -> Path:
+    """An export to read: a ``.jsonl`` or ``.parquet`` file, or a ``datasets`` folder."""
+    path = Path(text)
+    if not path.exists():
+        raise argparse.ArgumentTypeError(
+            f"{text}: no such file: name a file reef export wrote (.jsonl, .parquet, or a"
+            " datasets folder)"
+        )
+    return path
+
+
+def name(text: str) -> str:
+    """A name (a scenario's, a trainer's) as the service takes names."""
+    from reef.server.names import name_problem
+
+    problem = name_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return text
+
+
+def timestamp(text: str) -> float:
+    """A time: Unix seconds, or an ISO 8601 date and time (UTC unless it names its offset)."""
+    try:
+        value = float(text)
+    except ValueError:
+        try:
+            moment = datetime.fromisoformat(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not a time: use Unix seconds (1767225600) or an ISO 8601 date and"
+                " time (2026-01-01T00:00:00)"
+            ) from None
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=UTC)
+        value = moment.timestamp()
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a time: use a finite number")
+    return value
+
+
+def finite_number(text: str) -> float:
+    """A finite number (a reward bound)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number: use one such as 0.5 or -1")
+    return value
+
+
+def tag(text: str) -> tuple[str, str]:
+    """A call's tag and its value, ``NAME=VALUE`` (the ``x-reef-tag-NAME`` header's)."""
+    tag_name, equals, value = text.partition("=")
+    if not equals or not tag_name:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a tag: write NAME=VALUE, as the call's x-reef-tag-NAME header has it"
+        )
+    return tag_name, value
 
 
 def recipe_name(text: str) -> str:

@@ -43,6 +43,7 @@ from starlette.routing import Route
 from reef.core.deployment import Deployment
 from reef.plugins import Plugins
 from reef.server import (
+    export,
     formats,
     generator,
     inference,
@@ -84,6 +85,7 @@ API_ROUTES: Final[tuple[ApiRoute, ...]] = (
     *items.ROUTES,
     *scenarios.ROUTES,
     *samples.ROUTES,
+    *export.ROUTES,
     *jobs.ROUTES,
     *status.ROUTES,
     *generator.ROUTES,

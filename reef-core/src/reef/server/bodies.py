@@ -365,6 +365,28 @@ class SampleQuery:
 
 
 @attrs.frozen
+class ExportQuery:
+    """The query of ``GET /reef/scenarios/{scenario}/export`` (``reef export``'s filters).
+
+    :ivar since: samples of calls received at or after this time (Unix seconds).
+    :ivar until: samples of calls received before this time.
+    :ivar tag: samples of calls carrying this tag, ``NAME=VALUE``.
+    :ivar trained: trained samples (``true``) or untrained ones (``false``).
+    :ivar trainer: the trainer ``trained`` asks about (default: any).
+    :ivar reward_min: a reward at least this.
+    :ivar reward_max: a reward at most this.
+    """
+
+    since: float | None = None
+    until: float | None = None
+    tag: str | None = None
+    trained: bool | None = None
+    trainer: str | None = attrs.field(default=None, validator=valid_name)
+    reward_min: float | None = None
+    reward_max: float | None = None
+
+
+@attrs.frozen
 class SampleSummary:
     """A sample as the sample list shows it.
 

@@ -1,0 +1,426 @@
+"""A scenario's samples as a dataset, and a dataset into another deployment as uploads.
+
+:func:`export_rows` reads a scenario's trajectory samples a page at a time, in store order
+(:class:`reef.storage.SampleBrowser`), each as one row: its ATIF trajectory, reward, feedback,
+each trainer's train count, the artifacts that answered its calls, and the tags and time of
+the calls it was made from. :func:`write_export` writes rows as JSON Lines, Parquet
+(``pyarrow``) or a Hugging Face ``datasets`` folder (``load_from_disk``), never holding more
+than one batch, so an export of any size runs in bounded memory. ``reef export``, the admin
+route ``GET /reef/scenarios/{scenario}/export`` (JSON Lines, streamed) and the console (a
+selection of sample ids) call these.
+
+:func:`import_file` reads such a file back and stores each row's trajectory, with its reward
+and feedback, as an uploaded trajectory of another deployment's scenario (P-UP-1), under the
+row's sample id: every row is checked first, and a file with a bad row stores nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tempfile
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final, Literal
+
+import attrs
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from reef.core.atif import AtifFormatError, trajectory_from_json
+from reef.core.job_data import TrajectorySample, sample_body, sample_from_body, sample_reward
+from reef.core.records import JSON, InferenceRecord
+from reef.errors import ReefError
+from reef.server.bodies import QUERY_ROOT, ExportQuery, read_query
+from reef.server.errors import ApiError
+from reef.server.names import name_problem
+from reef.server.openapi import ApiRoute
+from reef.server.service import check_trainer, service_of
+from reef.storage import (
+    BrowsedSample,
+    Database,
+    NewSample,
+    Position,
+    RecordStore,
+    SampleBrowser,
+    SampleFilter,
+    TrainerSamples,
+)
+
+__all__ = [
+    "EXPORT_FORMATS",
+    "ROUTES",
+    "ExportFilter",
+    "ImportError_",
+    "ImportResult",
+    "export_rows",
+    "import_file",
+    "read_export",
+    "write_export",
+]
+
+ExportFormat = Literal["jsonl", "parquet", "hf"]
+#: The formats an export is written in.
+EXPORT_FORMATS: Final[tuple[ExportFormat, ...]] = ("jsonl", "parquet", "hf")
+#: Samples read from the store at a time, and rows written at a time.
+BATCH: Final = 500
+#: The columns a Parquet or Hugging Face export holds nested values in as JSON text.
+_JSON_COLUMNS: Final = ("trajectory", "train_counts", "tags")
+
+
+class ImportError_(ReefError, ValueError):
+    """A file that cannot be imported: every problem, each naming its row."""
+
+
+@attrs.frozen
+class ExportFilter:
+    """Which samples an export holds; every condition given must hold.
+
+    :ivar since: made from a call Reef received at or after this time (Unix seconds).
+    :ivar until: made from a call received before this time.
+    :ivar tags: made from calls carrying each of these tags (``x-reef-tag-<name>``) with these
+        values. An upload has no calls: a time or tag condition leaves it out.
+    :ivar trained: trained by a job that did not fail (True), or by none (False).
+    :ivar trainer: the trainer ``trained`` asks about; any when ``None``.
+    :ivar reward_min: a reward at least this (a sample without a reward is left out).
+    :ivar reward_max: a reward at most this.
+    """
+
+    since: float | None = None
+    until: float | None = None
+    tags: Mapping[str, str] = attrs.field(factory=dict)
+    trained: bool | None = None
+    trainer: str | None = None
+    reward_min: float | None = None
+    reward_max: float | None = None
+
+    def keeps(self, row: Mapping[str, Any]) -> bool:
+        """Whether ``row`` (an export row) meets the conditions the store did not check."""
+        at = row["recorded_at"]
+        if (self.since is not None or self.until is not None) and at is None:
+            return False
+        if self.since is not None and at < self.since:
+            return False
+        if self.until is not None and at >= self.until:
+            return False
+        if any(row["tags"].get(name) != value for name, value in self.tags.items()):
+            return False
+        reward = row["reward"]
+        if self.reward_min is not None and (reward is None or reward < self.reward_min):
+            return False
+        return not (self.reward_max is not None and (reward is None or reward > self.reward_max))
+
+
+def export_rows(
+    database: Database,
+    scenario: str,
+    where: ExportFilter | None = None,
+    *,
+    sample_ids: Sequence[str] | None = None,
+) -> Iterator[JSON]:
+    """Each trajectory sample of ``scenario`` that meets ``where``, as an export row, in store
+    order (or the order of ``sample_ids``, a selection; ids not stored are skipped)."""
+    where = where or ExportFilter()
+    records = RecordStore(database, scenario)
+    browser = SampleBrowser(database, scenario)
+    for page in _pages(browser, where, sample_ids):
+        for browsed in page:
+            if browsed.stored.kind != "trajectory":
+                continue
+            row = _row(browsed, records)
+            if where.keeps(row):
+                yield row
+
+
+def _pages(
+    browser: SampleBrowser, where: ExportFilter, sample_ids: Sequence[str] | None
+) -> Iterator[list[BrowsedSample]]:
+    if sample_ids is not None:
+        for start in range(0, len(sample_ids), BATCH):
+            found = (browser.one(i) for i in sample_ids[start : start + BATCH])
+            yield [b for b in found if b is not None]
+        return
+    asked = SampleFilter(kind="trajectory", trained=where.trained, trainer=where.trainer)
+    after: Position | None = None
+    while True:
+        page, _ = browser.page(asked, after=after, limit=BATCH)
+        if not page:
+            return
+        yield page
+        after = page[-1].stored.position
+
+
+def _row(browsed: BrowsedSample, records: RecordStore) -> JSON:
+    stored = browsed.stored
+    sample = sample_from_body(stored.kind, stored.body, sample_id=stored.id)
+    assert isinstance(sample, TrajectorySample)  # only trajectory samples are read
+    calls: list[InferenceRecord] = []
+    for record_id in sample.source_record_ids:
+        found = records.get(record_id)
+        if found is not None and isinstance(found.record, InferenceRecord):
+            calls.append(found.record)
+    tags: dict[str, str] = {}
+    for call in calls:
+        tags.update(call.tags)
+    reef = sample.trajectory.get("extra", {}).get("reef", {})
+    listed = reef.get("records", []) if isinstance(reef, Mapping) else []
+    artifacts = [r.get("artifact_id") for r in listed if isinstance(r, Mapping)]
+    return {
+        "sample_id": stored.id,
+        "origin": stored.origin,
+        "trainer": stored.trainer,
+        "group_id": stored.group_id,
+        "reward": sample_reward(sample),
+        "feedback": sample.feedback,
+        "train_counts": dict(browsed.train_counts),
+        "artifacts": list(dict.fromkeys(a for a in artifacts if isinstance(a, str))),
+        "tags": tags,
+        "recorded_at": min((c.started_at for c in calls), default=None),
+        "trajectory": sample.trajectory,
+    }
+
+
+async def export_scenario(request: Request) -> Response:
+    """``GET /reef/scenarios/{scenario}/export``: the scenario's samples as JSON Lines, one
+    row a line, streamed as they are read."""
+    service = service_of(request)
+    _, scenario = service.authorised(request, "admin")
+    query = read_query(request, ExportQuery)
+    check_trainer(scenario, query.trainer, f"{QUERY_ROOT}.trainer")
+    tags: dict[str, str] = {}
+    if query.tag is not None:
+        tag_name, equals, value = query.tag.partition("=")
+        if not equals or not tag_name:
+            raise ApiError.one(
+                400,
+                "invalid_request",
+                f"{QUERY_ROOT}.tag",
+                f"expected NAME=VALUE, got {query.tag!r}",
+            )
+        tags[tag_name] = value
+    where = ExportFilter(
+        since=query.since,
+        until=query.until,
+        tags=tags,
+        trained=query.trained,
+        trainer=query.trainer,
+        reward_min=query.reward_min,
+        reward_max=query.reward_max,
+    )
+    rows = export_rows(scenario.samples.database, scenario.name, where)
+    # A sync iterator: Starlette reads it in its thread pool, a row at a time.
+    lines = (json.dumps(row, sort_keys=True, allow_nan=False) + "\n" for row in rows)
+    return StreamingResponse(lines, media_type="application/x-ndjson")
+
+
+ROUTES: Final = (
+    ApiRoute(
+        "GET",
+        "/reef/scenarios/{scenario}/export",
+        "the scenario's trajectory samples as JSON Lines (reef export's rows), filtered",
+        export_scenario,
+        None,
+        {200: None},
+        "admin",
+        query=ExportQuery,
+    ),
+)
+
+
+# --------------------------------------------------------------------------------------------
+# files
+# --------------------------------------------------------------------------------------------
+
+
+def _schema() -> Any:
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            ("sample_id", pa.string()),
+            ("origin", pa.string()),
+            ("trainer", pa.string()),
+            ("group_id", pa.string()),
+            ("reward", pa.float64()),
+            ("feedback", pa.string()),
+            ("train_counts", pa.string()),
+            ("artifacts", pa.list_(pa.string())),
+            ("tags", pa.string()),
+            ("recorded_at", pa.float64()),
+            ("trajectory", pa.string()),
+        ]
+    )
+
+
+def _flat(row: Mapping[str, Any]) -> JSON:
+    """A row with its nested values as JSON text, for a columnar file."""
+    return {k: json.dumps(v, sort_keys=True) if k in _JSON_COLUMNS else v for k, v in row.items()}
+
+
+def _nested(row: Mapping[str, Any]) -> JSON:
+    return {k: json.loads(v) if k in _JSON_COLUMNS else v for k, v in row.items()}
+
+
+def _batches(rows: Iterable[JSON]) -> Iterator[list[JSON]]:
+    batch: list[JSON] = []
+    for row in rows:
+        batch.append(row)
+        if len(batch) >= BATCH:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def write_export(rows: Iterable[JSON], export_format: ExportFormat, output: Path) -> int:
+    """Write ``rows`` to ``output`` (a file; a folder for ``hf``), one batch at a time; how
+    many rows were written.
+
+    :raises FileExistsError: when ``output`` exists (an export never overwrites).
+    """
+    if output.exists():
+        raise FileExistsError(f"{output} exists: an export never overwrites; name a new path")
+    if export_format == "jsonl":
+        written = 0
+        with output.open("x", encoding="utf-8") as out:
+            for row in rows:
+                out.write(json.dumps(row, sort_keys=True, allow_nan=False) + "\n")
+                written += 1
+        return written
+    if export_format == "parquet":
+        return _write_parquet(rows, output)
+    # A datasets folder: Parquet beside it first, which datasets reads memory-mapped.
+    from datasets import Dataset
+
+    with tempfile.TemporaryDirectory(dir=output.parent, prefix=".reef-export-") as work:
+        parquet = Path(work) / "samples.parquet"
+        written = _write_parquet(rows, parquet)
+        dataset = Dataset.from_parquet(str(parquet), cache_dir=str(Path(work) / "cache"))
+        assert isinstance(dataset, Dataset)
+        dataset.save_to_disk(str(output))
+    return written
+
+
+def _write_parquet(rows: Iterable[JSON], output: Path) -> int:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = _schema()
+    written = 0
+    with pq.ParquetWriter(str(output), schema) as writer:
+        for batch in _batches(rows):
+            writer.write_table(pa.Table.from_pylist([_flat(r) for r in batch], schema=schema))
+            written += len(batch)
+    return written
+
+
+def read_export(path: Path) -> Iterator[JSON]:
+    """The rows of an export file: a ``datasets`` folder, a ``.parquet`` file, else JSON Lines.
+
+    :raises ImportError_: for a line that is not a JSON object.
+    """
+    if path.is_dir():
+        from datasets import load_from_disk
+
+        dataset: Any = load_from_disk(str(path))
+        for start in range(0, len(dataset), BATCH):
+            for row in _rows_of(dataset[start : start + BATCH]):
+                yield _nested(row)
+        return
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        for batch in pq.ParquetFile(str(path)).iter_batches(batch_size=BATCH):
+            for row in batch.to_pylist():
+                yield _nested(row)
+        return
+    with path.open(encoding="utf-8") as lines:
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ImportError_(f"{path}: line {number} is not JSON: {exc}") from exc
+            if not isinstance(row, dict):
+                raise ImportError_(f"{path}: line {number} is not a JSON object")
+            yield row
+
+
+def _rows_of(columns: Mapping[str, list[Any]]) -> Iterator[JSON]:
+    names = list(columns)
+    for values in zip(*(columns[n] for n in names), strict=True):
+        yield dict(zip(names, values, strict=True))
+
+
+# --------------------------------------------------------------------------------------------
+# import
+# --------------------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class ImportResult:
+    """What an import did: rows stored as new uploads, and rows already stored as they are."""
+
+    stored: int
+    already: int
+
+
+def _upload(row: Mapping[str, Any], where: str) -> NewSample:
+    """The upload a row stores.
+
+    :raises ImportError_: naming ``where`` and what is wrong.
+    """
+    sample_id = row.get("sample_id")
+    if not isinstance(sample_id, str):
+        raise ImportError_(f"{where}: sample_id must be a string, got {sample_id!r}")
+    problem = name_problem(sample_id)
+    if problem is not None:
+        raise ImportError_(f"{where}: sample_id {sample_id!r}: {problem}")
+    trajectory = row.get("trajectory")
+    if not isinstance(trajectory, dict):
+        raise ImportError_(f"{where}: trajectory must be an ATIF object")
+    try:
+        trajectory_from_json(trajectory)
+    except AtifFormatError as exc:
+        raise ImportError_(f"{where}: the trajectory is not ATIF: {exc}") from exc
+    reward = row.get("reward")
+    if reward is not None and (
+        isinstance(reward, bool) or not isinstance(reward, int | float) or not math.isfinite(reward)
+    ):
+        raise ImportError_(f"{where}: reward must be a finite number or null, got {reward!r}")
+    feedback = row.get("feedback")
+    if feedback is not None and not isinstance(feedback, str):
+        raise ImportError_(f"{where}: feedback must be text or null, got {feedback!r}")
+    sample = TrajectorySample(
+        trajectory, reward=None if reward is None else float(reward), feedback=feedback
+    )
+    return NewSample(sample_id, "trajectory", sample_body(sample))
+
+
+def import_file(database: Database, scenario: str, path: Path) -> ImportResult:
+    """Store each row of the export file ``path`` as an uploaded trajectory of ``scenario``.
+
+    The file is read twice: every row is checked first, so a file with a bad row stores
+    nothing; then each is stored, one at a time.
+
+    :raises ImportError_: listing the first problems found (up to 20), each with its row.
+    """
+    problems: list[str] = []
+    for number, row in enumerate(read_export(path), 1):
+        try:
+            _upload(row, f"{path}: row {number}")
+        except ImportError_ as exc:
+            problems.append(str(exc))
+            if len(problems) >= 20:
+                break
+    if problems:
+        raise ImportError_("nothing was imported:\n" + "\n".join(f"  {p}" for p in problems))
+    samples = TrainerSamples(database, scenario)
+    stored = already = 0
+    for number, row in enumerate(read_export(path), 1):
+        if samples.add_upload(_upload(row, f"{path}: row {number}")):
+            stored += 1
+        else:
+            already += 1
+    return ImportResult(stored, already)
