@@ -95,7 +95,8 @@ class ExportFilter:
     reward_max: float | None = None
 
     def keeps(self, row: Mapping[str, Any]) -> bool:
-        """Whether ``row`` (an export row) meets the conditions the store did not check."""
+        """Whether ``row`` (an export row) meets the conditions of its calls (time, tags), which
+        the store's sample filter does not ask."""
         at = row["recorded_at"]
         if (self.since is not None or self.until is not None) and at is None:
             return False
@@ -103,12 +104,7 @@ class ExportFilter:
             return False
         if self.until is not None and at >= self.until:
             return False
-        if any(row["tags"].get(name) != value for name, value in self.tags.items()):
-            return False
-        reward = row["reward"]
-        if self.reward_min is not None and (reward is None or reward < self.reward_min):
-            return False
-        return not (self.reward_max is not None and (reward is None or reward > self.reward_max))
+        return all(row["tags"].get(name) == value for name, value in self.tags.items())
 
 
 def export_rows(
@@ -119,7 +115,15 @@ def export_rows(
     sample_ids: Sequence[str] | None = None,
 ) -> Iterator[JSON]:
     """Each trajectory sample of ``scenario`` that meets ``where``, as an export row, in store
-    order (or the order of ``sample_ids``, a selection; ids not stored are skipped)."""
+    order; or, given ``sample_ids`` (a selection, the console's), those samples in that order
+    (ids not stored are skipped).
+
+    :raises ValueError: given both ``where`` and ``sample_ids``: a selection is taken whole.
+    """
+    if where is not None and sample_ids is not None:
+        raise ValueError(
+            "export a selection of sample ids, or the samples a filter keeps: not both"
+        )
     where = where or ExportFilter()
     records = RecordStore(database, scenario)
     browser = SampleBrowser(database, scenario)
@@ -140,10 +144,16 @@ def _pages(
             found = (browser.one(i) for i in sample_ids[start : start + BATCH])
             yield [b for b in found if b is not None]
         return
-    asked = SampleFilter(kind="trajectory", trained=where.trained, trainer=where.trainer)
+    asked = SampleFilter(
+        kind="trajectory",
+        trained=where.trained,
+        trainer=where.trainer,
+        reward_min=where.reward_min,
+        reward_max=where.reward_max,
+    )
     after: Position | None = None
     while True:
-        page, _ = browser.page(asked, after=after, limit=BATCH)
+        page = browser.page(asked, after=after, limit=BATCH)
         if not page:
             return
         yield page
