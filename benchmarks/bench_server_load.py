@@ -18,12 +18,16 @@ measured window, per second), p50/p99 of every request and of each kind, errors,
 each process used; then Reef's figures over the bare endpoint's. Goal: at 500 req/s, p99 under
 50 ms on SQLite.
 
+Rounds (``--rounds``, 3 by default) alternate which target goes first, and each starts fresh
+processes (engine, bare endpoint, Reef on a fresh store, one load generator per target, whose
+report ids are its own); the figures compared are the medians over the rounds.
+
 ``--postgres URL`` stores Reef's records in a fresh schema of that PostgreSQL database (dropped
 afterwards) instead of SQLite. ``--busy N`` keeps N more processes spinning on the CPU for the
 whole run (both targets), to see how much room is left when the machine has other work.
 
     .venv/bin/python benchmarks/bench_server_load.py [--rate 500] [--seconds 10] [--warmup 3]
-        [--busy 0] [--postgres postgresql+psycopg://postgres@127.0.0.1:5432/test]
+        [--busy 0] [--rounds 3] [--postgres postgresql+psycopg://postgres@127.0.0.1:5432/test]
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from typing import Any
 
 GOAL_RATE = 500
@@ -163,8 +168,11 @@ class Pool:
             return answer
 
 
-async def generate(port: int, rate: float, warmup: float, seconds: float) -> dict[str, Any]:
-    """Run the open-loop load; the measured window's figures."""
+async def generate(
+    port: int, rate: float, warmup: float, seconds: float, run: str
+) -> dict[str, Any]:
+    """Run the open-loop load; the measured window's figures. ``run`` names this generator's
+    report ids, unique to it."""
     pool = Pool(port, CONNECTIONS)
     answered_calls: collections.deque[str] = collections.deque()
     chat_path = "/scenarios/bench/v1/chat/completions"
@@ -181,7 +189,7 @@ async def generate(port: int, rate: float, warmup: float, seconds: float) -> dic
         else:
             path, body = (
                 report_path,
-                json.dumps({"id": f"report-{n}", "references": [reference], "score": 1.0}),
+                json.dumps({"id": f"report-{run}-{n}", "references": [reference], "score": 1.0}),
             )
         try:
             status, headers, _ = await pool.post(path, body.encode())
@@ -252,6 +260,7 @@ def measure(
 ) -> dict[str, Any]:
     """Run one load generator process against ``port``; its figures and the CPU used."""
     command = [sys.executable, __file__, "--load", str(port), "--rate", str(args.rate)]
+    command += ["--run", f"{name}-{time.time_ns()}"]
     command += ["--seconds", str(args.seconds), "--warmup", str(args.warmup)]
     before = {kind: cpu_seconds(pid) for kind, pid in servers.items()}
     began = time.perf_counter()
@@ -284,6 +293,56 @@ def show(name: str, figures: dict[str, Any]) -> None:
     print(f"  cpu (cores busy): {cpu}")
 
 
+def run_round(
+    args: argparse.Namespace, order: tuple[str, str], free_port: Callable[[], int]
+) -> dict[str, dict[str, Any]]:
+    """One round: a fresh engine, bare endpoint and Reef (on a fresh store), each target
+    measured by a fresh load generator, in ``order``."""
+    with contextlib.ExitStack() as stack:
+        if args.postgres:
+            from reef.testing.storage import postgres_schema_url
+
+            storage = stack.enter_context(postgres_schema_url(args.postgres))
+        else:
+            folder = stack.enter_context(tempfile.TemporaryDirectory())
+            storage = f"sqlite:///{folder}/reef.db"
+        ports = {kind: free_port() for kind in ("engine", "bare", "reef")}
+        engine = f"http://127.0.0.1:{ports['engine']}"
+        processes = {"engine": start("engine", ports["engine"], "", storage)}
+        try:
+            processes["bare"] = start("bare", ports["bare"], "", storage)
+            processes["reef"] = start("reef", ports["reef"], engine, storage)
+            watched = {
+                "bare": {"bare": processes["bare"].pid},
+                "reef": {"reef": processes["reef"].pid, "engine": processes["engine"].pid},
+            }
+            return {name: measure(name, ports[name], args, watched[name]) for name in order}
+        finally:
+            for process in processes.values():
+                process.terminate()
+                process.wait()
+
+
+def _value(figures: dict[str, Any], key: str) -> float:
+    return float(figures[key] if key == "answered_rate" else figures["all"][key])
+
+
+def spread(rounds: list[dict[str, Any]], key: str) -> str:
+    """The median of ``key`` over the rounds, with the lowest and highest."""
+    values = [_value(figures, key) for figures in rounds]
+    return f"{statistics.median(values):.1f} [{min(values):.1f}, {max(values):.1f}]"
+
+
+def summary(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """The median over the rounds of the answered rate and of each latency figure."""
+    return {
+        "answered_rate": statistics.median(_value(f, "answered_rate") for f in rounds),
+        "all": {
+            key: statistics.median(_value(f, key) for f in rounds) for key in ("p50_ms", "p99_ms")
+        },
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rate", type=float, default=GOAL_RATE)
@@ -301,12 +360,16 @@ def main() -> int:
         help="store Reef's records in a fresh schema of this PostgreSQL database, not SQLite",
     )
     parser.add_argument("--busy", type=int, default=0, help="processes spinning on the CPU")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="rounds, each with fresh processes and store"
+    )
+    parser.add_argument("--run", default="", help="(child) the load generator's report ids")
     args = parser.parse_args()
     if args.serve:
         serve(args.serve, args.port, args.engine, args.storage)
         return 0
     if args.load:
-        figures = asyncio.run(generate(args.load, args.rate, args.warmup, args.seconds))
+        figures = asyncio.run(generate(args.load, args.rate, args.warmup, args.seconds, args.run))
         figures["generator_cpu"] = time.process_time()
         print(json.dumps(figures))
         return 0
@@ -318,37 +381,30 @@ def main() -> int:
         f" busy processes: {args.busy}"
     )
     busy: list[subprocess.Popen[bytes]] = []
-    with contextlib.ExitStack() as stack:
-        if args.postgres:
-            from reef.testing.storage import postgres_schema_url
-
-            storage = stack.enter_context(postgres_schema_url(args.postgres))
-            label = "Reef (PostgreSQL)"
-        else:
-            folder = stack.enter_context(tempfile.TemporaryDirectory())
-            storage = f"sqlite:///{folder}/reef.db"
-            label = "Reef (SQLite, synchronous=FULL)"
-        ports = {kind: free_port() for kind in ("engine", "bare", "reef")}
-        engine = f"http://127.0.0.1:{ports['engine']}"
-        processes = {"engine": start("engine", ports["engine"], "", storage)}
-        try:
-            processes["bare"] = start("bare", ports["bare"], "", storage)
-            processes["reef"] = start("reef", ports["reef"], engine, storage)
-            spin = [sys.executable, "-c", "while True: pass"]
-            busy += [subprocess.Popen(spin) for _ in range(args.busy)]
-            bare = measure("bare", ports["bare"], args, {"bare": processes["bare"].pid})
-            show("bare Starlette (baseline)", bare)
-            reef = measure(
-                "reef",
-                ports["reef"],
-                args,
-                {"reef": processes["reef"].pid, "engine": processes["engine"].pid},
-            )
-            show(label, reef)
-        finally:
-            for process in [*processes.values(), *busy]:
-                process.terminate()
-                process.wait()
+    spin = [sys.executable, "-c", "while True: pass"]
+    busy += [subprocess.Popen(spin) for _ in range(args.busy)]
+    label = "Reef (PostgreSQL)" if args.postgres else "Reef (SQLite, synchronous=FULL)"
+    rounds: dict[str, list[dict[str, Any]]] = {"bare": [], "reef": []}
+    try:
+        for number in range(args.rounds):
+            # Alternate which target goes first, so that a drift of the machine's load falls
+            # on both alike.
+            order = ("bare", "reef") if number % 2 == 0 else ("reef", "bare")
+            print(f"round {number + 1} of {args.rounds} ({' then '.join(order)}):")
+            for name, figures in run_round(args, order, free_port).items():
+                show(label if name == "reef" else "bare Starlette (baseline)", figures)
+                rounds[name].append(figures)
+    finally:
+        for process in busy:
+            process.terminate()
+            process.wait()
+    bare, reef = (summary(rounds[name]) for name in ("bare", "reef"))
+    for key, name in (("bare", "bare Starlette (baseline)"), ("reef", label)):
+        print(
+            f"{name}, median of {args.rounds} rounds [lowest, highest]: answered"
+            f" {spread(rounds[key], 'answered_rate')} req/s,"
+            f" p50 {spread(rounds[key], 'p50_ms')} ms, p99 {spread(rounds[key], 'p99_ms')} ms"
+        )
     print(
         f"Reef / bare: answered rate {reef['answered_rate'] / bare['answered_rate']:.2f},"
         f" p50 {reef['all']['p50_ms'] / bare['all']['p50_ms']:.1f}x,"
