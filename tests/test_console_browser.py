@@ -43,6 +43,7 @@ from sqlalchemy import create_engine, text
 from reef.core.atif import trajectory_to_json
 from reef.core.atif_build import trajectory_from_records
 from reef.core.records import InferenceRecord
+from reef.storage import JobHistory, SampleOfJob, open_database
 from reef.testing.serve import ServeProcess, tiny_local_deployment
 
 CHROMIUM = "/usr/bin/chromium"
@@ -421,7 +422,8 @@ def test_a_person_chooses_samples_and_trains_them(
         lambda d: "trained with reward" in text_of(d, "#sample"),
         "the opened sample's job",
     )
-    # The trainer's card: the artifact it serves now, its buffer against job_samples, its job.
+    # The trainer's card: the artifact it serves now, its buffer (in manual mode: what the
+    # next TRAIN takes), its job.
     trainer = httpx.get(f"{serve.base_url}/reef/status", headers=serve.headers).json()
     served_now = trainer["scenarios"][0]["trainers"][0]["served_artifact"]
     card = wait_for(
@@ -431,7 +433,7 @@ def test_a_person_chooses_samples_and_trains_them(
         ),
         "the artifact trained by the job, served",
     )
-    assert "of 8 samples for the next job" in card, card
+    assert "0 samples for the next TRAIN" in card, card
     assert "Jobs ended\n1" in card, card
     counts = train_counts(url)
     assert {sample_id: counts[sample_id] for sample_id in chosen} == dict.fromkeys(chosen, 1)
@@ -540,14 +542,14 @@ def test_the_overview_shows_the_running_job_and_the_last_errors(
     wait_for(browser, lambda d: d.find_element(By.ID, "token").is_displayed(), "the page")
     status = httpx.get(f"{serve.base_url}/reef/status", headers=serve.headers).json()
     scenario = status["scenarios"][0]
-    idle = browser.execute_async_script(_DRAW_OVERVIEW, scenario, [])
+    idle = browser.execute_async_script(_DRAW_OVERVIEW, scenario, None)
     assert idle == {"running": ["none"], "errors": [], "empty": ["No errors."]}, idle
     (trainer,) = scenario["trainers"]
     trainer["running_job"] = {"job_id": "job-7", "sample_ids": ["s1", "s2", "s3"]}
     trainer["last_errors"] = [
         {"at": 1_700_000_000.0, "where": "submit", "error": "the GPU ran out of memory"}
     ]
-    busy = browser.execute_async_script(_DRAW_OVERVIEW, scenario, [])
+    busy = browser.execute_async_script(_DRAW_OVERVIEW, scenario, None)
     assert busy["running"] == ["job-7 · 3 samples"], busy
     (error,) = busy["errors"]
     assert f"{trainer['trainer']} · submit" in error, busy
@@ -867,3 +869,137 @@ def test_a_sealed_jobs_sample_shows_the_verdict_and_epoch_behind_its_reward(
     assert seal.startswith(job["job_id"][:12]), seal
     assert "\N{MIDDLE DOT} epoch 1 \N{MIDDLE DOT}" in seal, seal
     shot(browser, artifacts, "11-sealed-overview")
+
+
+# -- round two: the refresh keeps a person's place; groups; the whole run charted -----------
+
+
+def test_what_a_person_types_survives_a_live_refresh(
+    with_samples: ServeProcess, browser: WebDriver, artifacts: Path
+) -> None:
+    """The agent sends traffic while a person types the TRAIN note and a text filter (not yet
+    applied): the live refresh redraws both sections, and the typed text, the focus and the
+    caret stay where they were."""
+    sign_in(browser, with_samples.base_url)
+    wait_for(browser, lambda d: "match" in text_of(d, "#samples-count"), "the sample count")
+    before = text_of(browser, "#samples-count")
+    # Keys go to the focused field, whatever element it is by then: a redraw between two
+    # keys is what this test is about.
+    click(browser, "train-note")
+    ActionChains(browser).send_keys("only the polite answers").perform()
+    click(browser, "filter-text")
+    ActionChains(browser).send_keys("round", Keys.ARROW_LEFT, Keys.ARROW_LEFT).perform()
+    browser.execute_script(
+        "window.typedInto = ['train-note', 'filter-text'].map((id) => document.getElementById(id))"
+    )
+    agent_round(with_samples.base_url, "typed")
+    wait_for(browser, lambda d: text_of(d, "#samples-count") != before, "the new samples", 90)
+    # Both sections were drawn anew: the elements typed into are gone from the page.
+    redrawn = browser.execute_script("return window.typedInto.map((e) => e.isConnected)")
+    assert redrawn == [False, False], redrawn
+    kept = browser.execute_script(
+        "const a = document.activeElement; return [document.getElementById('train-note').value,"
+        " document.getElementById('filter-text').value, a.id, a.selectionStart]"
+    )
+    assert kept == ["only the polite answers", "round", "filter-text", 3], kept
+    shot(browser, artifacts, "11-typed-through-a-refresh")
+
+
+def test_the_group_filter_finds_the_group_the_client_named(
+    with_samples: ServeProcess, browser: WebDriver, artifacts: Path
+) -> None:
+    """The agent named its groups g0, g1, g2 (``metadata.group``): the list shows those names
+    (the store's own group id as a detail), the filter finds the group by its name, and the
+    opened sample shows both."""
+    sign_in(browser, with_samples.base_url)
+    wait_for(browser, lambda d: d.find_elements(By.CSS_SELECTOR, ".samples tbody tr"), "samples")
+    field = browser.find_element(By.ID, "filter-group")
+    field.send_keys("g1", Keys.ENTER)
+    wait_for(browser, lambda d: text_of(d, "#samples-count") == f"{GROUP} match", "the group")
+    cells = [c.text for c in browser.find_elements(By.CSS_SELECTOR, ".samples td.group")]
+    assert cells == ["g1"] * GROUP, cells
+    titles = [
+        c.get_attribute("title")
+        for c in browser.find_elements(By.CSS_SELECTOR, ".samples td.group span")
+    ]
+    assert all(t.startswith("the client's group; the store's group id: ") for t in titles), titles
+    shot(browser, artifacts, "12-client-group", "#samples")
+    browser.find_elements(By.CSS_SELECTOR, ".samples button.link")[0].click()
+    wait_for(browser, lambda d: "Trajectory" in text_of(d, "#sample"), "the sample")
+    facts = browser.execute_script(
+        "return Object.fromEntries([...document.querySelectorAll('#sample .facts dt')]"
+        ".map((t) => [t.textContent, t.nextElementSibling.textContent]))"
+    )
+    assert facts["Group"] == "g1"
+    assert facts["Store group id"]
+
+
+def test_the_keyboard_moves_selects_and_opens_with_its_keys_shown(
+    with_samples: ServeProcess, browser: WebDriver
+) -> None:
+    """j/k move along the list, x selects the sample there, o opens it; the keys are shown."""
+    sign_in(browser, with_samples.base_url)
+    wait_for(
+        browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, ".samples tbody tr")) > 2, "samples"
+    )
+    assert "j next sample" in text_of(browser, ".keys")
+    browser.find_element(By.TAG_NAME, "body").send_keys("j", "j", "k", "x")
+    second = browser.find_elements(By.CSS_SELECTOR, ".samples tbody tr")[1]
+    wait_for(browser, lambda d: text_of(d, "#selection-count") == "1 selected", "one selected")
+    picked = browser.find_element(By.CSS_SELECTOR, ".samples tr.cursor button.link").get_attribute(
+        "title"
+    )
+    assert picked == second.find_element(By.CSS_SELECTOR, "button.link").get_attribute("title")
+    browser.find_element(By.TAG_NAME, "body").send_keys("o")
+    wait_for(browser, lambda d: "Trajectory" in text_of(d, "#sample"), "the sample opened")
+    opened = browser.find_element(By.CSS_SELECTOR, "#sample-title .name").get_attribute("title")
+    assert f"Open sample {opened}" == picked
+
+
+def test_a_250_job_history_is_charted_whole_with_real_numbers(
+    served: tuple[ServeProcess, str], browser: WebDriver, artifacts: Path
+) -> None:
+    """250 more finished jobs in the history (written to the store as a trainer writes them),
+    40 of them sending one sample alone, so without a learning signal: the charts cover every
+    job from job 1 to the last, drawn in runs, the trainer card counts the jobs without a
+    signal, and the jobs table numbers the latest as the history does. Last in the module:
+    it leaves the history long."""
+    serve, url = served
+    database = open_database(url)
+    try:
+        history = JobHistory(database, SCENARIO)
+        before = len(history.read(limit=None))
+        one = httpx.get(
+            f"{serve.base_url}/reef/scenarios/{SCENARIO}/samples",
+            params={"limit": 1},
+            headers=serve.headers,
+        ).json()["samples"][0]
+        for number in range(250):
+            alone = number % 25 < 4
+            sent = [SampleOfJob(one["id"], True, 0.5)] if alone else []
+            history.submitted("local", f"history-{number}", sent)
+            history.ended("local", f"history-{number}", "finished", {"loss": 1 / (number + 1)})
+    finally:
+        database.dispose()
+    total = before + 250
+    sign_in(browser, serve.base_url)
+    wait_for(
+        browser,
+        lambda d: any(
+            (c.get_attribute("data-jobs") or "") == str(total)
+            for c in d.find_elements(By.CSS_SELECTOR, ".chart svg")
+        ),
+        f"a chart of all {total} jobs",
+        60,
+    )
+    labels = [
+        t.text for t in browser.find_elements(By.CSS_SELECTOR, ".chart:first-of-type text.axis")
+    ]
+    assert f"job {total}" in labels, labels
+    assert "job 1" in labels, labels
+    assert text_of(browser, "#jobs tbody tr td") == str(total)
+    card = text_of(browser, '[data-key="no-signal:local"]')
+    assert card.startswith(f"40 of {total} finished jobs"), card
+    choose(browser, "chart-x", "time")
+    wait_for(browser, lambda d: "job 1" not in text_of(d, ".chart"), "the time axis")
+    shot(browser, artifacts, "13-whole-run", "#overview")

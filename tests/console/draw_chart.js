@@ -3,7 +3,7 @@
 const [values, done] = arguments;
 import("/reef/console/charts.js").then(({ lineChart }) => {
   const points = values.map((y, i) => ({ x: i + 1, y, label: `job-${i + 1}` }));
-  const chart = lineChart("Loss per job", points, "line-loss");
+  const chart = lineChart("Loss per job", [{ name: "local", points }]);
   chart.style.width = "420px";
   document.getElementById("main").prepend(chart);
   const labels = [...chart.querySelectorAll("text.axis")].map((text) => text.textContent);

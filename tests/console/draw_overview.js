@@ -1,9 +1,10 @@
-// Draw the overview of the scenario and jobs given with the page's own module, at the top of
-// the page; answer each trainer card's "Running job" and the "Last errors" list as shown.
-const [scenario, jobs, done] = arguments;
-import("/reef/console/overview.js").then(({ overview }) => {
+// Draw the overview of the scenario and job series given with the page's own module, at the
+// top of the page; answer each trainer card's "Running job" and the "Last errors" list as shown.
+const [scenario, series, done] = arguments;
+import("/reef/console/overview.js").then(({ Charting, overview }) => {
   const box = document.createElement("section");
-  box.append(...overview(scenario, jobs, { setMode: () => {}, train: () => {} }).flat());
+  const noop = () => {};
+  box.append(...overview(scenario, series, new Charting(), { setMode: noop, train: noop, chart: noop }).flat());
   document.getElementById("main").prepend(box);
   const running = [...box.querySelectorAll(".card dt")]
     .filter((term) => term.textContent === "Running job")

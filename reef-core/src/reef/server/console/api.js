@@ -71,6 +71,9 @@ export const api = {
     call("GET", `${scenarioPath(scenario)}/jobs${query(parameters)}`),
   samples: (scenario, parameters) =>
     call("GET", `${scenarioPath(scenario)}/samples${query(parameters)}`),
+  job: (scenario, trainer, id) =>
+    call("GET", `${scenarioPath(scenario)}/jobs/${encodeURIComponent(trainer)}/${encodeURIComponent(id)}`),
+  series: (scenario, points) => call("GET", `${scenarioPath(scenario)}/job_series${query({ points })}`),
   sample: (scenario, id) =>
     call("GET", `${scenarioPath(scenario)}/samples/${encodeURIComponent(id)}`),
   buffer: (scenario) => call("GET", `${scenarioPath(scenario)}/buffer`),

@@ -5,12 +5,15 @@
 import { ApiFailure, api, setToken, token } from "./api.js";
 import { h, replace } from "./dom.js";
 import { ago } from "./format.js";
-import { jobsTable, overview } from "./overview.js";
+import { jobView } from "./job.js";
+import { Charting, jobsTable, overview } from "./overview.js";
 import { sampleView } from "./sample.js";
 import { Browsing, sampleBrowser } from "./samples.js";
 
 /** How often the page asks the service for news, while the tab is visible. */
 const POLL_MS = 2000;
+/** The most points a chart draws of each trainer's jobs (a longer run is drawn in runs). */
+const CHART_POINTS = 400;
 
 const $ = (id) => document.getElementById(id);
 
@@ -21,30 +24,42 @@ const state = {
   page: null,
   buffers: null,
   openId: null,
+  openJob: null, // [trainer, job id] of the job page shown
   detail: null,
+  job: null,
+  series: null,
+  seriesFor: null, // the jobs ended when the series was read
+  charting: new Charting(),
   browsing: new Browsing(),
   drawn: {}, // what each section shows now, to redraw only what changed
   timer: null,
   busy: false,
 };
 
-// -- where the person is: #/<scenario>[/sample/<id>] -----------------------------------------
+// -- where the person is: #/<scenario>[/sample/<id> | /job/<trainer>/<id>] --------------------
 
 function readLocation() {
   const parts = location.hash.replace(/^#\/?/, "").split("/");
   const scenario = parts[0] ? decodeURIComponent(parts[0]) : null;
   const openId = parts[1] === "sample" && parts.length > 2 ? decodeURIComponent(parts.slice(2).join("/")) : null;
+  const openJob = parts[1] === "job" && parts.length > 3 ? [decodeURIComponent(parts[2]), decodeURIComponent(parts.slice(3).join("/"))] : null;
   if (scenario !== state.scenario) {
     state.browsing = new Browsing();
     state.drawn = {};
+    state.series = null;
+    state.seriesFor = null;
   }
   state.scenario = scenario;
   state.openId = openId;
+  state.openJob = openJob;
   if (!openId) state.detail = null;
+  if (!openJob) state.job = null;
 }
 
-function go(scenario, openId) {
-  const hash = `#/${encodeURIComponent(scenario)}${openId ? `/sample/${encodeURIComponent(openId)}` : ""}`;
+function go(scenario, openId, openJob = null) {
+  let hash = `#/${encodeURIComponent(scenario)}`;
+  if (openId) hash += `/sample/${encodeURIComponent(openId)}`;
+  else if (openJob) hash += `/job/${encodeURIComponent(openJob[0])}/${encodeURIComponent(openJob[1])}`;
   if (location.hash !== hash) history.pushState(null, "", hash);
   readLocation();
 }
@@ -109,22 +124,40 @@ async function refresh() {
     }
     drawTabs(names);
     const name = state.scenario;
-    const [jobs, page, buffers, detail] = await Promise.all([
-      api.jobs(name, { limit: 200 }),
-      api.samples(name, state.browsing.parameters()),
+    const browsing = state.browsing;
+    const asked = browsing.key();
+    // The series (every job of the run, in runs) is read again only when a job ended since:
+    // the trainers' counts moved, or the latest jobs read last time changed.
+    const latest = state.jobs.map((j) => [j.job_id, j.event]);
+    const ended = JSON.stringify([current().trainers.map((t) => t.jobs_ended), latest]);
+    const [jobs, page, buffers, detail, job, series] = await Promise.all([
+      api.jobs(name, { limit: 12 }),
+      api.samples(name, browsing.parameters()),
       api.buffer(name),
       state.openId ? api.sample(name, state.openId).catch((e) => e) : null,
+      state.openJob ? api.job(name, ...state.openJob).catch((e) => e) : null,
+      state.seriesFor === ended ? state.series : api.series(name, CHART_POINTS),
     ]);
     state.jobs = jobs.jobs;
     state.page = page;
     state.buffers = buffers;
-    state.browsing.saw(page.samples);
+    state.series = series;
+    state.seriesFor = ended;
+    browsing.counted(page, asked);
+    browsing.cursor = Math.min(browsing.cursor, Math.max(0, page.samples.length - 1));
+    browsing.saw(page.samples);
     if (detail instanceof ApiFailure) {
       notice(`Sample ${state.openId}: ${detail.message}`, "error");
       go(name, null);
     } else {
       state.detail = detail;
-      if (detail) state.browsing.saw([detail.sample]);
+      if (detail) browsing.saw([detail.sample]);
+    }
+    if (job instanceof ApiFailure) {
+      notice(`Job ${state.openJob[1]}: ${job.message}`, "error");
+      go(name, null);
+    } else {
+      state.job = job;
     }
     draw();
     tick();
@@ -189,19 +222,25 @@ function draw() {
   // A trainer writes its snapshot at every step: the time it wrote it is shown by the ticker
   // (tick), so that the overview is redrawn only when what it shows changed.
   const steady = { ...scenario, trainers: scenario.trainers.map((t) => ({ ...t, snapshot_at: null })) };
-  section("overview", [steady, state.jobs], () => overview(scenario, state.jobs, actions));
-  section("jobs", [state.jobs], () => jobsTable(state.jobs));
+  const charting = state.charting;
+  section("overview", [steady, state.series, charting.choice()], () => overview(scenario, state.series, charting, actions));
+  section("jobs", [state.jobs, state.series && state.series.jobs], () => jobsTable(state.jobs, state.series, actions));
   const browsing = state.browsing;
-  section("samples", [state.page, state.buffers, [...browsing.selected], browsing.filters, browsing.cursors], () =>
-    sampleBrowser(scenario, browsing, state.page, state.buffers, actions),
+  section(
+    "samples",
+    [state.page, state.buffers, [...browsing.selected], browsing.filters, browsing.at, browsing.total, browsing.keep, browsing.cursor],
+    () => sampleBrowser(scenario, browsing, state.page, state.buffers, actions),
   );
   const open = $("sample");
-  open.hidden = !state.detail;
-  $("browse").classList.toggle("with-detail", Boolean(state.detail));
+  const shown = state.detail || state.job;
+  open.hidden = !shown;
+  $("browse").classList.toggle("with-detail", Boolean(shown));
   if (state.detail) {
-    section("sample", [state.detail, browsing.selected.has(state.detail.sample.id)], () =>
+    section("sample", ["sample", state.detail, browsing.selected.has(state.detail.sample.id)], () =>
       sampleView(state.detail, browsing.selected.has(state.detail.sample.id), actions),
     );
+  } else if (state.job) {
+    section("sample", ["job", state.job], () => jobView(state.job, actions));
   } else {
     state.drawn.sample = undefined;
   }
@@ -210,6 +249,7 @@ function draw() {
 // -- what the person does ---------------------------------------------------------------------
 
 async function act(work, done, kind = "ok") {
+  state.browsing.countedAt = 0; // what the person changed may change the count
   try {
     await work();
     notice(done, kind);
@@ -271,21 +311,67 @@ const actions = {
     draw();
   },
   filter: (name, value) => {
-    state.browsing.filters[name] = value;
-    state.browsing.cursors = [null];
+    state.browsing.refilter(name, value);
     refresh();
   },
+  filters: (named) => {
+    for (const [name, value] of Object.entries(named)) state.browsing.refilter(name, value);
+    refresh();
+  },
+  keep: (on) => {
+    state.browsing.keep = on;
+    draw();
+  },
+  selectMatching: () =>
+    act(async () => {
+      // Every match, walked a page of 200 at a time (the count bounds it at 10,000).
+      const browsing = state.browsing;
+      const query = { ...browsing.filterParameters(), limit: 200, count: "false" };
+      let after;
+      do {
+        const page = await api.samples(state.scenario, { ...query, after });
+        page.samples.forEach((s) => browsing.selected.add(s.id));
+        after = page.next;
+      } while (after);
+    }, "Selected every sample that matches the filters."),
   next: () => {
-    if (state.page && state.page.next) state.browsing.cursors.push(state.page.next);
+    const b = state.browsing;
+    if (!state.page || !state.page.next) return;
+    b.at = { after: state.page.next };
+    b.pageNumber = b.pageNumber === null ? null : b.pageNumber + 1;
+    b.cursor = 0;
     refresh();
   },
   previous: () => {
-    if (state.browsing.cursors.length > 1) state.browsing.cursors.pop();
+    const b = state.browsing;
+    if (!state.page || !state.page.previous) return;
+    b.at = { before: state.page.previous };
+    b.pageNumber = b.pageNumber === null ? null : Math.max(1, b.pageNumber - 1);
+    b.cursor = 0;
     refresh();
   },
   first: () => {
-    state.browsing.cursors = [null];
+    Object.assign(state.browsing, { at: {}, pageNumber: 1, cursor: 0 });
     refresh();
+  },
+  last: () => {
+    const b = state.browsing;
+    const pages = b.exact ? b.pages() : null;
+    Object.assign(b, { at: { last: true }, pageNumber: pages, cursor: 0 });
+    refresh();
+  },
+  chart: (name, value) => {
+    state.charting.set(name, value);
+    draw();
+  },
+  openJob: async (trainer, id) => {
+    go(state.scenario, null, [trainer, id]);
+    await refresh();
+    const title = $("job-title");
+    if (title) {
+      title.tabIndex = -1;
+      title.focus();
+    }
   },
   open: async (id) => {
     go(state.scenario, id);
@@ -298,12 +384,39 @@ const actions = {
   },
   close: () => {
     const id = state.openId;
+    state.job = null;
     go(state.scenario, null);
     draw();
     const opener = document.querySelector(`[data-key="${CSS.escape(`open:${id}`)}"]`);
     if (opener) opener.focus();
   },
 };
+
+// -- the keyboard: j/k move along the sample list, x selects, o opens -----------------------
+
+document.addEventListener("keydown", (event) => {
+  const target = event.target;
+  if (event.ctrlKey || event.metaKey || event.altKey || !state.page || $("console").hidden) return;
+  if (target instanceof HTMLElement && target.closest("input, select, textarea, [contenteditable]")) return;
+  const browsing = state.browsing;
+  const rows = state.page.samples;
+  if (!rows.length) return;
+  const here = rows[Math.min(browsing.cursor, rows.length - 1)];
+  const key = event.key.toLowerCase();
+  if (key === "j" || key === "k") {
+    browsing.cursor = Math.max(0, Math.min(rows.length - 1, browsing.cursor + (key === "j" ? 1 : -1)));
+    draw();
+    const row = document.querySelector(`.samples tr[data-row="${browsing.cursor}"]`);
+    if (row) row.scrollIntoView({ block: "nearest" });
+  } else if (key === "x") {
+    actions.toggle(here.id, !browsing.selected.has(here.id));
+  } else if (key === "o") {
+    actions.open(here.id);
+  } else {
+    return;
+  }
+  event.preventDefault();
+});
 
 // -- start ------------------------------------------------------------------------------------
 

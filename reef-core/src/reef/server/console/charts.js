@@ -1,13 +1,17 @@
-// A line chart of one value per job, drawn as inline SVG: no library, nothing fetched.
+// Line charts of a value per job, drawn as inline SVG: no library, nothing fetched. Each line
+// is one trainer's run; a point may stand for a run of jobs (a long history is read in runs),
+// drawn at its mean with a band from its lowest to its highest value.
 
 import { h } from "./dom.js";
-import { number, short } from "./format.js";
+import { number, short, when } from "./format.js";
 
 const WIDTH = 420;
 const HEIGHT = 170;
 const PAD = { right: 14, top: 14, bottom: 34 };
 /** The width of one character of an axis label (11 px monospace), in the chart's units. */
 const CHAR = 7;
+/** Up to this many points, each is drawn as a dot (with its job in a tooltip). */
+const DOTS = 60;
 
 /** A value as an axis label: tiny and huge values in exponent form, so that it stays short. */
 function axisLabel(value) {
@@ -16,26 +20,53 @@ function axisLabel(value) {
   return number(value);
 }
 
+/** A wall time as an axis label: the time of day, and the date when the run spans days. */
+function timeLabel(seconds, span) {
+  const date = new Date(seconds * 1000);
+  if (span > 86400) return date.toLocaleDateString("en-GB", { day: "2-digit", month: "short" });
+  return date.toLocaleTimeString("en-GB", { hour: "2-digit", minute: "2-digit" });
+}
+
 /**
- * A chart of `points` ([{x: job number, y: value, label: job id}]) titled `title`, in the
- * colour class `tone` (line-loss, line-reward). Points without a number are left out; with
- * none left, the chart says so instead of drawing an empty frame.
+ * The values `ys` smoothed as TensorBoard does: an exponential moving average of weight
+ * `weight` (0: as they are), debiased so that the first values are not pulled to 0.
  */
-export function lineChart(title, points, tone) {
-  const shown = points.filter((p) => typeof p.y === "number" && Number.isFinite(p.y));
+export function smooth(ys, weight) {
+  if (!weight) return ys;
+  let last = 0;
+  return ys.map((y, i) => {
+    last = last * weight + (1 - weight) * y;
+    return last / (1 - weight ** (i + 1));
+  });
+}
+
+const usable = (value) => typeof value === "number" && Number.isFinite(value);
+
+/**
+ * A chart titled `title` of `lines` ([{name, points: [{x: job number, t: wall time, y, low,
+ * high, first, last, label: job id}]}]), against the job number (`options.x` "job") or the
+ * wall time ("time"), smoothed by `options.smoothing`. Points without a number are left out;
+ * with none left, the chart says so instead of drawing an empty frame.
+ */
+export function lineChart(title, lines, options = {}) {
+  const axis = options.x === "time" ? "t" : "x";
+  const drawn = lines
+    .map((line, index) => ({ ...line, index, points: line.points.filter((p) => usable(p.y) && usable(p[axis])) }))
+    .filter((line) => line.points.length > 0);
   const heading = h("h3", { class: "chart-title" }, title);
-  if (shown.length === 0) {
+  if (drawn.length === 0) {
     return h("figure", { class: "chart" }, heading, h("p", { class: "empty" }, "No job has reported it yet."));
   }
-  const last = shown[shown.length - 1];
-  const ys = shown.map((p) => p.y);
+  for (const line of drawn) line.smoothed = smooth(line.points.map((p) => p.y), options.smoothing || 0);
+  const all = drawn.flatMap((line) => line.points);
+  const ys = all.flatMap((p) => [p.y, usable(p.low) ? p.low : p.y, usable(p.high) ? p.high : p.y]);
   let low = Math.min(...ys);
   let high = Math.max(...ys);
   if (low === high) {
     low -= Math.abs(low) * 0.1 || 0.5;
     high += Math.abs(high) * 0.1 || 0.5;
   }
-  const xs = shown.map((p) => p.x);
+  const xs = all.map((p) => p[axis]);
   const first = Math.min(...xs);
   const lastX = Math.max(...xs);
   const labels = [axisLabel(high), axisLabel(low)];
@@ -43,19 +74,41 @@ export function lineChart(title, points, tone) {
   const left = 10 + CHAR * Math.max(...labels.map((l) => l.length));
   const plotW = WIDTH - left - PAD.right;
   const plotH = HEIGHT - PAD.top - PAD.bottom;
-  // One job sits in the middle; more spread over the width.
+  // One point sits in the middle; more spread over the width.
   const px = (x) => left + (lastX === first ? 0.5 : (x - first) / (lastX - first)) * plotW;
   const py = (y) => PAD.top + (1 - (y - low) / (high - low)) * plotH;
-  const path = shown.map((p, i) => `${i ? "L" : "M"}${px(p.x).toFixed(1)},${py(p.y).toFixed(1)}`);
-  const summary = `${title}: ${shown.length} jobs, last ${number(last.y)} (job ${last.label}), lowest ${number(Math.min(...ys))}, highest ${number(Math.max(...ys))}`;
+  const xLabel = (x) => (axis === "t" ? timeLabel(x, lastX - first) : `job ${x}`);
+  const jobs = (p) => (p.first !== undefined && p.first !== p.last ? `jobs ${p.first}–${p.last}` : `job ${p.x}`);
+  const shape = (line) => {
+    const parts = [];
+    const banded = line.points.some((p) => usable(p.low) && usable(p.high) && p.low !== p.high);
+    if (banded) {
+      const top = line.points.map((p) => `${px(p[axis]).toFixed(1)},${py(usable(p.high) ? p.high : p.y).toFixed(1)}`);
+      const bottom = line.points.map((p) => `${px(p[axis]).toFixed(1)},${py(usable(p.low) ? p.low : p.y).toFixed(1)}`).reverse();
+      parts.push(h("svg:polygon", { points: [...top, ...bottom].join(" "), class: `band tone-${line.index}` }));
+    }
+    const path = (values) => line.points.map((p, i) => `${i ? "L" : "M"}${px(p[axis]).toFixed(1)},${py(values[i]).toFixed(1)}`).join(" ");
+    const smoothed = options.smoothing ? line.smoothed : null;
+    if (smoothed) parts.push(h("svg:path", { d: path(line.points.map((p) => p.y)), class: `line raw tone-${line.index}` }));
+    parts.push(h("svg:path", { d: path(smoothed || line.points.map((p) => p.y)), class: `line tone-${line.index}` }));
+    if (line.points.length <= DOTS) {
+      parts.push(
+        line.points.map((p) =>
+          h("svg:circle", { cx: px(p[axis]), cy: py(p.y), r: 3, class: `dot tone-${line.index}` }, h("svg:title", {}, `${line.name} · ${jobs(p)}: ${number(p.y)}`)),
+        ),
+      );
+    }
+    return parts;
+  };
+  const count = all.reduce((n, p) => n + (p.first !== undefined ? p.last - p.first + 1 : 1), 0);
+  const ends = drawn.map((line) => {
+    const end = line.points[line.points.length - 1];
+    return `${line.name} last ${number(end.y)} (${jobs(end)})`;
+  });
+  const summary = `${title}: ${count} jobs, ${ends.join("; ")}, lowest ${number(Math.min(...ys))}, highest ${number(Math.max(...ys))}`;
   const svg = h(
     "svg:svg",
-    {
-      viewBox: `0 0 ${WIDTH} ${HEIGHT}`,
-      class: "chart-svg",
-      role: "img",
-      "aria-label": summary,
-    },
+    { viewBox: `0 0 ${WIDTH} ${HEIGHT}`, class: "chart-svg", role: "img", "aria-label": summary, "data-jobs": count },
     h("svg:title", {}, summary),
     // the frame and the two value lines
     [high, low].map((value, i) =>
@@ -67,21 +120,31 @@ export function lineChart(title, points, tone) {
       ),
     ),
     lastX === first
-      ? h("svg:text", { x: px(first), y: HEIGHT - 10, class: "axis", "text-anchor": "middle" }, `job ${first}`)
+      ? h("svg:text", { x: px(first), y: HEIGHT - 10, class: "axis", "text-anchor": "middle" }, xLabel(first))
       : [
-          h("svg:text", { x: left, y: HEIGHT - 10, class: "axis" }, `job ${first}`),
-          h("svg:text", { x: WIDTH - PAD.right, y: HEIGHT - 10, class: "axis", "text-anchor": "end" }, `job ${lastX}`),
+          h("svg:text", { x: left, y: HEIGHT - 10, class: "axis" }, xLabel(first)),
+          h("svg:text", { x: WIDTH - PAD.right, y: HEIGHT - 10, class: "axis", "text-anchor": "end" }, xLabel(lastX)),
         ],
-    h("svg:path", { d: path.join(" "), class: `line ${tone}` }),
-    shown.map((p) =>
-      h("svg:circle", { cx: px(p.x), cy: py(p.y), r: 3, class: `dot ${tone}` }, h("svg:title", {}, `job ${p.label}: ${number(p.y)}`)),
-    ),
+    drawn.map(shape),
   );
   return h(
     "figure",
     { class: "chart" },
     heading,
     svg,
-    h("figcaption", {}, `Last: `, h("strong", {}, number(last.y)), ` · job ${last.x}, `, h("code", { title: last.label }, short(last.label, 30))),
+    h(
+      "figcaption",
+      {},
+      drawn.map((line, i) => {
+        const end = line.points[line.points.length - 1];
+        return [
+          i ? h("br", {}) : null,
+          drawn.length > 1 ? [h("span", { class: `key tone-${line.index}`, "aria-hidden": "true" }), `${line.name}: `] : "Last: ",
+          h("strong", {}, number(end.y)),
+          ` · ${jobs(end)}${end.t ? `, ${when(end.t)}` : ""}, `,
+          h("code", { title: end.label }, short(end.label, 24)),
+        ];
+      }),
+    ),
   );
 }

@@ -1,16 +1,85 @@
-// A scenario at a glance: its mode, each trainer (served artifact, buffer, running job),
-// what did not train and why, the last errors, Agent ECC's epoch and seal, and the loss and
-// reward of each job as charts; then the latest jobs as a table.
+// A scenario at a glance: its mode, each trainer (served artifact, buffer, running job, the
+// jobs without a learning signal), what did not train and why, the last errors, Agent ECC's
+// epoch and seal, and every job's metrics as charts (any stored metric, against the job number
+// or the wall time, smoothed or not, a line per trainer); then the latest jobs as a table.
 
 import { lineChart } from "./charts.js";
 import { facts, h } from "./dom.js";
 import { REASONS, ago, number, short, when } from "./format.js";
 
+/** What the charts show: a metric in each of two charts, the x axis, the smoothing. */
+export class Charting {
+  constructor() {
+    this.metrics = ["loss", "reward_mean"];
+    this.x = "job";
+    this.smoothing = 0;
+  }
+
+  choice() {
+    return [this.metrics, this.x, this.smoothing];
+  }
+
+  set(name, value) {
+    if (name.startsWith("metric-")) this.metrics[Number(name.slice(7))] = value;
+    else if (name === "x") this.x = value;
+    else if (name === "smoothing") this.smoothing = Number(value);
+  }
+}
+
+/** A metric's name as a chart's title says it. */
+const METRIC_NAMES = { loss: "Loss", reward_mean: "Mean reward", samples_trained: "Samples trained" };
+const metricName = (name) => METRIC_NAMES[name] || name.replaceAll("_", " ");
+
+function chartSelect(id, label, value, options, onchange) {
+  return h(
+    "div",
+    { class: "field" },
+    h("label", { for: id }, label),
+    h("select", { id, "data-key": id, onchange: (event) => onchange(event.target.value) }, options.map(([v, text]) => h("option", { value: v, selected: String(v) === String(value) }, text))),
+  );
+}
+
+/** The charts of `series` (GET .../job_series) as `charting` says, with their controls. */
+function charts(series, charting, actions) {
+  if (!series) return [];
+  const names = series.metrics.length ? series.metrics : ["loss"];
+  const lines = (metric) =>
+    Object.entries(series.trainers).map(([trainer, points]) => ({
+      name: trainer,
+      points: points.map((p) => ({ x: p.last, t: p.ended_at, y: p.mean[metric], low: p.low[metric], high: p.high[metric], first: p.first, last: p.last, label: p.job_id })),
+    }));
+  const total = Object.values(series.jobs).reduce((n, c) => n + c, 0);
+  const controls = h(
+    "div",
+    { class: "filters chart-controls", role: "group", "aria-label": "What the charts show" },
+    charting.metrics.map((metric, i) =>
+      chartSelect(`chart-metric-${i}`, `Chart ${i + 1}`, metric, names.map((n) => [n, metricName(n)]), (v) => actions.chart(`metric-${i}`, v)),
+    ),
+    chartSelect("chart-x", "Against", charting.x, [["job", "job number"], ["time", "wall time"]], (v) => actions.chart("x", v)),
+    chartSelect("chart-smoothing", "Smoothing", charting.smoothing, [[0, "none"], [0.6, "0.6"], [0.9, "0.9"], [0.99, "0.99"]], (v) => actions.chart("smoothing", v)),
+    h(
+      "span",
+      { class: "hint" },
+      `${number(total)} finished job${total === 1 ? "" : "s"}, every one drawn` +
+        (Object.values(series.trainers).some((points) => points.some((p) => p.jobs > 1)) ? " (a long run in runs of jobs: the line their mean, the band lowest to highest)" : ""),
+    ),
+  );
+  return [
+    controls,
+    h(
+      "div",
+      { class: "chart-row" },
+      charting.metrics.map((metric) => lineChart(`${metricName(metric)} per job`, lines(metric), { x: charting.x, smoothing: charting.smoothing })),
+    ),
+  ];
+}
+
 /**
- * The overview of `scenario` (an entry of GET /reef/status) with its `jobs` (GET .../jobs).
- * `actions.setMode(mode)` and `actions.train(note)` change it through the API.
+ * The overview of `scenario` (an entry of GET /reef/status) with its `series` (GET
+ * .../job_series) charted as `charting` says. `actions.setMode(mode)` and
+ * `actions.train(note)` change it through the API; `actions.chart(name, value)` the charts.
  */
-export function overview(scenario, jobs, actions) {
+export function overview(scenario, series, charting, actions) {
   const manual = scenario.training_mode === "manual";
   const modes = new Set(scenario.trainers.flatMap((t) => t.supported_training_modes));
   const pending = scenario.trainers.reduce((n, t) => n + (t.pending_instructions || 0), 0);
@@ -77,26 +146,33 @@ export function overview(scenario, jobs, actions) {
     h(
       "div",
       { class: "glance" },
-      scenario.trainers.map((t) => trainerCard(t, jobs)),
-      lineChart("Loss per job", jobPoints(jobs, (j) => j.metrics.loss), "line-loss"),
-      lineChart("Mean reward per job", jobPoints(jobs, (j) => j.metrics.mean_reward ?? j.reward_mean), "line-reward"),
+      scenario.trainers.map((t) => trainerCard(t, series, manual)),
     ),
+    charts(series, charting, actions),
     h("div", { class: "columns" }, notTrained(scenario), lastErrors(scenario)),
   ];
 }
 
-function jobPoints(jobs, value) {
-  return jobs
-    .filter((j) => j.event === "finished")
-    .map((j, i) => ({ x: i + 1, y: value(j), label: j.job_id }));
+/** What a trainer's next job holds, said so that the manual buffer's count adds up. */
+function bufferLine(trainer, manual) {
+  const ready = trainer.ready_samples;
+  const size = trainer.job_samples || 0;
+  if (ready === null || ready === undefined) return "–";
+  if (!manual) return `${number(ready)} of ${number(size)} samples for the next job`;
+  const chosen = trainer.manual_buffer || 0;
+  const rest = ready - chosen;
+  return rest > 0
+    ? `${number(ready)} samples for the next TRAIN: the ${number(chosen)} chosen and ${number(rest)} more of their groups (a chosen sample trains with its whole group)`
+    : `${number(ready)} samples for the next TRAIN`;
 }
 
-function trainerCard(trainer, jobs) {
+function trainerCard(trainer, series, manual) {
   const running = trainer.running_job;
-  const job = running && jobs.find((j) => j.job_id === running.job_id);
   const size = trainer.job_samples || 0;
   const ready = trainer.ready_samples;
-  const share = size && ready !== null ? Math.min(1, ready / size) : 0;
+  const share = manual ? (ready ? 1 : 0) : size && ready !== null ? Math.min(1, ready / size) : 0;
+  const ended = series ? series.jobs[trainer.trainer] || 0 : null;
+  const flat = series ? series.no_signal[trainer.trainer] || 0 : null;
   const bar = h("span", { class: "fill" });
   bar.style.width = `${Math.round(share * 100)}%`; // CSSOM: allowed by the page's policy
   const ecc = trainer.extensions && trainer.extensions.ecc;
@@ -123,11 +199,7 @@ function trainerCard(trainer, jobs) {
           "div",
           { class: "buffer" },
           h("span", { class: "bar", "aria-hidden": "true" }, bar),
-          h(
-            "span",
-            {},
-            ready === null ? "–" : `${number(ready)} of ${number(size)} samples for the next job`,
-          ),
+          h("span", {}, bufferLine(trainer, manual)),
         ),
       ],
       [
@@ -138,11 +210,21 @@ function trainerCard(trainer, jobs) {
               {},
               h("code", {}, short(running.job_id, 30)),
               ` · ${(running.sample_ids || []).length} samples`,
-              job && job.submitted_at ? [" · since ", h("span", { "data-ago": job.submitted_at }, ago(job.submitted_at))] : "",
             )
           : "none",
       ],
       ["Jobs ended", number(trainer.jobs_ended)],
+      ended
+        ? [
+            "No learning signal",
+            h(
+              "span",
+              { class: flat ? "warn-text" : null, "data-key": `no-signal:${trainer.trainer}` },
+              `${number(flat)} of ${number(ended)} finished jobs`,
+              flat ? " (every group in them scored alike: advantage 0, loss 0, the weights unmoved)" : "",
+            ),
+          ]
+        : null,
       ["Manual buffer", `${number(trainer.manual_buffer)} chosen`],
       ["Instructions waiting", number(trainer.pending_instructions)],
       [
@@ -247,16 +329,23 @@ function lastErrors(scenario) {
   );
 }
 
-/** The latest jobs as a table, newest first. */
-export function jobsTable(jobs) {
+/** The latest `jobs` (GET .../jobs) as a table, newest first; a job opens its page. */
+export function jobsTable(jobs, series, actions) {
   const latest = jobs.slice(-12).reverse();
+  const total = series ? Object.values(series.jobs).reduce((n, c) => n + c, 0) : null;
+  const flat = series ? Object.values(series.no_signal).reduce((n, c) => n + c, 0) : null;
   return [
-    h("div", { class: "panel-head" }, h("h2", { id: "jobs-title" }, "Jobs"), h("span", { class: "hint" }, `${jobs.length} in the history shown`)),
+    h(
+      "div",
+      { class: "panel-head" },
+      h("h2", { id: "jobs-title" }, "Jobs"),
+      h("span", { class: "hint" }, total === null ? `the latest ${latest.length}` : `the latest ${latest.length}; ${number(total)} finished, ${number(flat)} without a learning signal`),
+    ),
     latest.length === 0
       ? h("p", { class: "empty" }, "No job yet.")
       : h(
           "div",
-          { class: "scroll" },
+          { class: "scroll", "data-scroll": "jobs" },
           h(
             "table",
             { class: "table" },
@@ -266,7 +355,7 @@ export function jobsTable(jobs) {
               h(
                 "tr",
                 {},
-                [["Job"], ["Trainer"], ["Outcome"], ["Trained / consumed", "num"], ["Loss", "num"], ["Mean reward", "num"], ["Ended"]].map(([c, kind]) =>
+                [["#", "num"], ["Job"], ["Trainer"], ["Outcome"], ["Trained / consumed", "num"], ["Loss", "num"], ["Mean reward", "num"], ["TRAIN note"], ["Ended"]].map(([c, kind]) =>
                   h("th", { scope: "col", class: kind || null }, c),
                 ),
               ),
@@ -278,12 +367,20 @@ export function jobsTable(jobs) {
                 h(
                   "tr",
                   {},
-                  h("td", {}, h("code", { title: j.job_id }, short(j.job_id, 30))),
+                  h("td", { class: "num" }, number(j.number)),
+                  h("td", {}, h("button", { type: "button", class: "link", "data-key": `job:${j.trainer}:${j.job_id}`, title: `Open job ${j.job_id}`, onclick: () => actions.openJob(j.trainer, j.job_id) }, short(j.job_id, 30))),
                   h("td", {}, j.trainer),
-                  h("td", {}, h("span", { class: `badge ${j.event || "busy"}` }, j.event || "running"), j.error ? h("span", { class: "why" }, ` ${j.error}`) : ""),
+                  h(
+                    "td",
+                    {},
+                    h("span", { class: `badge ${j.event || "busy"}` }, j.event || "running"),
+                    j.signal === false ? [" ", h("span", { class: "badge released", title: "every group of it scored alike: advantage 0, nothing learnt" }, "no learning signal")] : "",
+                    j.error ? h("span", { class: "why" }, ` ${j.error}`) : "",
+                  ),
                   h("td", { class: "num", title: j.event === "failed" ? "consumed by a failed job: nothing it sent trained" : null }, `${j.trained} / ${j.consumed}`),
                   h("td", { class: "num" }, number(j.metrics.loss)),
                   h("td", { class: "num" }, number(j.metrics.mean_reward ?? j.reward_mean)),
+                  h("td", { class: "note" }, j.instruction_id ? (j.instruction_text ? `“${j.instruction_text}”` : "(no note)") : "–"),
                   h("td", {}, when(j.ended_at)),
                 ),
               ),

@@ -119,7 +119,8 @@ export function sampleView(detail, selected, actions) {
     ),
     facts([
       ["Kind", s.kind],
-      ["Group", s.group_id || "–"],
+      ["Group", s.group || (s.group_id ? "none named by the client" : "–")],
+      s.group_id ? ["Store group id", h("code", {}, s.group_id)] : null,
       ["Reward", number(s.reward)],
       body.feedback ? ["Feedback", body.feedback] : null,
       ["Trained", Object.keys(s.trained_by).length ? Object.entries(s.trained_by).map(([t, n]) => `${t} ×${n}`).join(", ") : "not yet"],
@@ -145,13 +146,24 @@ export function sampleView(detail, selected, actions) {
               return h(
                 "li",
                 {},
-                h("code", { title: j.job_id }, short(j.job_id, 30)),
+                h(
+                  "button",
+                  { type: "button", class: "link", "data-key": `sample-job:${j.trainer}:${j.job_id}`, title: `Open job ${j.job_id}`, onclick: () => actions.openJob(j.trainer, j.job_id) },
+                  j.number ? `job ${j.number}` : short(j.job_id, 30),
+                ),
                 ` · ${j.trainer} · ${j.event || "running"} · `,
                 j.trained
                   ? `trained with reward ${number(j.reward)}`
                   : j.sent && j.event === "failed"
                     ? "consumed by a failed job: its training was thrown away"
                     : "consumed without training",
+                j.sent && j.signal === false
+                  ? h(
+                      "div",
+                      { class: "no-signal" },
+                      "No learning signal: every member of its group in this job trained with the same reward, so its advantage was 0 (the group-relative objective learns from differences within a group) and this job learnt nothing from it.",
+                    )
+                  : null,
                 line ? h("div", { class: "ecc" }, line) : null,
               );
             }),
