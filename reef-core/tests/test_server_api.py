@@ -501,6 +501,7 @@ def test_status_reads_stores_and_the_trainer_snapshot(
             "last_errors": [{"at": 4.0, "where": "submit", "error": "boom"}],
             "holder": "host:12:abcd",
             "jobs_ended": 3,
+            "job_counts": {"retokenized_samples": 5},
             "extensions": {"ecc": {"epoch": {"index": 2, "version_id": "g2"}}},
             "pipeline": {"ended_records": {"aborted": 1, "stale": 2}},
         },
@@ -509,6 +510,9 @@ def test_status_reads_stores_and_the_trainer_snapshot(
     (trainer,) = next(s for s in after["scenarios"] if s["scenario"] == "support")["trainers"]
     assert trainer["holder"] == "host:12:abcd"
     assert trainer["jobs_ended"] == 3
+    # Replies trained from their text, without the engine's token ids: shown, in the table too.
+    assert trainer["job_counts"] == {"retokenized_samples": 5}
+    assert "support/noop: in 3 jobs: retokenized_samples=5" in status_table(after).splitlines()
     assert trainer["ready_samples"] == 7
     assert trainer["buffer_size"] == 8
     assert trainer["pending_instructions"] == 2

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +25,7 @@ pytest.importorskip("starlette")
 pytest.importorskip("httpx")
 
 import httpx
-from doubles.engine_standins import StandInState, sglang_standin, vllm_standin
+from doubles.engine_standins import STOP_ID, StandInState, sglang_standin, vllm_standin
 from hypothesis import example, given, settings, strategies as st
 from starlette.testclient import TestClient
 
@@ -342,24 +343,48 @@ def test_an_engine_that_cannot_list_its_adapters_is_asked_again(tmp_path: Path) 
         publisher.stop()
 
 
+@pytest.mark.parametrize(
+    ("engine", "refusal"),
+    [
+        ("vllm", (404, "NotFoundError")),
+        # SGLang answers 400, not 404 (python/sglang/srt/lora/lora_registry.py).
+        ("sglang", (400, "The following requested LoRA adapters are not loaded")),
+    ],
+)
 def test_an_engine_that_restarted_without_the_artifact_gets_it_again(
-    loop_of: Any, tmp_path: Path
+    loop_of: Any, tmp_path: Path, engine: str, refusal: tuple[int, str]
 ) -> None:
-    loop: Loop = loop_of("vllm")
+    loop: Loop = loop_of(engine)
     first = artifact(tmp_path, 1)
     loop.source.current = first
     loop.publisher.step()
-    loop.engine.adapters.clear()  # vLLM restarted: its adapters are gone
+    loop.engine.adapters.clear()  # the engine restarted: its adapters are gone
     response = loop.client.post(
         f"/scenarios/{SCENARIO}/v1/chat/completions",
         json={"messages": [{"role": "user", "content": "hi"}]},
     )
-    assert response.status_code == 404  # vLLM's answer, passed on
+    assert response.status_code == refusal[0]  # the engine's answer, passed on
+    assert refusal[1] in json.dumps(response.json()["engine"])
     assert loop.status()["lost"] == 1
     assert loop.call()["artifact_id"] is None  # the base model answers meanwhile, unnamed
     loop.publisher.step()
     assert loop.call()["artifact_id"] == first.artifact_id
-    assert loop.engine.calls["/v1/load_lora_adapter"] == 2
+    loads = "/v1/load_lora_adapter" if engine == "vllm" else "/load_lora_adapter"
+    assert loop.engine.calls[loads] == 2
+
+
+def test_another_refusal_of_sglang_is_not_taken_for_a_lost_adapter(
+    loop_of: Any, tmp_path: Path
+) -> None:
+    loop: Loop = loop_of("sglang")
+    loop.source.current = artifact(tmp_path, 1)
+    loop.publisher.step()
+    response = loop.client.post(
+        f"/scenarios/{SCENARIO}/v1/chat/completions",
+        json={"messages": [{"role": "user", "content": "hi"}], "temperature": -1},
+    )
+    assert response.status_code == 400
+    assert loop.status()["lost"] == 0
 
 
 def test_status_says_what_each_process_serving_the_scenario_published(
@@ -601,6 +626,9 @@ class FlakyAdmin:
     def model(self, name: str) -> str:
         return name
 
+    def lost(self, status: int, body: dict[str, Any] | None) -> bool:
+        return status == 404
+
     def call(self, model: str) -> tuple[str | None, dict[str, Any]]:
         """The artifact that really answers a call naming ``model``, and the answer."""
         artifact_id = self.loaded.get(model)
@@ -648,3 +676,52 @@ def test_no_answer_is_labelled_with_an_artifact_that_did_not_give_it(
         json.dumps(publisher.status())
     finally:
         publisher.stop()
+
+
+@pytest.mark.parametrize(("engine", "stream"), [("vllm", False), ("vllm", True), ("sglang", False)])
+def test_the_tokens_each_engine_sampled_are_recorded_and_trained_as_they_are(
+    loop_of: Any, engine: str, stream: bool
+) -> None:
+    """vLLM and SGLang answer ``return_token_ids`` with the ids they sampled (their stand-ins
+    answer as their serving code does): the service asks for them on every call, records them,
+    gives the client only what it asked for, and the sample built from the record trains those
+    ids as they are, on 100 random calls."""
+    from reef.components.local.byte_tokenizer import ByteTokenizer
+    from reef.core.atif import trajectory_to_json
+    from reef.core.atif_build import trajectory_from_records
+    from reef.core.chat_rendering import ChatRenderer
+    from reef.core.records import InferenceRecord
+
+    loop: Loop = loop_of(engine)
+    renderer = ChatRenderer(ByteTokenizer())
+    rng = random.Random(7)
+    for _number in range(100):
+        text = "".join(rng.choices("abc é東🙂\n<>", k=rng.randint(1, 12)))
+        asked = rng.random() < 0.3
+        request: dict[str, Any] = {"messages": [{"role": "user", "content": text}]}
+        if asked:
+            request["return_token_ids"] = True
+        response = loop.client.post(
+            f"/scenarios/{SCENARIO}/v1/chat/completions", json={**request, "stream": stream}
+        )
+        assert response.status_code == 200, response.text
+        # The client gets token ids only when it asked, and log probabilities never unasked.
+        assert ("token_ids" in response.text) == asked
+        assert ('"logprob"' in response.text) is False
+        stored = loop.records.get(response.headers["x-reef-record-id"])
+        assert stored is not None
+        assert stored.record is not None
+        record: InferenceRecord = stored.record
+        reply = record.reply_messages[0]["content"]
+        sampled = [*reply.encode(), STOP_ID]
+        trajectory = trajectory_to_json(trajectory_from_records([record], trajectory_id="t"))
+        metrics = trajectory["steps"][-1].get("metrics") or {}
+        assert metrics["completion_token_ids"] == sampled
+        assert metrics["prompt_token_ids"] == list(text.encode())
+        rendered = renderer.render_sample(trajectory)
+        (sequence,) = rendered.sequences
+        trained = [t for t, m in zip(sequence.token_ids, sequence.loss_mask, strict=True) if m]
+        assert trained == sampled
+        # The stand-in's prompt is not the template's: counted, and the engine's trains.
+        assert rendered.prompt_mismatches == 1
+        assert list(sequence.token_ids[: len(text.encode())]) == list(text.encode())

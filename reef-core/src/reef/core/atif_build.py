@@ -68,7 +68,6 @@ def trajectory_from_records(
     agent_name: str = "reef",
     agent_version: str = __version__,
     session_id: str | None = None,
-    keep_tokens: bool = False,
 ) -> Trajectory:
     """The ATIF trajectory of the calls of one trajectory, root first, last call last.
 
@@ -84,9 +83,10 @@ def trajectory_from_records(
     record made (context the client wrote) is ``is_copied_context``. The trajectory's
     ``extra["reef"]["records"]`` lists every call, in order, with its artifact.
 
-    A sample holds no tokens and no log probabilities (P-REND-1): token ids and log
-    probabilities that an engine returned are kept only with ``keep_tokens=True``, for a
-    caller that reads them (diagnostics, an exported trace), never for a training sample.
+    Token ids and log probabilities that the engine returned (vLLM's and SGLang's
+    ``return_token_ids``, OpenAI ``logprobs``; Reef asks every engine that gives them) are kept
+    in the step's ``metrics``: a training component trains them as they are
+    (:mod:`reef.core.chat_rendering`, docs/decisions.md#trained-tokens-are-the-sampled-tokens).
 
     :raises AtifBuildError: when the records are not calls of one format whose requests
         extend one another, or a message cannot be expressed in ATIF.
@@ -112,10 +112,7 @@ def trajectory_from_records(
             continue
         if role == "assistant":
             record = made_by.get(position)
-            step = _agent_step(len(steps) + 1, message, record, where)
-            if not keep_tokens and step.metrics is not None:
-                step = attrs.evolve(step, metrics=_without_tokens(step.metrics))
-            steps.append(step)
+            steps.append(_agent_step(len(steps) + 1, message, record, where))
         elif role in ("system", "developer", "user"):
             source: StepSource = "user" if role == "user" else "system"
             steps.append(Step(len(steps) + 1, source, _content(message.get("content"), where)))
@@ -365,7 +362,10 @@ def _metrics(response: Mapping[str, Any], choice: Any) -> Metrics | None:
     logprobs = choice.get("logprobs") if isinstance(choice, Mapping) else None
     tokens = logprobs.get("content") if isinstance(logprobs, Mapping) else None
     token_ids = choice.get("token_ids") if isinstance(choice, Mapping) else None
+    # vLLM gives the prompt's ids beside the choices, SGLang in each choice.
     prompt_ids = response.get("prompt_token_ids")
+    if prompt_ids is None and isinstance(choice, Mapping):
+        prompt_ids = choice.get("prompt_token_ids")
     metrics = Metrics(
         prompt_tokens=usage.pop("prompt_tokens", None),
         completion_tokens=usage.pop("completion_tokens", None),
@@ -376,11 +376,6 @@ def _metrics(response: Mapping[str, Any], choice: Any) -> Metrics | None:
         extra={k: v for k, v in usage.items() if k != "total_tokens" and v is not None} or None,
     )
     return None if metrics == Metrics() else metrics
-
-
-def _without_tokens(metrics: Metrics) -> Metrics | None:
-    counts = attrs.evolve(metrics, prompt_token_ids=None, completion_token_ids=None, logprobs=None)
-    return None if counts == Metrics() else counts
 
 
 def _observe(steps: list[Step], message: Mapping[str, Any], where: str) -> Step:

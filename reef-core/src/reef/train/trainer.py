@@ -92,6 +92,10 @@ logger = logging.getLogger(__name__)
 
 #: How many errors the status snapshot keeps.
 _LAST_ERRORS: Final = 10
+#: The job metrics a trainer sums over its tenure for status: samples whose replies trained
+#: from their text, not the engine's tokens; whose prompt differed from the engine's; cut at
+#: their token limit.
+COUNTED_METRICS: Final = ("retokenized_samples", "prompt_mismatch_samples", "truncated_samples")
 #: How many of the artifacts served last the status snapshot keeps (``served_artifacts``).
 _SERVED_KEPT: Final = 64
 
@@ -248,6 +252,8 @@ class Trainer:
         self.observer: TrainerObserver | None = None
         #: When each running job reached its component (``time.time()``), by job id.
         self._training_since: dict[str, float] = {}
+        #: The sums of :data:`COUNTED_METRICS` over the jobs that ended in this tenure.
+        self.job_counts: dict[str, int] = {}
         #: The artifacts served, oldest first (the last tenure's, then this one's).
         self._served: list[str] = []
 
@@ -579,6 +585,10 @@ class Trainer:
         if self.observer is not None:
             self.observer.job_ended(self.scenario, self.name, outcome)
         self.jobs_ended += 1
+        for name in COUNTED_METRICS:
+            value = outcome.metrics.get(name)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                self.job_counts[name] = self.job_counts.get(name, 0) + value
         if outcome.event == "failed":
             self._note_error("job", RuntimeError(f"job {outcome.job_id}: {outcome.error}"))
         logger.info(
@@ -630,6 +640,7 @@ class Trainer:
             "background_jobs_running": pipeline.background_jobs_running(),
             "running_job": None if running is None else running.to_json(),
             "jobs_ended": self.jobs_ended,
+            "job_counts": dict(self.job_counts),
             "served_artifact_id": serving,
             "served_artifact": serving,
             "served_artifacts": list(self._served),
