@@ -203,7 +203,9 @@ def test_the_component_counts_what_it_had_to_render_from_text(served: LocalEngin
         max_seq_len=None,
         component="local",
     )
-    metrics = job_metrics(job, StepPlan((), 0), losses=[], trained_tokens=0, step_tokens=[])
+    metrics = job_metrics(
+        job, StepPlan((), 0), losses=[], trained_tokens=0, step_tokens=[], optimizer_steps=0
+    )
     assert metrics["retokenized_samples"] == 1
     assert metrics["prompt_mismatch_samples"] == 1
     assert trained(job.rendered[2][1]) == body["choices"][0]["token_ids"]
@@ -242,6 +244,8 @@ def test_a_truncated_reply_trains_no_stop_token_and_can_be_masked_out(
     assert trained(masked.rendered[0][1]) == []
     plan = StepPlan((), 0)
     assert (
-        job_metrics(masked, plan, losses=[], trained_tokens=0, step_tokens=[])["truncated_samples"]
+        job_metrics(masked, plan, losses=[], trained_tokens=0, step_tokens=[], optimizer_steps=0)[
+            "truncated_samples"
+        ]
         == 1
     )

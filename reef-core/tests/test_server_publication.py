@@ -725,3 +725,110 @@ def test_the_tokens_each_engine_sampled_are_recorded_and_trained_as_they_are(
         # The stand-in's prompt is not the template's: counted, and the engine's trains.
         assert rendered.prompt_mismatches == 1
         assert list(sequence.token_ids[: len(text.encode())]) == list(text.encode())
+
+
+class Publishing:
+    """A component whose every publication is a new adapter folder, which the engine can
+    load only while :attr:`loadable` (else the folder has no ``adapter_config.json``: vLLM
+    answers 404, the publication fails)."""
+
+    def __init__(self, folder: Path, source: Source) -> None:
+        self.name = "c"
+        self.folder = folder
+        self.source = source
+        self.loadable = True
+        self.submitted: list[str] = []
+        self.published = 0
+
+    def submit(self, data: Any, parameters: Any = None) -> Any:
+        from reef.components.interface import JobHandle
+
+        self.submitted.append(data.id)
+        return JobHandle(data.id, self.name)
+
+    def poll(self, handle: Any) -> Any:
+        from reef.core.job_data import JobOutcome
+
+        return JobOutcome(handle.job_id, self.name, "finished")
+
+    def wait(self, handle: Any, timeout: float | None = None) -> Any:
+        return self.poll(handle)
+
+    def publish(self) -> Artifact:
+        self.published += 1
+        made = artifact(self.folder, self.published, adapter=self.loadable)
+        self.source.current = made
+        return made
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_trainer_pauses_after_failed_publications_until_the_engine_takes_one(
+    storage_database: Database, tmp_path: Path
+) -> None:
+    """The engine refuses the new adapters (a path it cannot read): after
+    ``max_failed_publications`` in a row the trainer starts no job, says why in status, and
+    counts the jobs it started while publication failed; once the engine takes an artifact
+    it trains again."""
+    from reef.core.job_data import TrajectorySample, sample_body
+    from reef.runtime import PublishedComponent
+    from reef.storage import NewSample, TrainerSamples
+    from reef.testing.components import grouped_parts
+    from reef.train.trainer import Trainer, TrainerSettings
+
+    samples = TrainerSamples(storage_database, "s")
+    samples.register_trainer("c", reads_uploads=False)
+
+    def add_groups(first: int, count: int) -> None:
+        for group in range(first, first + count):
+            body = sample_body(TrajectorySample({"steps": []}, reward=0.0))
+            unit = [NewSample(f"g{group}-{i}", "trajectory", body) for i in range(2)]
+            samples.add_record_samples("c", unit, [f"record-{group}"])
+
+    app, _ = vllm_standin(BASE)
+    source = Source()
+    inner = Publishing(tmp_path / "artifacts", source)
+    with serve_on_loopback(app) as url:
+        publisher = Publisher("s", VllmAdapters(), BASE, url=url, source=source, keep=1)
+        publisher.start()
+        component = PublishedComponent(inner, publisher, 0.5, max_failed=2)
+        trainer = Trainer(
+            "s",
+            "c",
+            database=storage_database,
+            build=grouped_parts(component),  # type: ignore[arg-type]
+            settings=TrainerSettings(poll_interval=0.05),
+        )
+        trainer.start()
+        try:
+            wait_for(lambda: component.publication().served is not None)  # the first took
+            inner.loadable = False  # the engine cannot read the next adapters
+            add_groups(0, 6)
+            wait_for(lambda: trainer.paused is not None)
+            submitted = len(inner.submitted)
+            assert submitted == 2  # two jobs whose publications failed, then no more
+            assert component.publication().failed_in_a_row == 2
+            assert trainer.job_counts["jobs_while_publication_failed"] == 1
+            snapshot = trainer.snapshot(trainer.parts.pipeline, None, "x")  # type: ignore[union-attr]
+            assert "did not take the last 2 published artifacts" in snapshot["paused"]
+            time.sleep(0.5)
+            assert len(inner.submitted) == submitted  # paused: nothing else trains
+            # The engine can read the newest adapter now: it takes it, training goes on.
+            (Path(source.current.path) / "adapter_config.json").write_text("{}")  # type: ignore[union-attr]
+            inner.loadable = True
+            wait_for(lambda: component.publication().failed_in_a_row == 0)
+            add_groups(6, 4)
+            wait_for(lambda: len(inner.submitted) > submitted)
+            assert trainer.paused is None
+        finally:
+            trainer.stop(30)
+            publisher.stop()
+
+
+def wait_for(condition: Any, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("the condition never held")
+        time.sleep(0.05)

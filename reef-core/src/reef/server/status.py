@@ -71,6 +71,7 @@ def trainer_status(
     pipeline = snapshot.get("pipeline")
     extensions = snapshot.get("extensions")
     counts = snapshot.get("job_counts")
+    paused = snapshot.get("paused")
     return TrainerStatus(
         trainer=trainer,
         accepts_trajectories=stages.accepts_trajectories,
@@ -89,6 +90,7 @@ def trainer_status(
         holder=holder if isinstance(holder, str) else None,
         jobs_ended=_int_or_none(snapshot.get("jobs_ended")),
         job_counts=counts if isinstance(counts, dict) else {},
+        paused=paused if isinstance(paused, str) else None,
         pipeline=pipeline if isinstance(pipeline, dict) else {},
         extensions=extensions if isinstance(extensions, dict) else {},
         component=stages.component,
@@ -280,6 +282,8 @@ def status_table(document: Mapping[str, Any]) -> str:
                     " when the next job commits: "
                     + ", ".join(f"{k}={v}" for k, v in sorted(ended.items()))
                 )
+            if trainer.get("paused"):
+                notes.append(f"{name}/{trainer.get('trainer')}: PAUSED: {trainer['paused']}")
             counts = trainer.get("job_counts") or {}
             if counts:
                 notes.append(
