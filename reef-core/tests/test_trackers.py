@@ -18,7 +18,7 @@ import pytest
 
 from reef.components.interface import Artifact, JobHandle
 from reef.core.evals import EvalResult, ItemOutcome
-from reef.core.job_data import JobData, JobOutcome, TrajectorySample, sample_body
+from reef.core.job_data import JobData, JobOutcome
 from reef.core.plugins import PluginSettings
 from reef.embed import DeploymentError, load_deployment
 from reef.hookspecs import hookimpl
@@ -26,9 +26,8 @@ from reef.plugins import Plugins
 from reef.plugins.registrar import PluginKind, PluginRegistrar
 from reef.plugins.scenarios import deployment_trackers
 from reef.storage import ArtifactEvaluations, Database, ScenarioSettings, TrainerSamples
-from reef.storage.samples import NewSample
 from reef.storage.scenario_settings import snapshot_key, tracker_run_key
-from reef.testing.components import RecordingComponent, grouped_parts
+from reef.testing.components import RecordingComponent, grouped_parts, store_groups
 from reef.trackers import TrackedJob, Tracker
 from reef.train.trainer import Trainer, TrainerSettings
 
@@ -131,17 +130,7 @@ def test_a_wrong_trackers_section_is_refused_naming_the_key(trackers: str, expec
 
 def _store_group(database: Database, group: str) -> None:
     """One unit of two trajectory samples of trainer ``c``, rewards 0.0 and 1.0: one job."""
-    samples = TrainerSamples(database, "s")
-    samples.register_trainer("c", reads_uploads=False)
-    unit = [
-        NewSample(
-            f"{group}-{i}",
-            "trajectory",
-            sample_body(TrajectorySample({"steps": []}, reward=float(i))),
-        )
-        for i in range(2)
-    ]
-    samples.add_record_samples("c", unit, [f"record-{group}"])
+    store_groups(TrainerSamples(database, "s"), groups=(group,))
 
 
 def _trainer(database: Database, component: RecordingComponent, trackers: list[Any]) -> Trainer:

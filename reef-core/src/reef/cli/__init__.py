@@ -23,7 +23,7 @@ import attrs
 from reef.cli import flags
 from reef.core.deployment import DeploymentError, auth_of
 from reef.plugins import BLOCK_ENV_VAR, PluginError, PluginKind, Plugins
-from reef.plugins.builtin import built_in_components
+from reef.plugins.builtin import built_in_components, built_in_trackers
 from reef.plugins.scenarios import load_deployment, recipe_gaps
 from reef.version import __version__
 
@@ -107,6 +107,7 @@ def _run_plugins(args: argparse.Namespace) -> int:
     failed = [attrs.asdict(f) for f in plugins.failures]
     # A built-in component whose extra is missing is not registered: say what installs it.
     unavailable = [] if "core" in plugins.blocked else built_in_components()[1]
+    trackers_missing = [] if "core" in plugins.blocked else built_in_trackers()[1]
     if args.json:
         body = {
             "registered": rows,
@@ -114,6 +115,7 @@ def _run_plugins(args: argparse.Namespace) -> int:
             "failed": failed,
             "blocked": sorted(plugins.blocked),
             "unavailable": [attrs.asdict(u) for u in unavailable],
+            "unavailable_trackers": [attrs.asdict(u) for u in trackers_missing],
         }
         print(json.dumps(body, indent=2))
         return 0
@@ -137,6 +139,8 @@ def _run_plugins(args: argparse.Namespace) -> int:
         print(f"failed: {f.name} ({f.entry_point}, {f.distribution} {f.version}): {f.error}")
     for u in unavailable:
         print(f"not installed: component {u.name} needs the {u.missing} package: {u.install}")
+    for u in trackers_missing:
+        print(f"not installed: tracker {u.name} needs the {u.missing} package: {u.install}")
     if plugins.blocked:
         print(f"blocked: {', '.join(sorted(plugins.blocked))}")
     return 0

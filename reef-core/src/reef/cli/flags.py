@@ -66,12 +66,17 @@ def port(text: str) -> int:
     return value
 
 
+def _number(text: str) -> float:
+    """``text`` as a number; NaN when it is none (which every check refuses)."""
+    try:
+        return float(text)
+    except ValueError:
+        return math.nan
+
+
 def positive_seconds(text: str) -> float:
     """A duration in seconds, finite and above 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
+    value = _number(text)
     if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(
             f"{text!r} is not a duration: use a number of seconds above 0, such as 10 or 2.5"
@@ -205,10 +210,7 @@ def timestamp(text: str) -> float:
 
 def finite_number(text: str) -> float:
     """A finite number (a reward bound)."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
+    value = _number(text)
     if not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"{text!r} is not a number: use one such as 0.5 or -1")
     return value

@@ -8,7 +8,7 @@ with a TinyGPT small enough to train in a test (needs ``reef-core[torch]``)."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -60,11 +60,14 @@ class RecordingComponent:
         pass
 
 
-def store_groups(samples: TrainerSamples, trainer: str = "c") -> None:
-    """Register ``trainer`` and store two units of two trajectory samples made by it: groups
-    ``g1`` (samples ``g1-0``, ``g1-1``) then ``g2``, rewards 0.0 and 1.0 in each."""
+def store_groups(
+    samples: TrainerSamples, trainer: str = "c", *, groups: Sequence[str] = ("g1", "g2")
+) -> None:
+    """Register ``trainer`` and store a unit of two trajectory samples made by it for each of
+    ``groups``: by default ``g1`` (samples ``g1-0``, ``g1-1``) then ``g2``, rewards 0.0 and 1.0
+    in each."""
     samples.register_trainer(trainer, reads_uploads=False)
-    for group in ("g1", "g2"):
+    for group in groups:
         unit = [
             NewSample(
                 f"{group}-{i}",
