@@ -17,7 +17,7 @@ from __future__ import annotations
 import concurrent.futures
 import random
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -252,6 +252,28 @@ def test_concurrent_admissions_share_one_commit_and_refusals_spare_their_neighbo
     assert [row.id for row in stored] == [a.id, b1.id, b2.id, "r-good", "r-a"]
 
 
+def _one_batch(
+    writer: ScenarioLedger,
+    database: Database,
+    listener: Callable[..., None],
+    calls: list[InferenceRecord],
+) -> list[object]:
+    """Queue ``calls`` while the ledger is inside the commit of a "held0-0" call, so they reach
+    it as one batch, with ``listener`` on the database's statements; their outcomes."""
+    commits = _HeldCommits(database)
+    try:
+        held = writer.append(_conversations(1, 1, prefix="held")[0][0])
+        assert commits.holding.wait(timeout=60)
+        event.listen(database.engine, "before_cursor_execute", listener)
+        futures = [writer.append(call) for call in calls]
+        commits.release.set()
+        held.result(timeout=60)
+        return [_outcome(future) for future in futures]
+    finally:
+        commits.remove()
+        event.remove(database.engine, "before_cursor_execute", listener)
+
+
 def test_a_conflict_only_the_insert_finds_is_written_again_item_by_item(
     ledger: tuple[ScenarioLedger, Database], storage_url: str
 ) -> None:
@@ -270,18 +292,11 @@ def test_a_conflict_only_the_insert_finds_is_written_again_item_by_item(
             raced.set()
             RecordStore(intruder, "elsewhere").append(taken, link=TrajectoryIndex().add(taken))
 
-    commits = _HeldCommits(database)
     try:
-        held = writer.append(_conversations(1, 1, prefix="held")[0][0])
-        assert commits.holding.wait(timeout=60)
-        event.listen(database.engine, "before_cursor_execute", take_the_id)
-        futures = [writer.append(conversation[0]) for conversation in calls]
-        commits.release.set()
-        held.result(timeout=60)
-        outcomes = [_outcome(future) for future in futures]
+        outcomes = _one_batch(
+            writer, database, take_the_id, [conversation[0] for conversation in calls]
+        )
     finally:
-        commits.remove()
-        event.remove(database.engine, "before_cursor_execute", take_the_id)
         intruder.dispose()
     assert raced.is_set()
     assert isinstance(outcomes[0], ConflictError)
@@ -313,18 +328,7 @@ def test_a_failed_batch_falls_back_item_by_item_without_rebuilding_the_index(
             full_reads.append(statement)
 
     writer.append(a1).result(timeout=60)
-    commits = _HeldCommits(database)
-    try:
-        held = writer.append(_conversations(1, 1, prefix="held")[0][0])
-        assert commits.holding.wait(timeout=60)
-        event.listen(database.engine, "before_cursor_execute", fail_and_watch)
-        futures = [writer.append(call) for call in (a2, poison, a3)]
-        commits.release.set()
-        held.result(timeout=60)
-        outcomes = [_outcome(future) for future in futures]
-    finally:
-        commits.remove()
-        event.remove(database.engine, "before_cursor_execute", fail_and_watch)
+    outcomes = _one_batch(writer, database, fail_and_watch, [a2, poison, a3])
     assert isinstance(outcomes[1], _Poisoned)
     assert [outcomes[0].parent_id, outcomes[2].parent_id] == [a1.id, a2.id]  # type: ignore[union-attr]
     assert full_reads == []
