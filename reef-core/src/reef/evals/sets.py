@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import httpx
 
 from reef.core.evals import (
     BUILTIN_VERIFIERS,
@@ -132,6 +131,8 @@ def _judge_verifier(name: str, judge: JudgeSection) -> Verifier:
     headers = {"authorization": f"Bearer {judge.api_key}"} if judge.api_key else {}
 
     def verify(reply: str, item: EvalItem) -> float:
+        import httpx  # here: reef check reads eval sets and imports no HTTP library
+
         try:
             response = httpx.post(
                 url, json=judge.request(item, reply), headers=headers, timeout=120
