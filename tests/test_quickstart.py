@@ -97,7 +97,8 @@ def with_tokens(folder: Path) -> Path:
     deployment = folder / "deployment.yaml"
     deployment.write_text(
         (QUICKSTART / "deployment.yaml").read_text()
-        + f"auth:\n  tokens:\n    agent: {{token: {TOKEN}, scopes: [infer, feedback, admin]}}\n"
+        + "auth:\n  tokens:\n"
+        + f"    agent: {{token: {TOKEN}, scopes: [infer, feedback, admin, metrics]}}\n"
     )
     return deployment
 
@@ -149,8 +150,12 @@ def test_the_quickstart_run_prints_progress_the_text_curve_and_writes_the_png(
     assert _png_size(png) == (800, 650)
     heading = f"== metrics: {serve.base_url}/metrics (Prometheus' text format; docs/observe.md) =="
     assert heading in lines
-    jobs = [line for line in lines if line.startswith('reef_jobs_total{outcome="finished"')]
-    assert len(jobs) == 1
+    jobs = [
+        line
+        for line in lines
+        if line.startswith("reef_jobs_total{") and 'outcome="finished"' in line
+    ]
+    assert len(jobs) == 1, result.stdout
     assert float(jobs[0].split()[-1]) >= 2
     summary = r"^mean reward: \d\.\d{3} \(initial weights\) -> \d\.\d{3}"
     assert re.search(summary, result.stdout, re.MULTILINE)

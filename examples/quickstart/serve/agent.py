@@ -21,7 +21,8 @@ history) as text, and draws them as a PNG (:mod:`plot`).
 
 Against a deployment with tokens, give it one with the ``infer``, ``feedback`` and ``admin``
 scopes (it reads the status and the job history) with ``--token`` or in ``$REEF_TOKEN``; a
-service that refuses the token stops it at once, saying so.
+service that refuses the token stops it at once, saying so. With the ``metrics`` scope too it
+prints a few of the service's metrics at the end; without, why it cannot.
 """
 
 from __future__ import annotations
