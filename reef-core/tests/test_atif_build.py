@@ -1,8 +1,8 @@
 """ATIF built from the inference records of one trajectory; each validates with ``atif``.
 
-rule: P-REND-1 (a sample is an ATIF trajectory; the engine's token ids and log probabilities,
-where it gave them, are in its steps' metrics: docs/decisions.md, "Trained tokens are the
-sampled tokens"); the staleness check reads each record's artifact under extra.reef.records.
+rule: P-REND-1 (a sample is an ATIF trajectory without tokens or log probabilities; the
+engine's, where it gave them, are kept only on request); the staleness check reads each
+record's artifact under extra.reef.records.
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def test_a_tool_using_session_becomes_one_valid_trajectory() -> None:
         index.add(record)
     assert index.trajectory("r2") == ("r1", "r2")
 
-    trajectory = trajectory_from_records([FIRST, SECOND], trajectory_id="r2")
+    trajectory = trajectory_from_records([FIRST, SECOND], trajectory_id="r2", keep_tokens=True)
     body = trajectory_to_json(trajectory)
     assert atif.Trajectory.model_validate(body).to_json_dict() == body
 
@@ -137,12 +137,27 @@ def test_a_tool_using_session_becomes_one_valid_trajectory() -> None:
     assert trajectory_from_json(body) == trajectory
 
 
+def test_a_sample_trajectory_holds_no_tokens_or_log_probabilities() -> None:
+    """rule: P-REND-1; by default the engine's token ids and log probabilities are left out."""
+    body = trajectory_to_json(trajectory_from_records([FIRST, SECOND], trajectory_id="r2"))
+    atif.Trajectory.model_validate(body)
+    assert body["steps"][3]["metrics"] == {
+        "prompt_tokens": 40,
+        "completion_tokens": 3,
+        "cached_tokens": 20,
+        "extra": {"completion_tokens_details": {"reasoning_tokens": 1}},
+    }
+    assert "token_ids" not in json.dumps(body)
+    assert "logprobs" not in json.dumps(body)
+
+
 def test_sglang_gives_the_prompt_ids_in_its_choice_and_they_are_kept() -> None:
     """SGLang's chat answer carries ``prompt_token_ids`` in each choice, not beside them
     (python/sglang/srt/entrypoints/openai/protocol.py, ChatCompletionResponseChoice)."""
     record = call("s1", [ASK], ANSWER, artifact="w1")
     record.response["choices"][0].update(prompt_token_ids=[7, 8], token_ids=[9])
-    body = trajectory_to_json(trajectory_from_records([record], trajectory_id="s1"))
+    trajectory = trajectory_from_records([record], trajectory_id="s1", keep_tokens=True)
+    body = trajectory_to_json(trajectory)
     atif.Trajectory.model_validate(body)
     metrics = body["steps"][-1]["metrics"]
     assert (metrics["prompt_token_ids"], metrics["completion_token_ids"]) == ([7, 8], [9])

@@ -62,7 +62,7 @@ def recorded(request: dict[str, Any], body: dict[str, Any], number: int) -> Traj
         artifact_id=body["system_fingerprint"],
         ended_at=time.time(),
     )
-    trajectory = trajectory_from_records([record], trajectory_id=record.id)
+    trajectory = trajectory_from_records([record], trajectory_id=record.id, keep_tokens=True)
     return TrajectorySample(trajectory_to_json(trajectory), reward=float(number % 2))
 
 

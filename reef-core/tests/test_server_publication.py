@@ -714,7 +714,9 @@ def test_the_tokens_each_engine_sampled_are_recorded_and_trained_as_they_are(
         record: InferenceRecord = stored.record
         reply = record.reply_messages[0]["content"]
         sampled = [*reply.encode(), STOP_ID]
-        trajectory = trajectory_to_json(trajectory_from_records([record], trajectory_id="t"))
+        trajectory = trajectory_to_json(
+            trajectory_from_records([record], trajectory_id="t", keep_tokens=True)
+        )
         metrics = trajectory["steps"][-1].get("metrics") or {}
         assert metrics["completion_token_ids"] == sampled
         assert metrics["prompt_token_ids"] == list(text.encode())

@@ -68,6 +68,7 @@ def trajectory_from_records(
     agent_name: str = "reef",
     agent_version: str = __version__,
     session_id: str | None = None,
+    keep_tokens: bool = False,
 ) -> Trajectory:
     """The ATIF trajectory of the calls of one trajectory, root first, last call last.
 
@@ -83,10 +84,12 @@ def trajectory_from_records(
     record made (context the client wrote) is ``is_copied_context``. The trajectory's
     ``extra["reef"]["records"]`` lists every call, in order, with its artifact.
 
-    Token ids and log probabilities that the engine returned (vLLM's and SGLang's
-    ``return_token_ids``, OpenAI ``logprobs``; Reef asks every engine that gives them) are kept
-    in the step's ``metrics``: a training component trains them as they are
-    (:mod:`reef.core.chat_rendering`, docs/decisions.md#trained-tokens-are-the-sampled-tokens).
+    A sample holds no tokens and no log probabilities (P-REND-1): the token ids and log
+    probabilities the engine returned (vLLM's and SGLang's ``return_token_ids``, OpenAI
+    ``logprobs``; Reef asks every engine that gives them, and records them) are kept in the
+    steps' ``metrics`` only with ``keep_tokens=True``: for diagnostics and exports, and for a
+    recipe that opts into training them as they are (:mod:`reef.core.chat_rendering`,
+    docs/decisions.md#trained-tokens-are-the-sampled-tokens).
 
     :raises AtifBuildError: when the records are not calls of one format whose requests
         extend one another, or a message cannot be expressed in ATIF.
@@ -112,7 +115,10 @@ def trajectory_from_records(
             continue
         if role == "assistant":
             record = made_by.get(position)
-            steps.append(_agent_step(len(steps) + 1, message, record, where))
+            step = _agent_step(len(steps) + 1, message, record, where)
+            if not keep_tokens and step.metrics is not None:
+                step = attrs.evolve(step, metrics=_without_tokens(step.metrics))
+            steps.append(step)
         elif role in ("system", "developer", "user"):
             source: StepSource = "user" if role == "user" else "system"
             steps.append(Step(len(steps) + 1, source, _content(message.get("content"), where)))
@@ -376,6 +382,11 @@ def _metrics(response: Mapping[str, Any], choice: Any) -> Metrics | None:
         extra={k: v for k, v in usage.items() if k != "total_tokens" and v is not None} or None,
     )
     return None if metrics == Metrics() else metrics
+
+
+def _without_tokens(metrics: Metrics) -> Metrics | None:
+    counts = attrs.evolve(metrics, prompt_token_ids=None, completion_token_ids=None, logprobs=None)
+    return None if counts == Metrics() else counts
 
 
 def _observe(steps: list[Step], message: Mapping[str, Any], where: str) -> Step:
