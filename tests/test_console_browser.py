@@ -400,6 +400,9 @@ def test_a_person_chooses_samples_and_trains_them(
     assert apply_top < kind_bottom, (kind_bottom, apply_top)
     shot(browser, artifacts, "03-sample", "#samples")
 
+    # The TRAIN note is shown again beside the job it made.
+    click(browser, "train-note")
+    ActionChains(browser).send_keys("the first two rounds").perform()
     click(browser, "train")
     wait_for(browser, lambda d: "queued" in text_of(d, "#notice"), "the instruction")
     wait_for(
@@ -408,6 +411,7 @@ def test_a_person_chooses_samples_and_trains_them(
         "the job to train and its end to show",
         180,
     )
+    assert "\N{LEFT DOUBLE QUOTATION MARK}the first two rounds" in text_of(browser, "#jobs tbody")
     # Trained, the chosen samples left the "untrained" list; all of them show again.
     wait_for(browser, lambda d: text_of(d, "#samples-count") == "4 match", "4 left untrained")
     choose(browser, "filter-trained", "")

@@ -24,7 +24,8 @@ function axisLabel(value) {
 function timeLabel(seconds, span) {
   const date = new Date(seconds * 1000);
   if (span > 86400) return date.toLocaleDateString("en-GB", { day: "2-digit", month: "short" });
-  return date.toLocaleTimeString("en-GB", { hour: "2-digit", minute: "2-digit" });
+  const fine = span < 3600 ? { second: "2-digit" } : {};
+  return date.toLocaleTimeString("en-GB", { hour: "2-digit", minute: "2-digit", ...fine });
 }
 
 /**
