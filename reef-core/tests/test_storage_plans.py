@@ -18,6 +18,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+
+pytest.importorskip("starlette", reason="the ledger's reads are the service's (its server extra)")
+
 from sqlalchemy import event, insert, select, text
 
 from reef.core.records import InferenceRecord

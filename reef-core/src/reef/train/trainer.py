@@ -76,7 +76,8 @@ from reef.storage import (
     TrainerState,
 )
 from reef.storage.scenario_settings import TRAINING_MODE_SETTING, snapshot_key
-from reef.trackers import Tracker, TrainerTrackers
+from reef.trackers import Tracker
+from reef.trackers.runs import TrainerTrackers
 from reef.train.pipeline import TrainingPipeline
 
 __all__ = [
