@@ -941,6 +941,32 @@ def test_the_group_filter_finds_the_group_the_client_named(
     assert facts["Store group id"]
 
 
+def test_text_search_reward_sort_and_selecting_every_match(
+    with_samples: ServeProcess, browser: WebDriver
+) -> None:
+    """Text found in the prompts, the matches sorted by reward highest first, all of them
+    selected (not only a page); a change of filters clears the selection, unless it is kept."""
+    sign_in(browser, with_samples.base_url)
+    wait_for(browser, lambda d: d.find_elements(By.CSS_SELECTOR, ".samples tbody tr"), "samples")
+    click(browser, "filter-text")
+    ActionChains(browser).send_keys("ROUND G2", Keys.ENTER).perform()
+    wait_for(browser, lambda d: text_of(d, "#samples-count") == f"{GROUP} match", "the search")
+    choose(browser, "filter-sort", "reward")
+    cells = "return [...document.querySelectorAll('.samples td.num')].map((c) => c.textContent)"
+    highest = ["0.75", "0.5", "0.25", "0"]
+    wait_for(browser, lambda d: d.execute_script(cells) == highest, "highest reward first")
+    click(browser, "select-matching")
+    wait_for(browser, lambda d: text_of(d, "#selection-count") == f"{GROUP} selected", "all")
+    choose(browser, "filter-kind", "trajectory")
+    wait_for(browser, lambda d: text_of(d, "#selection-count") == "0 selected", "cleared")
+    click(browser, "keep-selection")
+    click(browser, "select-matching")
+    wait_for(browser, lambda d: text_of(d, "#selection-count") == f"{GROUP} selected", "again")
+    choose(browser, "filter-kind", "")
+    wait_for(browser, lambda d: "match" in text_of(d, "#samples-count"), "the list")
+    assert text_of(browser, "#selection-count") == f"{GROUP} selected"
+
+
 def test_the_keyboard_moves_selects_and_opens_with_its_keys_shown(
     with_samples: ServeProcess, browser: WebDriver
 ) -> None:
