@@ -28,11 +28,13 @@ from reef.core.trajectory_index import LinkEntry, TrajectoryIndex
 from reef.server.ledger import ScenarioLedger
 from reef.storage import (
     Database,
+    JobHistory,
     RecordCapacity,
     RecordStore,
     TrainerSamples,
     open_database,
 )
+from reef.storage.job_history import jobs
 from reef.storage.tables import pending_samples, records, samples
 
 SCENARIO = "support"
@@ -41,7 +43,7 @@ HISTORY = 3_000
 
 
 def _history(database: Database) -> None:
-    """Records and untrained samples of the scenario and of another, written as rows."""
+    """Records, untrained samples and jobs of the scenario and of another, written as rows."""
     rows = [
         {
             "commit_tx": 0,
@@ -73,8 +75,21 @@ def _history(database: Database) -> None:
         }
         for n in range(HISTORY)
     ]
+    job_rows = [
+        {
+            "scenario": SCENARIO if n % 3 else "other",
+            "trainer": f"t{n % 2}",
+            "job_id": f"j{n}",
+            "metrics": "{}",
+            "extensions": "{}",
+            "trained": 1,
+            "consumed": 1,
+        }
+        for n in range(HISTORY)
+    ]
     with database.write() as connection:
         connection.execute(insert(records), rows)
+        connection.execute(insert(jobs), job_rows)
         connection.execute(insert(samples), sample_rows)
         connection.execute(
             insert(pending_samples).from_select(
@@ -202,6 +217,14 @@ def test_eviction_walks_the_held_bodies_by_index(database: Database) -> None:
         store.append(_call("two"), link=_entry("two"))
     walks = [(sql, parameters) for sql, parameters in statements if "evicted_reason IS" in sql]
     _assert_seeks(database, walks, "reef_records", sqlite_seek="seq>?")
+
+
+def test_the_job_history_pages_back_by_index(database: Database) -> None:
+    history = JobHistory(database, SCENARIO)
+    with _sent(database, "reef_jobs") as statements:
+        assert len(history.read(before=2_000, limit=10)) == 10
+        assert len(history.read(trainer="t1", before=2_000, limit=10)) == 10
+    _assert_seeks(database, statements, "reef_jobs", sqlite_seek="seq<?")
 
 
 def _call(name: str) -> InferenceRecord:

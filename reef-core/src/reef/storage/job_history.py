@@ -318,13 +318,12 @@ class JobHistory:
         """The latest ``limit`` jobs (of ``trainer``, else of every trainer; every job when
         ``None``) submitted before history place ``before``, oldest first, each numbered in
         the scenario's history."""
-        found = self._numbered()
-        query = select(found)
+        query = select(jobs, self._number()).where(jobs.c.scenario == self.scenario)
         if trainer is not None:
-            query = query.where(found.c.trainer == trainer)
+            query = query.where(jobs.c.trainer == trainer)
         if before is not None:
-            query = query.where(found.c.seq < before)
-        query = query.order_by(found.c.seq.desc())
+            query = query.where(jobs.c.seq < before)
+        query = query.order_by(jobs.c.seq.desc())
         if limit is not None:
             query = query.limit(limit)
         with self._database.read() as connection:
@@ -334,8 +333,7 @@ class JobHistory:
     def job(self, trainer: str, job_id: str) -> tuple[JobEntry, list[SampleOfJob]] | None:
         """One job of ``trainer``, numbered in the history, and the samples it consumed by
         sample id; ``None`` when the history does not hold it."""
-        found = self._numbered()
-        query = select(found).where(found.c.trainer == trainer, found.c.job_id == job_id)
+        query = select(jobs, self._number()).where(*self._job(trainer, job_id))
         with self._database.read() as connection:
             row = connection.execute(query).first()
             if row is None:
@@ -356,30 +354,39 @@ class JobHistory:
             for s in samples
         ]
 
-    def _numbered(self) -> Any:  # a subquery
-        """The scenario's jobs, each with its ``number`` in the history."""
-        number = func.row_number().over(order_by=jobs.c.seq).label("number")
-        return select(jobs, number).where(jobs.c.scenario == self.scenario).subquery()
+    @staticmethod
+    def _number() -> Any:  # a labelled scalar subquery
+        """A job's ``number`` in its scenario's history: the jobs submitted up to it, counted
+        on the ``(scenario, seq)`` index (a range of it per row, never a walk of the table)."""
+        earlier = jobs.alias("earlier")
+        return (
+            select(func.count())
+            .select_from(earlier)
+            .where(earlier.c.scenario == jobs.c.scenario, earlier.c.seq <= jobs.c.seq)
+            .correlate(jobs)
+            .scalar_subquery()
+            .label("number")
+        )
 
     def of_sample(self, sample_id: str) -> list[JobSampleEntry]:
         """Every job that consumed ``sample_id``, in history order and numbered, with the
         sample's part."""
-        found = self._numbered()
         query = (
             select(
-                found,
+                jobs,
+                self._number(),
                 job_samples.c.trained.label("sample_trained"),
                 job_samples.c.reward.label("sample_reward"),
                 job_samples.c.extensions.label("sample_extensions"),
             )
             .join(
                 job_samples,
-                (job_samples.c.scenario == found.c.scenario)
-                & (job_samples.c.trainer == found.c.trainer)
-                & (job_samples.c.job_id == found.c.job_id),
+                (job_samples.c.scenario == jobs.c.scenario)
+                & (job_samples.c.trainer == jobs.c.trainer)
+                & (job_samples.c.job_id == jobs.c.job_id),
             )
             .where(job_samples.c.scenario == self.scenario, job_samples.c.sample_id == sample_id)
-            .order_by(found.c.seq)
+            .order_by(jobs.c.seq)
         )
         with self._database.read() as connection:
             rows = list(connection.execute(query))
