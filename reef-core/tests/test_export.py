@@ -11,6 +11,8 @@ from typing import Any
 import attrs
 import pytest
 
+pytest.importorskip("starlette", reason="export and import are the service's (its server extra)")
+
 from reef.core.atif import trajectory_to_json
 from reef.core.atif_build import trajectory_from_records
 from reef.core.job_data import TrajectorySample, sample_body

@@ -60,7 +60,7 @@ def test_the_archive_keeps_its_initial_states_and_its_best() -> None:
 
 
 def test_the_kl_penalty_is_a_centred_kl_to_the_base_model() -> None:
-    from reef.core.plugins import PluginConfigError
+    from reef import PluginConfigError
     from reef_tttd.recipe import TTTDRecipe, TTTDRecipeSettings
 
     assert TTTDRecipe.job_parameters_of(TTTDRecipeSettings()) == {
