@@ -378,7 +378,6 @@ class TinkerComponent:
             component=self._name,
             distillation=job.distillation,
             reward_baseline=job.reward_baseline,
-            mask_truncated=job.mask_truncated,
         )
         plan = plan_steps(
             prepared.sequence_lengths,
