@@ -227,9 +227,22 @@ def wait_for(driver: WebDriver, condition: Any, what: str, timeout: float = 60) 
     ).until(condition, what)
 
 
-def text_of(driver: WebDriver, css: str) -> str:
+def text_of(driver: WebDriver, css: str, attempts: int = 5) -> str:
+    """The text of the first element ``css`` finds ("" when none), read again when the live
+    refresh replaced the element between finding and reading it."""
+    for _ in range(attempts - 1):
+        try:
+            found = driver.find_elements(By.CSS_SELECTOR, css)
+            return found[0].text if found else ""
+        except StaleElementReferenceException:
+            continue
     found = driver.find_elements(By.CSS_SELECTOR, css)
     return found[0].text if found else ""
+
+
+def click_first(driver: WebDriver, css: str) -> None:
+    """Click the first element ``css`` finds, found again when the live refresh replaced it."""
+    wait_for(driver, lambda d: d.find_elements(By.CSS_SELECTOR, css)[0].click() or True, css)
 
 
 def shot(driver: WebDriver, folder: Path, name: str, top: str | None = None) -> None:
@@ -607,7 +620,7 @@ def test_the_page_fits_a_small_laptop_screen(
     browser.set_window_size(1024, 768)
     sign_in(browser, with_samples.base_url)
     wait_for(browser, lambda d: d.find_elements(By.CSS_SELECTOR, ".samples tbody tr"), "samples")
-    browser.find_elements(By.CSS_SELECTOR, ".samples button.link")[0].click()
+    click_first(browser, ".samples button.link")
     wait_for(browser, lambda d: "Trajectory" in text_of(d, "#sample"), "the sample")
     widths = browser.execute_script(
         "return [document.documentElement.scrollWidth, document.documentElement.clientWidth]"
@@ -690,7 +703,7 @@ def test_contrast_ratio_of_every_text_meets_wcag_aa(
 ) -> None:
     sign_in(browser, with_samples.base_url)
     wait_for(browser, lambda d: d.find_elements(By.CSS_SELECTOR, ".samples tbody tr"), "samples")
-    browser.find_elements(By.CSS_SELECTOR, ".samples button.link")[0].click()
+    click_first(browser, ".samples button.link")
     wait_for(browser, lambda d: "Trajectory" in text_of(d, "#sample"), "the sample")
     texts = browser.execute_script(_COLOURS)
     assert len(texts) > 50  # the overview, jobs, samples and the opened sample
