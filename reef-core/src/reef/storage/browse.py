@@ -308,13 +308,7 @@ class SampleBrowser:
                 func.coalesce(samples.c.group_id, samples.c.id),
             )
             .select_from(job_samples)
-            .join(
-                samples,
-                and_(
-                    samples.c.scenario == job_samples.c.scenario,
-                    samples.c.id == job_samples.c.sample_id,
-                ),
-            )
+            .join(samples, self._sent_sample())
             .where(
                 job_samples.c.scenario == self.scenario,
                 job_samples.c.sample_id == sample_id,
@@ -399,6 +393,14 @@ class SampleBrowser:
             jobs.c.scenario == job_samples.c.scenario,
             jobs.c.trainer == job_samples.c.trainer,
             jobs.c.job_id == job_samples.c.job_id,
+        )
+
+    @staticmethod
+    def _sent_sample() -> ColumnElement[bool]:
+        """The stored sample a job's row names."""
+        return and_(
+            samples.c.scenario == job_samples.c.scenario,
+            samples.c.id == job_samples.c.sample_id,
         )
 
     def _failed_counts(
@@ -490,13 +492,7 @@ class SampleBrowser:
                 func.max(job_samples.c.reward),
             )
             .select_from(job_samples)
-            .join(
-                samples,
-                and_(
-                    samples.c.scenario == job_samples.c.scenario,
-                    samples.c.id == job_samples.c.sample_id,
-                ),
-            )
+            .join(samples, self._sent_sample())
             .where(
                 job_samples.c.scenario == self.scenario,
                 job_samples.c.trained.is_(True),
@@ -529,13 +525,7 @@ class SampleBrowser:
             )
             .select_from(job_samples)
             .join(jobs, self._same_job())
-            .join(
-                samples,
-                and_(
-                    samples.c.scenario == job_samples.c.scenario,
-                    samples.c.id == job_samples.c.sample_id,
-                ),
-            )
+            .join(samples, self._sent_sample())
             .where(
                 job_samples.c.scenario == self.scenario,
                 job_samples.c.sample_id.in_(list(ids)),
