@@ -227,17 +227,30 @@ def wait_for(driver: WebDriver, condition: Any, what: str, timeout: float = 60) 
     ).until(condition, what)
 
 
-def text_of(driver: WebDriver, css: str, attempts: int = 5) -> str:
-    """The text of the first element ``css`` finds ("" when none), read again when the live
-    refresh replaced the element between finding and reading it."""
+def read(driver: WebDriver, look: Any, attempts: int = 5) -> Any:
+    """``look(driver)``, looked at again when the live refresh replaced an element it found
+    between finding and reading it."""
     for _ in range(attempts - 1):
         try:
-            found = driver.find_elements(By.CSS_SELECTOR, css)
-            return found[0].text if found else ""
+            return look(driver)
         except StaleElementReferenceException:
             continue
-    found = driver.find_elements(By.CSS_SELECTOR, css)
-    return found[0].text if found else ""
+    return look(driver)
+
+
+def text_of(driver: WebDriver, css: str) -> str:
+    """The text of the first element ``css`` finds ("" when none), read afresh (:func:`read`)."""
+
+    def look(d: WebDriver) -> str:
+        found = d.find_elements(By.CSS_SELECTOR, css)
+        return found[0].text if found else ""
+
+    return read(driver, look)
+
+
+def attribute_of(driver: WebDriver, css: str, name: str, index: int = 0) -> str | None:
+    """The attribute ``name`` of the element ``css`` finds at ``index``, read afresh."""
+    return read(driver, lambda d: d.find_elements(By.CSS_SELECTOR, css)[index].get_attribute(name))
 
 
 def click_first(driver: WebDriver, css: str) -> None:
@@ -651,9 +664,11 @@ def test_every_control_is_reached_by_tab_with_a_visible_focus_ring(
 ) -> None:
     sign_in(browser, with_samples.base_url)
     wait_for(browser, lambda d: d.find_elements(By.CSS_SELECTOR, ".samples tbody tr"), "samples")
-    first = browser.find_elements(By.CSS_SELECTOR, ".samples button.link")[0]
     # Open a sample and choose it with the keyboard alone: its panel's controls count too.
-    first.send_keys(Keys.ENTER)
+    read(
+        browser,
+        lambda d: d.find_elements(By.CSS_SELECTOR, ".samples button.link")[0].send_keys(Keys.ENTER),
+    )
     wait_for(browser, lambda d: "Trajectory" in text_of(d, "#sample"), "the sample, by keyboard")
     browser.find_element(By.CSS_SELECTOR, '[data-key="pick-open"]').send_keys(Keys.SPACE)
     wait_for(browser, lambda d: text_of(d, "#selection-count") == "1 selected", "chosen by Space")
@@ -990,15 +1005,12 @@ def test_the_keyboard_moves_selects_and_opens_with_its_keys_shown(
     )
     assert "j next sample" in text_of(browser, ".keys")
     browser.find_element(By.TAG_NAME, "body").send_keys("j", "j", "k", "x")
-    second = browser.find_elements(By.CSS_SELECTOR, ".samples tbody tr")[1]
     wait_for(browser, lambda d: text_of(d, "#selection-count") == "1 selected", "one selected")
-    picked = browser.find_element(By.CSS_SELECTOR, ".samples tr.cursor button.link").get_attribute(
-        "title"
-    )
-    assert picked == second.find_element(By.CSS_SELECTOR, "button.link").get_attribute("title")
+    picked = attribute_of(browser, ".samples tr.cursor button.link", "title")
+    assert picked == attribute_of(browser, ".samples tbody tr button.link", "title", 1)
     browser.find_element(By.TAG_NAME, "body").send_keys("o")
     wait_for(browser, lambda d: "Trajectory" in text_of(d, "#sample"), "the sample opened")
-    opened = browser.find_element(By.CSS_SELECTOR, "#sample-title .name").get_attribute("title")
+    opened = attribute_of(browser, "#sample-title .name", "title")
     assert f"Open sample {opened}" == picked
 
 
@@ -1038,9 +1050,12 @@ def test_a_250_job_history_is_charted_whole_with_real_numbers(
         f"a chart of all {total} jobs",
         60,
     )
-    labels = [
-        t.text for t in browser.find_elements(By.CSS_SELECTOR, ".chart:first-of-type text.axis")
-    ]
+    labels = read(
+        browser,
+        lambda d: [
+            t.text for t in d.find_elements(By.CSS_SELECTOR, ".chart:first-of-type text.axis")
+        ],
+    )
     assert f"job {total}" in labels, labels
     assert "job 1" in labels, labels
     assert text_of(browser, "#jobs tbody tr td") == str(total)
