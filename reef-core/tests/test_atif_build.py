@@ -1,7 +1,8 @@
 """ATIF built from the inference records of one trajectory; each validates with ``atif``.
 
-rule: P-REND-1 (a sample is an ATIF trajectory without tokens or log probabilities); the
-staleness check reads each record's artifact under extra.reef.records.
+rule: P-REND-1 (a sample is an ATIF trajectory without tokens or log probabilities; the
+engine's, where it gave them, are kept only on request); the staleness check reads each
+record's artifact under extra.reef.records.
 """
 
 from __future__ import annotations
@@ -148,6 +149,18 @@ def test_a_sample_trajectory_holds_no_tokens_or_log_probabilities() -> None:
     }
     assert "token_ids" not in json.dumps(body)
     assert "logprobs" not in json.dumps(body)
+
+
+def test_sglang_gives_the_prompt_ids_in_its_choice_and_they_are_kept() -> None:
+    """SGLang's chat answer carries ``prompt_token_ids`` in each choice, not beside them
+    (python/sglang/srt/entrypoints/openai/protocol.py, ChatCompletionResponseChoice)."""
+    record = call("s1", [ASK], ANSWER, artifact="w1")
+    record.response["choices"][0].update(prompt_token_ids=[7, 8], token_ids=[9])
+    trajectory = trajectory_from_records([record], trajectory_id="s1", keep_tokens=True)
+    body = trajectory_to_json(trajectory)
+    atif.Trajectory.model_validate(body)
+    metrics = body["steps"][-1]["metrics"]
+    assert (metrics["prompt_token_ids"], metrics["completion_token_ids"]) == ([7, 8], [9])
 
 
 def test_context_no_record_made_is_copied_and_arguments_that_are_not_json_are_kept() -> None:

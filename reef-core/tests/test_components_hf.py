@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -364,3 +365,41 @@ def test_bad_settings_are_refused_with_the_reason(hf_model_folder: Path, tmp_pat
         )
     with pytest.raises(ModelFolderError, match="lora"):
         component(hf_model_folder, tmp_path / "c", lora={"target_modules": ["no_such_layer"]})
+
+
+def test_a_policy_objective_trains_without_dropout_so_its_first_ratio_is_one(
+    tmp_path: Path,
+) -> None:
+    """GPT-2 has dropout; the start log probabilities are computed without it, so the training
+    pass is too under a policy objective: at the first step every ratio is exactly 1, and with
+    every advantage 1 the step's loss is -1 (the mean of -ratio * A over trained tokens)."""
+    from reef.testing.hf_model import make_hf_model_folder
+
+    gpt2 = {
+        "model_type": "gpt2",
+        "n_embd": 32,
+        "n_layer": 2,
+        "n_head": 2,
+        "n_positions": 1024,
+        "resid_pdrop": 0.5,
+        "embd_pdrop": 0.5,
+        "attn_pdrop": 0.5,
+    }
+    folder = make_hf_model_folder(tmp_path / "gpt2", config=gpt2)
+    local = component(folder, tmp_path / "state")
+    assert local.model.module.config.resid_pdrop == 0.5
+    samples = [
+        TrajectorySample(
+            as_trajectory([*MESSAGES[:2], {"role": "assistant", "content": text}]), 1.0
+        )
+        for text in ("It is sunny.", "Rain, mostly, in both.")
+    ]
+    samples = [attrs.evolve(s, sample_id=f"s{i}") for i, s in enumerate(samples)]
+    outcome = run(
+        local, "toy:data:0", samples, objective="importance_sampling", reward_baseline="none"
+    )
+    assert outcome.metrics["step_losses"][0] == pytest.approx(-1.0, abs=1e-6)
+    # Under cross_entropy the model's dropout is on: the same pass twice differs.
+    local.model.module.train(True)
+    ids = torch.tensor([[1, 2, 3, 4, 5, 6]])
+    assert not torch.equal(local.model.logits(ids, None), local.model.logits(ids, None))

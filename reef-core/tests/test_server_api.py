@@ -501,6 +501,8 @@ def test_status_reads_stores_and_the_trainer_snapshot(
             "last_errors": [{"at": 4.0, "where": "submit", "error": "boom"}],
             "holder": "host:12:abcd",
             "jobs_ended": 3,
+            "job_counts": {"retokenized_samples": 5},
+            "paused": "the engine did not take the last 3 published artifacts",
             "extensions": {"ecc": {"epoch": {"index": 2, "version_id": "g2"}}},
             "pipeline": {"ended_records": {"aborted": 1, "stale": 2}},
         },
@@ -509,6 +511,15 @@ def test_status_reads_stores_and_the_trainer_snapshot(
     (trainer,) = next(s for s in after["scenarios"] if s["scenario"] == "support")["trainers"]
     assert trainer["holder"] == "host:12:abcd"
     assert trainer["jobs_ended"] == 3
+    # Replies trained from their text, without the engine's token ids: shown, in the table too.
+    assert trainer["job_counts"] == {"retokenized_samples": 5}
+    assert "support/noop: in 3 jobs: retokenized_samples=5" in status_table(after).splitlines()
+    # A trainer that waits for its engine to take an artifact says so.
+    assert trainer["paused"] == "the engine did not take the last 3 published artifacts"
+    assert (
+        "support/noop: PAUSED: the engine did not take the last 3 published artifacts"
+        in status_table(after).splitlines()
+    )
     assert trainer["ready_samples"] == 7
     assert trainer["buffer_size"] == 8
     assert trainer["pending_instructions"] == 2

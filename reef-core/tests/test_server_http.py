@@ -26,6 +26,7 @@ import httpx
 import openai
 
 from reef.core.records import InferenceRecord
+from reef.engines.interface import EngineUnavailable
 from reef.server import (
     RECORD_ID_HEADER,
     ServerOptions,
@@ -399,3 +400,64 @@ def test_reef_status_prints_a_table(database: tuple[str, Database], engine_url: 
     header, row = printed.stdout.splitlines()[:2]
     assert header.split()[:4] == ["SCENARIO", "TRAINER", "MODE", "READY"]
     assert row.split()[:3] == ["support", "noop", "auto"]
+
+
+class NotYetPublished(LocalFunction):
+    """The local engine before its first artifact: it cannot answer the first ``refusals``
+    calls (:class:`reef.engines.interface.EngineUnavailable`, as ``LocalEngine`` raises)."""
+
+    def __init__(self, refusals: int) -> None:
+        self.refusals = refusals
+
+    def complete(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        if self.refusals > 0:
+            self.refusals -= 1
+            raise EngineUnavailable("no artifact is published yet", retry_after=1)
+        return super().complete(request)
+
+
+def test_before_the_first_artifact_calls_are_told_to_retry_and_the_openai_client_does(
+    database: tuple[str, Database],
+) -> None:
+    """A 503 with Retry-After in every API format, not a 400 a client gives up on; the
+    ``openai`` client waits and retries it."""
+    engine = NotYetPublished(refusals=3)
+
+    class Runtime(ServiceRuntime):
+        def local_engine(self, scenario: str) -> LocalFunction:
+            return engine
+
+    headers = {"authorization": f"Bearer {AGENT.secret}"}
+    bodies = {
+        "chat/completions": {"messages": [{"role": "user", "content": "hi"}]},
+        "responses": {"model": "m", "input": "hi"},
+        "messages": {
+            "model": "m",
+            "max_tokens": 8,
+            "messages": [{"role": "user", "content": "hi"}],
+        },
+    }
+    with serve(database, "local", runtime=Runtime()) as reef:
+        for path in ("chat/completions", "responses"):
+            refused = httpx.post(
+                f"{reef}/scenarios/support/v1/{path}", json=bodies[path], headers=headers
+            )
+            assert refused.status_code == 503, refused.text
+            assert refused.headers["retry-after"] == "1"
+        refused = httpx.post(
+            f"{reef}/scenarios/support/v1/messages",
+            json=bodies["messages"],
+            headers={"x-api-key": AGENT.secret},
+        )
+        assert refused.status_code == 503, refused.text
+        assert refused.headers["retry-after"] == "1"
+        assert refused.json()["error"]["type"] == "overloaded_error"  # Anthropic SDKs retry it
+        engine.refusals = 2
+        client = openai.OpenAI(
+            base_url=f"{reef}/scenarios/support/v1", api_key=AGENT.secret, max_retries=2
+        )
+        answer = client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hi"}]
+        )
+    assert answer.choices[0].finish_reason in ("stop", "tool_calls")  # answered, after two 503s
+    assert engine.refusals == 0

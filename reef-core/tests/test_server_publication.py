@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +25,7 @@ pytest.importorskip("starlette")
 pytest.importorskip("httpx")
 
 import httpx
-from doubles.engine_standins import StandInState, sglang_standin, vllm_standin
+from doubles.engine_standins import STOP_ID, StandInState, sglang_standin, vllm_standin
 from hypothesis import example, given, settings, strategies as st
 from starlette.testclient import TestClient
 
@@ -342,24 +343,48 @@ def test_an_engine_that_cannot_list_its_adapters_is_asked_again(tmp_path: Path) 
         publisher.stop()
 
 
+@pytest.mark.parametrize(
+    ("engine", "refusal"),
+    [
+        ("vllm", (404, "NotFoundError")),
+        # SGLang answers 400, not 404 (python/sglang/srt/lora/lora_registry.py).
+        ("sglang", (400, "The following requested LoRA adapters are not loaded")),
+    ],
+)
 def test_an_engine_that_restarted_without_the_artifact_gets_it_again(
-    loop_of: Any, tmp_path: Path
+    loop_of: Any, tmp_path: Path, engine: str, refusal: tuple[int, str]
 ) -> None:
-    loop: Loop = loop_of("vllm")
+    loop: Loop = loop_of(engine)
     first = artifact(tmp_path, 1)
     loop.source.current = first
     loop.publisher.step()
-    loop.engine.adapters.clear()  # vLLM restarted: its adapters are gone
+    loop.engine.adapters.clear()  # the engine restarted: its adapters are gone
     response = loop.client.post(
         f"/scenarios/{SCENARIO}/v1/chat/completions",
         json={"messages": [{"role": "user", "content": "hi"}]},
     )
-    assert response.status_code == 404  # vLLM's answer, passed on
+    assert response.status_code == refusal[0]  # the engine's answer, passed on
+    assert refusal[1] in json.dumps(response.json()["engine"])
     assert loop.status()["lost"] == 1
     assert loop.call()["artifact_id"] is None  # the base model answers meanwhile, unnamed
     loop.publisher.step()
     assert loop.call()["artifact_id"] == first.artifact_id
-    assert loop.engine.calls["/v1/load_lora_adapter"] == 2
+    loads = "/v1/load_lora_adapter" if engine == "vllm" else "/load_lora_adapter"
+    assert loop.engine.calls[loads] == 2
+
+
+def test_another_refusal_of_sglang_is_not_taken_for_a_lost_adapter(
+    loop_of: Any, tmp_path: Path
+) -> None:
+    loop: Loop = loop_of("sglang")
+    loop.source.current = artifact(tmp_path, 1)
+    loop.publisher.step()
+    response = loop.client.post(
+        f"/scenarios/{SCENARIO}/v1/chat/completions",
+        json={"messages": [{"role": "user", "content": "hi"}], "temperature": -1},
+    )
+    assert response.status_code == 400
+    assert loop.status()["lost"] == 0
 
 
 def test_status_says_what_each_process_serving_the_scenario_published(
@@ -601,6 +626,9 @@ class FlakyAdmin:
     def model(self, name: str) -> str:
         return name
 
+    def lost(self, status: int, body: dict[str, Any] | None) -> bool:
+        return status == 404
+
     def call(self, model: str) -> tuple[str | None, dict[str, Any]]:
         """The artifact that really answers a call naming ``model``, and the answer."""
         artifact_id = self.loaded.get(model)
@@ -648,3 +676,161 @@ def test_no_answer_is_labelled_with_an_artifact_that_did_not_give_it(
         json.dumps(publisher.status())
     finally:
         publisher.stop()
+
+
+@pytest.mark.parametrize(("engine", "stream"), [("vllm", False), ("vllm", True), ("sglang", False)])
+def test_the_tokens_each_engine_sampled_are_recorded_and_trained_as_they_are(
+    loop_of: Any, engine: str, stream: bool
+) -> None:
+    """vLLM and SGLang answer ``return_token_ids`` with the ids they sampled (their stand-ins
+    answer as their serving code does): the service asks for them on every call, records them,
+    gives the client only what it asked for, and the sample built from the record trains those
+    ids as they are, on 100 random calls."""
+    from reef.components.local.byte_tokenizer import ByteTokenizer
+    from reef.core.atif import trajectory_to_json
+    from reef.core.atif_build import trajectory_from_records
+    from reef.core.chat_rendering import ChatRenderer
+    from reef.core.records import InferenceRecord
+
+    loop: Loop = loop_of(engine)
+    renderer = ChatRenderer(ByteTokenizer())
+    rng = random.Random(7)
+    for _number in range(100):
+        text = "".join(rng.choices("abc é東🙂\n<>", k=rng.randint(1, 12)))
+        asked = rng.random() < 0.3
+        request: dict[str, Any] = {"messages": [{"role": "user", "content": text}]}
+        if asked:
+            request["return_token_ids"] = True
+        response = loop.client.post(
+            f"/scenarios/{SCENARIO}/v1/chat/completions", json={**request, "stream": stream}
+        )
+        assert response.status_code == 200, response.text
+        # The client gets token ids only when it asked, and log probabilities never unasked.
+        assert ("token_ids" in response.text) == asked
+        assert ('"logprob"' in response.text) is False
+        stored = loop.records.get(response.headers["x-reef-record-id"])
+        assert stored is not None
+        assert stored.record is not None
+        record: InferenceRecord = stored.record
+        reply = record.reply_messages[0]["content"]
+        sampled = [*reply.encode(), STOP_ID]
+        trajectory = trajectory_to_json(
+            trajectory_from_records([record], trajectory_id="t", keep_tokens=True)
+        )
+        metrics = trajectory["steps"][-1].get("metrics") or {}
+        assert metrics["completion_token_ids"] == sampled
+        assert metrics["prompt_token_ids"] == list(text.encode())
+        rendered = renderer.render_sample(trajectory)
+        (sequence,) = rendered.sequences
+        trained = [t for t, m in zip(sequence.token_ids, sequence.loss_mask, strict=True) if m]
+        assert trained == sampled
+        # The stand-in's prompt is not the template's: counted, and the engine's trains.
+        assert rendered.prompt_mismatches == 1
+        assert list(sequence.token_ids[: len(text.encode())]) == list(text.encode())
+
+
+class Publishing:
+    """A component whose every publication is a new adapter folder, which the engine can
+    load only while :attr:`loadable` (else the folder has no ``adapter_config.json``: vLLM
+    answers 404, the publication fails)."""
+
+    def __init__(self, folder: Path, source: Source) -> None:
+        self.name = "c"
+        self.folder = folder
+        self.source = source
+        self.loadable = True
+        self.submitted: list[str] = []
+        self.published = 0
+
+    def submit(self, data: Any, parameters: Any = None) -> Any:
+        from reef.components.interface import JobHandle
+
+        self.submitted.append(data.id)
+        return JobHandle(data.id, self.name)
+
+    def poll(self, handle: Any) -> Any:
+        from reef.core.job_data import JobOutcome
+
+        return JobOutcome(handle.job_id, self.name, "finished")
+
+    def wait(self, handle: Any, timeout: float | None = None) -> Any:
+        return self.poll(handle)
+
+    def publish(self) -> Artifact:
+        self.published += 1
+        made = artifact(self.folder, self.published, adapter=self.loadable)
+        self.source.current = made
+        return made
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_trainer_pauses_after_failed_publications_until_the_engine_takes_one(
+    storage_database: Database, tmp_path: Path
+) -> None:
+    """The engine refuses the new adapters (a path it cannot read): after
+    ``max_failed_publications`` in a row the trainer starts no job, says why in status, and
+    counts the jobs it started while publication failed; once the engine takes an artifact
+    it trains again."""
+    from reef.core.job_data import TrajectorySample, sample_body
+    from reef.runtime import PublishedComponent
+    from reef.storage import NewSample, TrainerSamples
+    from reef.testing.components import grouped_parts
+    from reef.train.trainer import Trainer, TrainerSettings
+
+    samples = TrainerSamples(storage_database, "s")
+    samples.register_trainer("c", reads_uploads=False)
+
+    def add_groups(first: int, count: int) -> None:
+        for group in range(first, first + count):
+            body = sample_body(TrajectorySample({"steps": []}, reward=0.0))
+            unit = [NewSample(f"g{group}-{i}", "trajectory", body) for i in range(2)]
+            samples.add_record_samples("c", unit, [f"record-{group}"])
+
+    app, _ = vllm_standin(BASE)
+    source = Source()
+    inner = Publishing(tmp_path / "artifacts", source)
+    with serve_on_loopback(app) as url:
+        publisher = Publisher("s", VllmAdapters(), BASE, url=url, source=source, keep=1)
+        publisher.start()
+        component = PublishedComponent(inner, publisher, 0.5, max_failed=2)
+        trainer = Trainer(
+            "s",
+            "c",
+            database=storage_database,
+            build=grouped_parts(component),  # type: ignore[arg-type]
+            settings=TrainerSettings(poll_interval=0.05),
+        )
+        trainer.start()
+        try:
+            wait_for(lambda: component.publication().served is not None)  # the first took
+            inner.loadable = False  # the engine cannot read the next adapters
+            add_groups(0, 6)
+            wait_for(lambda: trainer.paused is not None)
+            submitted = len(inner.submitted)
+            assert submitted == 2  # two jobs whose publications failed, then no more
+            assert component.publication().failed_in_a_row == 2
+            assert trainer.job_counts["jobs_while_publication_failed"] == 1
+            snapshot = trainer.snapshot(trainer.parts.pipeline, None, "x")  # type: ignore[union-attr]
+            assert "did not take the last 2 published artifacts" in snapshot["paused"]
+            time.sleep(0.5)
+            assert len(inner.submitted) == submitted  # paused: nothing else trains
+            # The engine can read the newest adapter now: it takes it, training goes on.
+            (Path(source.current.path) / "adapter_config.json").write_text("{}")  # type: ignore[union-attr]
+            inner.loadable = True
+            wait_for(lambda: component.publication().failed_in_a_row == 0)
+            add_groups(6, 4)
+            wait_for(lambda: len(inner.submitted) > submitted)
+            assert trainer.paused is None
+        finally:
+            trainer.stop(30)
+            publisher.stop()
+
+
+def wait_for(condition: Any, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("the condition never held")
+        time.sleep(0.05)

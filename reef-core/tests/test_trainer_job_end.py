@@ -217,3 +217,36 @@ def test_the_samples_of_a_job_killed_with_its_holder_are_consumed_by_a_failed_jo
     assert [s.stored.id for s in untrained] == ["g1-0", "g1-1"]
     trained_page = browser.page(SampleFilter(trained=True, trainer="c"))
     assert [s.stored.id for s in trained_page] == ["g2-0", "g2-1"]
+
+
+class CountingComponent(RecordingComponent):
+    """Each job's outcome reports samples it rendered from text (no engine token ids)."""
+
+    def poll(self, handle: JobHandle) -> JobOutcome | None:
+        metrics = {"retokenized_samples": 3, "truncated_samples": 0, "prompt_mismatch_samples": 1}
+        return JobOutcome(handle.job_id, self.name, "finished", metrics)
+
+
+def test_the_trainer_sums_what_its_jobs_could_not_train_from_the_engines_tokens(
+    storage_database: Any,
+) -> None:
+    """``retokenized_samples`` (and its kin) summed over the tenure's jobs, for status."""
+    from reef.storage import TrainerSamples
+
+    store_groups(TrainerSamples(storage_database, "s"))
+    component = CountingComponent(expected_jobs=1)
+    trainer = Trainer(
+        "s",
+        "c",
+        database=storage_database,
+        build=grouped_parts(component),
+        settings=TrainerSettings(poll_interval=0.05),
+    )
+    trainer.start()
+    try:
+        assert component.all_submitted.wait(30)
+    finally:
+        trainer.stop(30)
+    assert trainer.jobs_ended == 1
+    # Only what is above 0; a second tenure would start again from 0 (status says "in N jobs").
+    assert trainer.job_counts == {"retokenized_samples": 3, "prompt_mismatch_samples": 1}

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from reef.components.interface import (
     Artifact,
     ArtifactSource,
+    PublicationState,
     TrainingComponent,
     WrappedComponent,
 )
@@ -323,7 +324,12 @@ class ReefRuntime(ServiceRuntime):
             if serves and eval_sets:
                 component = self._gated(scenario, section, entry, component, database)
             if publisher is not None and serving is not None:
-                component = PublishedComponent(component, publisher, serving.publish_timeout)
+                component = PublishedComponent(
+                    component,
+                    publisher,
+                    serving.publish_timeout,
+                    max_failed=serving.max_failed_publications,
+                )
             return TrainerParts(pipeline, component)
 
         return build
@@ -415,17 +421,44 @@ class PublishedComponent(WrappedComponent):
     """A training component whose :meth:`publish` waits (up to ``timeout`` seconds) for the
     scenario's engine to serve the new artifact, and returns the artifact the engine serves
     then: what the trainer hands its pipeline as served (P-STALE-5). Before the engine serves
-    any, it returns the component's own. Everything else is the component's."""
+    any, it returns the component's own. Everything else is the component's.
 
-    def __init__(self, component: TrainingComponent, publisher: Publisher, timeout: float) -> None:
+    It counts the publications the engine did not take in a row (the newest artifact not served
+    when :meth:`publish` returns, and not since): with ``max_failed`` of them the trainer pauses
+    (:class:`reef.components.interface.PublicationWatch`) until the engine takes one.
+    """
+
+    def __init__(
+        self,
+        component: TrainingComponent,
+        publisher: Publisher,
+        timeout: float,
+        *,
+        max_failed: int = 3,
+    ) -> None:
         super().__init__(component)
         self.publisher = publisher
         self.timeout = timeout
+        self.max_failed = max_failed
+        self._failed = 0
+        self._pending: str | None = None
 
     def publish(self) -> Artifact:
         artifact = self.component.publish()
         served = self.publisher.serve(artifact, self.timeout)
+        if served is not None and served.artifact_id == artifact.artifact_id:
+            self._failed, self._pending = 0, None
+        elif artifact.artifact_id != self._pending:
+            self._failed += 1
+            self._pending = artifact.artifact_id
         return artifact if served is None else served
+
+    def publication(self) -> PublicationState:
+        route = self.publisher.route()
+        served = None if route is None else route.artifact_id
+        if self._pending is not None and served == self._pending:
+            self._failed, self._pending = 0, None  # the engine took it since
+        return PublicationState(self._failed, self.max_failed, served)
 
 
 def _client_host(host: str) -> str:

@@ -3,6 +3,9 @@
 They are stand-ins, not the engines: they implement exactly the endpoints Reef uses, with the
 request and answer shapes of the engines' own serving code, and nothing else. No model runs:
 an answer says which model (adapter or weights) the call reached, which is what Reef checks.
+The "sampled" tokens of an answer are the UTF-8 bytes of its text as ids 0-255 followed by
+:data:`STOP_ID`, and the prompt's the bytes of the last message's content: ids that are not
+the re-encoding of the text by any real tokenizer, which is what a test of trained tokens needs.
 
 :func:`vllm_standin` (vLLM's OpenAI server with ``--enable-lora`` and
 ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``):
@@ -15,7 +18,12 @@ an answer says which model (adapter or weights) the call reached, which is what 
 - ``POST /v1/unload_lora_adapter {lora_name}``: 200 with the text ``Success: LoRA adapter
   '<name>' removed successfully.``; 404 when no such adapter is loaded.
 - ``POST /v1/chat/completions``: ``model`` is the served model name or a loaded adapter's
-  (404 otherwise); the answer's ``model`` is that name. Streams when asked.
+  (404 otherwise); the answer's ``model`` is that name. Streams when asked. With
+  ``return_token_ids`` the answer carries ``prompt_token_ids`` beside the choices and each
+  choice's ``token_ids``; streamed, the first chunk carries ``prompt_token_ids`` and each
+  choice delta its ``token_ids`` (vllm/entrypoints/openai/serving_chat.py,
+  ``chat_completion_full_generator`` and ``chat_completion_stream_generator``). ``logprobs``
+  adds OpenAI's ``logprobs.content``, one entry per token.
 - ``GET /v1/models``: ``{object: "list", data: [card, ...]}``, the served model's card first,
   then one per loaded adapter in the order they were loaded, with ``id`` its name, ``root`` its
   path and ``parent`` the served model's name (the base model's ``parent`` is ``null``); the
@@ -31,7 +39,15 @@ an answer says which model (adapter or weights) the call reached, which is what 
   weight version becomes ``weight_version`` when given;
 - ``POST /v1/chat/completions``: ``model`` is the served model name or
   ``<served name>:<adapter>``; the answer's ``model`` repeats the request's, and a whole answer
-  carries ``metadata.weight_version`` (a streamed one does not, as in SGLang);
+  carries ``metadata.weight_version`` (a streamed one does not, as in SGLang). An adapter it
+  does not hold is answered 400 ``BadRequestError`` "The following requested LoRA adapters are
+  not loaded: <name>" (python/sglang/srt/lora/lora_registry.py ``acquire``, a ValueError that
+  python/sglang/srt/entrypoints/openai/serving_chat.py answers with ``create_error_response``);
+  a negative temperature 400 "temperature must be non-negative"
+  (python/sglang/srt/sampling/sampling_params.py ``verify``). With ``return_token_ids`` a
+  whole answer's choices each carry ``prompt_token_ids`` and ``token_ids``
+  (python/sglang/srt/entrypoints/openai/protocol.py, ``ChatCompletionResponseChoice``); a
+  streamed one carries none (``ChatCompletionResponseStreamChoice`` has no such field);
 - ``GET /v1/models``: as vLLM's (without ``permission``), the loaded adapters listed after the
   served model, each with ``parent`` the served model's name, as SGLang lists them since 0.5.5.
 
@@ -55,7 +71,10 @@ from starlette.routing import Route
 
 from reef.core.records import JSON
 
-__all__ = ["StandInState", "sglang_standin", "vllm_standin"]
+__all__ = ["STOP_ID", "StandInState", "sglang_standin", "vllm_standin"]
+
+#: The id a stand-in's reply ends with, as an engine's ends with its stop token.
+STOP_ID = 256
 
 
 @attrs.define
@@ -95,29 +114,57 @@ def _reply(model: str, body: JSON) -> JSON:
     }
 
 
-def _completion(request: JSON, model: str, metadata: JSON | None, *, stream: bool) -> Response:
+def _tokens(request: JSON, message: JSON) -> tuple[list[int], list[int], JSON]:
+    """The prompt's and the reply's token ids of a stand-in's answer, and the reply's OpenAI
+    ``logprobs`` (see the module documentation)."""
+    messages = request.get("messages") or []
+    last = messages[-1] if messages and isinstance(messages[-1], dict) else {}
+    prompt = list(str(last.get("content")).encode())
+    reply = [*str(message["content"]).encode(), STOP_ID]
+    entries = [{"token": f"<{i}>", "logprob": -0.25, "bytes": [], "top_logprobs": []}
+               for i in reply]  # fmt: skip
+    return prompt, reply, {"content": entries}
+
+
+def _completion(
+    request: JSON,
+    model: str,
+    metadata: JSON | None,
+    *,
+    stream: bool,
+    engine: str,
+) -> Response:
     head = {"id": f"chatcmpl-{time.monotonic_ns()}", "created": int(time.time()), "model": model}
     message = _reply(model, request)
     usage = {"prompt_tokens": 4, "completion_tokens": 3, "total_tokens": 7}
+    ids = request.get("return_token_ids") is True
+    prompt, reply, logprobs = _tokens(request, message)
     if not stream:
-        body: JSON = {
-            **head,
-            "object": "chat.completion",
-            "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
-            "usage": usage,
-        }
+        choice: JSON = {"index": 0, "message": message, "finish_reason": "stop"}
+        if request.get("logprobs"):
+            choice["logprobs"] = logprobs
+        body: JSON = {**head, "object": "chat.completion", "choices": [choice], "usage": usage}
+        if ids and engine == "vllm":
+            body["prompt_token_ids"] = prompt
+            choice["token_ids"] = reply
+        elif ids:
+            choice.update(prompt_token_ids=prompt, token_ids=reply)
         if metadata is not None:
             body["metadata"] = metadata
         return JSONResponse(body)
 
     async def chunks() -> AsyncIterator[bytes]:
-        for delta, reason in (({"role": "assistant", "content": message["content"]}, None),
-                              ({}, "stop")):  # fmt: skip
-            chunk = {
-                **head,
-                "object": "chat.completion.chunk",
-                "choices": [{"index": 0, "delta": delta, "finish_reason": reason}],
-            }
+        pieces: list[tuple[JSON, str | None, list[int]]] = [
+            ({"role": "assistant", "content": message["content"]}, None, reply[:-1]),
+            ({}, "stop", reply[-1:]),
+        ]
+        for number, (delta, reason, delta_ids) in enumerate(pieces):
+            piece: JSON = {"index": 0, "delta": delta, "finish_reason": reason}
+            chunk: JSON = {**head, "object": "chat.completion.chunk", "choices": [piece]}
+            if ids and engine == "vllm":
+                piece["token_ids"] = delta_ids
+                if number == 0:
+                    chunk["prompt_token_ids"] = prompt
             yield f"data: {json.dumps(chunk)}\n\n".encode()
         yield b"data: [DONE]\n\n"
 
@@ -192,7 +239,7 @@ def vllm_standin(served_model: str) -> tuple[Starlette, StandInState]:
         model = body.get("model") or served_model
         if model != served_model and model not in state.adapters:
             return _vllm_error(f"The model `{model}` does not exist.", "NotFoundError", 404)
-        return _completion(body, model, None, stream=bool(body.get("stream")))
+        return _completion(body, model, None, stream=bool(body.get("stream")), engine="vllm")
 
     async def models(request: Request) -> Response:
         state._count("/v1/models")
@@ -272,14 +319,25 @@ def sglang_standin(served_model: str) -> tuple[Starlette, StandInState]:
         body = await _json(request)
         model = str(body.get("model") or served_model)
         base, _, adapter = model.partition(":")
-        if base != served_model or (adapter and adapter not in state.adapters):
+        message = None
+        if base != served_model:
+            message = f"no model {model}"
+        elif adapter and adapter not in state.adapters:
+            message = (
+                f"The following requested LoRA adapters are not loaded: {adapter}\n"
+                f"Loaded adapters: odict_keys({list(state.adapters)})."
+            )
+        elif isinstance(body.get("temperature"), int | float) and body["temperature"] < 0:
+            message = f"temperature must be non-negative, got {body['temperature']}."
+        if message is not None:
             return JSONResponse(
-                {"object": "error", "message": f"no model {model}", "type": "BadRequestError",
+                {"object": "error", "message": message, "type": "BadRequestError",
                  "param": None, "code": 400},
                 400,
             )  # fmt: skip
         metadata = {"weight_version": state.weight_version}
-        return _completion(body, model, metadata, stream=bool(body.get("stream")))
+        stream = bool(body.get("stream"))
+        return _completion(body, model, metadata, stream=stream, engine="sglang")
 
     async def models(request: Request) -> Response:
         state._count("/v1/models")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, runtime_checkable
 
 import attrs
 
@@ -85,6 +85,44 @@ class ArtifactSource(Protocol):
 
     def latest(self) -> Artifact | None:
         """The artifact to serve (``None`` before there is one)."""
+        ...
+
+
+@attrs.frozen
+class PublicationState:
+    """How publication into the engine goes, as a component that publishes into one says it
+    (:class:`PublicationWatch`).
+
+    :ivar failed_in_a_row: the publications since the engine last took one that it did not
+        take (0: it serves the component's newest artifact).
+    :ivar limit: how many the trainer lets fail in a row before it pauses.
+    :ivar served: the artifact the engine serves now (``None`` before the first).
+    """
+
+    failed_in_a_row: int
+    limit: int
+    served: str | None
+
+    @property
+    def paused(self) -> str | None:
+        """Why the trainer must not start another job (``None``: it may)."""
+        if self.failed_in_a_row < self.limit:
+            return None
+        return (
+            f"the engine did not take the last {self.failed_in_a_row} published artifacts (it"
+            f" serves {self.served or 'its base model'}): training waits until it takes one,"
+            " so that the data it trains is not ever further off-policy; see the engine's"
+            " publication status"
+        )
+
+
+@runtime_checkable
+class PublicationWatch(Protocol):
+    """A component whose artifacts are published into an engine, which can fail
+    (:class:`reef.runtime.PublishedComponent`)."""
+
+    def publication(self) -> PublicationState:
+        """Where publication stands now."""
         ...
 
 

@@ -153,6 +153,11 @@ class JobParameters(PluginSettings):
     clip_high: float = config_option(
         0.28, help="ppo: the ratio is clipped above at 1 + clip_high", validator=_non_negative
     )
+    mask_truncated: bool = config_option(
+        False,
+        help="train none of the tokens of a sample with a reply cut at its token limit (DAPO's "
+        "overlong filtering); its reward still counts in its group's mean",
+    )
 
     loss_aggregation: str = config_option(
         "token_mean",

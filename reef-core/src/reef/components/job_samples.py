@@ -17,7 +17,11 @@ samples *mean* is the same everywhere, so it is computed here once:
 - :func:`moves_no_weight` tells a step of a policy objective that has no signal (every
   advantage 0), which every component that runs its own steps counts without an optimizer step.
 - :func:`job_metrics` names a finished job's metrics, so every component reports the same keys
-  (under a distilling objective, with ``teacher_kl`` and :func:`samples_without_teacher`).
+  (under a distilling objective, with ``teacher_kl`` and :func:`samples_without_teacher`),
+  among them what the engine's tokens said of the samples: ``retokenized_samples`` (a reply
+  rendered from its text, the engine having given no token ids), ``prompt_mismatch_samples``
+  (the rendered prompt differs from the engine's, whose tokens trained) and
+  ``truncated_samples`` (a reply cut at its token limit).
 
 The job parameters these read are in :mod:`reef.components.job_parameters`. Nothing here
 needs PyTorch; rendering needs jinja2 (the ``render`` extra).
@@ -75,6 +79,11 @@ class PreparedJob:
         """The advantage of the sample at ``position`` of :attr:`rendered` (0 without one)."""
         return self.advantages.get(self.rendered[position][0], 0.0)
 
+    def counted(self, what: str) -> int:
+        """The training samples with at least one reply of ``what``: ``retokenized_replies``,
+        ``prompt_mismatches`` or ``truncated_replies`` (:class:`RenderedSample`)."""
+        return sum(1 for _, sample in self.rendered if getattr(sample, what) > 0)
+
     @property
     def sequence_lengths(self) -> list[list[int]]:
         """The token count of each sequence of each rendered sample: what steps are planned on."""
@@ -90,6 +99,7 @@ def prepare_job(
     component: str,
     distillation: DistillationParameters | None = None,
     reward_baseline: str = "group_mean",
+    mask_truncated: bool = False,
 ) -> PreparedJob:
     """Render and score a job's samples (see the module's documentation).
 
@@ -100,6 +110,8 @@ def prepare_job(
     :param distillation: a distilling objective's parameters: each sample's teacher sequence is
         rendered, and the reward trains only with a ``reward_coef`` other than 0.
     :param reward_baseline: ``group_mean`` or ``none`` (:func:`group_advantages`).
+    :param mask_truncated: a sample with a reply cut at its token limit trains no token (its
+        loss mask all 0), after its reward counted in its group's advantages.
     :raises ValueError: for job data of task samples, which this needs rolled out first.
     :raises reef.core.plugins.PluginConfigError: for an ``advantage`` in the job data's metadata
         that :class:`AdvantageSettings` refuses.
@@ -152,6 +164,8 @@ def prepare_job(
             )
             advantages = {i: weight * a for (i, _), a in zip(rewarded, centred, strict=True)}
             rendered = [(i, s) for i, s in rendered if i in advantages]
+    if mask_truncated:
+        rendered = [(i, _masked(s) if s.truncated_replies else s) for i, s in rendered]
     return PreparedJob(
         objective,
         samples,
@@ -162,6 +176,12 @@ def prepare_job(
         {i: teachers[i] for i, _ in rendered if i in teachers},
         distillation is not None,
     )
+
+
+def _masked(sample: RenderedSample) -> RenderedSample:
+    """``sample`` with no token to train (DAPO's overlong filtering of a truncated sample)."""
+    sequences = tuple(attrs.evolve(s, loss_mask=(0,) * len(s.loss_mask)) for s in sample.sequences)
+    return attrs.evolve(sample, sequences=sequences)
 
 
 def consumed_lines(step: int, loss_tokens: Mapping[int, int], job: PreparedJob) -> list[JSON]:
@@ -238,6 +258,9 @@ def job_metrics(
         "unrenderable_samples": job.unrenderable_samples,
         "samples_without_reward": job.samples_without_reward,
         "dropped_samples": plan.dropped_samples,
+        "retokenized_samples": job.counted("retokenized_replies"),
+        "prompt_mismatch_samples": job.counted("prompt_mismatches"),
+        "truncated_samples": job.counted("truncated_replies"),
         "tokens": sum(s.num_tokens for _, s in job.rendered),
         "trained_tokens": trained_tokens,
         "mean_reward": sum(rewards) / len(rewards) if rewards else None,

@@ -84,9 +84,12 @@ def trajectory_from_records(
     record made (context the client wrote) is ``is_copied_context``. The trajectory's
     ``extra["reef"]["records"]`` lists every call, in order, with its artifact.
 
-    A sample holds no tokens and no log probabilities (P-REND-1): token ids and log
-    probabilities that an engine returned are kept only with ``keep_tokens=True``, for a
-    caller that reads them (diagnostics, an exported trace), never for a training sample.
+    A sample holds no tokens and no log probabilities (P-REND-1): the token ids and log
+    probabilities the engine returned (vLLM's and SGLang's ``return_token_ids``, OpenAI
+    ``logprobs``; Reef asks every engine that gives them, and records them) are kept in the
+    steps' ``metrics`` only with ``keep_tokens=True``: for diagnostics and exports, and for a
+    recipe that opts into training them as they are (:mod:`reef.core.chat_rendering`,
+    docs/decisions.md#trained-tokens-are-the-sampled-tokens).
 
     :raises AtifBuildError: when the records are not calls of one format whose requests
         extend one another, or a message cannot be expressed in ATIF.
@@ -365,7 +368,10 @@ def _metrics(response: Mapping[str, Any], choice: Any) -> Metrics | None:
     logprobs = choice.get("logprobs") if isinstance(choice, Mapping) else None
     tokens = logprobs.get("content") if isinstance(logprobs, Mapping) else None
     token_ids = choice.get("token_ids") if isinstance(choice, Mapping) else None
+    # vLLM gives the prompt's ids beside the choices, SGLang in each choice.
     prompt_ids = response.get("prompt_token_ids")
+    if prompt_ids is None and isinstance(choice, Mapping):
+        prompt_ids = choice.get("prompt_token_ids")
     metrics = Metrics(
         prompt_tokens=usage.pop("prompt_tokens", None),
         completion_tokens=usage.pop("completion_tokens", None),

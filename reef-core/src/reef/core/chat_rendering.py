@@ -1,8 +1,9 @@
 """Rendering a sample into tokens with the model's chat template, exactly as the engine did.
 
-A sample holds an ATIF trajectory and no tokens (P-REND-1): serving returns none. A training
-component therefore renders each sample itself, and it must render what the engine saw, or the
-model trains on a prompt it was never given. :class:`ChatRenderer` is the one renderer that
+A sample is an ATIF trajectory. Where the engine returned the tokens it sampled, the
+trajectory's agent steps hold them (their ATIF ``metrics``) and they train as they are; the rest
+a training component renders itself, and it must render what the engine saw, or the model
+trains on a prompt it was never given. :class:`ChatRenderer` is the one renderer that
 both sides use: the local engine renders a request's prompt with :meth:`ChatRenderer.prompt_ids`,
 and the training component renders a sample with :meth:`ChatRenderer.render_sample`. Both run
 the model's Jinja chat template in jinja2's sandbox, as HF transformers' ``apply_chat_template``
@@ -19,9 +20,21 @@ How a sample renders (P-REND-2):
   the generation prompt: the engine's prompt for that call, token for token. The reply is what
   the template adds for the assistant message; its tokens train up to and including the last
   stop token (the template's text after it, such as a newline, is context, not generated).
+- A reply whose step holds the engine's own tokens (ATIF ``metrics.completion_token_ids``, and
+  ``prompt_token_ids`` when the engine gave them, as Reef records them from every engine that
+  returns them) trains those tokens as they are, after the engine's prompt tokens: what was
+  sampled, not a re-encoding of its text (which differs wherever the text is not valid UTF-8,
+  BPE merges differently or special tokens were left out of the text). The rendered prompt is
+  still compared with the engine's: :attr:`RenderedSample.prompt_mismatches` counts those that
+  differ. A reply without them is rendered from its text, and counted in
+  :attr:`RenderedSample.retokenized_replies`.
+- A reply the engine cut at its token limit (finish reason ``length``, ``max_output_tokens`` or
+  ``max_tokens``) ends without a stop token: rendered from text, its tokens train up to, not
+  including, the stop token the template closes it with.
 - Consecutive calls share one token sequence while each call's prompt extends the sequence so
-  far; a template that rewrites history (one that drops earlier reasoning, say) starts a new
-  sequence for the call whose prompt does not, so every call still trains on its own prompt.
+  far; a template that rewrites history (one that drops earlier reasoning, say), or an earlier
+  reply whose sampled tokens the next prompt re-encodes differently, starts a new sequence for
+  the call whose prompt does not, so every call still trains on its own prompt.
 
 A sample that cannot render, or whose tokens exceed its ``extra.reef.max_tokens``, raises
 :class:`RenderError`; :func:`render_samples` leaves such samples out and counts them as
@@ -99,24 +112,56 @@ class RenderedSequence:
     :ivar loss_mask: 1 for each token that trains (a reply's), 0 for context; same length.
     :ivar temperatures: the sampling temperature of each token (its reply's call's; 1 for
         context), same length; ``None``: every token's is 1.
+    :ivar engine_logprobs: the engine's log probability of each token (0 for context), when
+        the engine reported one for every token that trains; ``None`` otherwise.
     """
 
     token_ids: tuple[int, ...]
     loss_mask: tuple[int, ...]
     temperatures: tuple[float, ...] | None = None
+    engine_logprobs: tuple[float, ...] | None = None
 
     def __attrs_post_init__(self) -> None:
         if len(self.token_ids) != len(self.loss_mask):
             raise ValueError("a rendered sequence needs one loss mask value per token")
         if self.temperatures is not None and len(self.temperatures) != len(self.token_ids):
             raise ValueError("a rendered sequence needs one temperature per token")
+        if self.engine_logprobs is not None and len(self.engine_logprobs) != len(self.token_ids):
+            raise ValueError("a rendered sequence needs one engine log probability per token")
+
+
+@attrs.frozen
+class EngineReply:
+    """What the engine reported of one trained reply, from its ATIF step.
+
+    :ivar completion_ids: the token ids it sampled (``metrics.completion_token_ids``); ``None``
+        when it gave none, and the reply is rendered from its text.
+    :ivar prompt_ids: the prompt tokens it fed the model (``metrics.prompt_token_ids``).
+    :ivar logprobs: its log probability of each sampled token (``metrics.logprobs``).
+    :ivar truncated: it stopped at its token limit (``extra.reef.finish_reason``).
+    """
+
+    completion_ids: tuple[int, ...] | None = None
+    prompt_ids: tuple[int, ...] | None = None
+    logprobs: tuple[float, ...] | None = None
+    truncated: bool = False
 
 
 @attrs.frozen
 class RenderedSample:
-    """A sample's tokens: one sequence, or several when the template rewrites history."""
+    """A sample's tokens: one sequence, or several when the template rewrites history.
+
+    :ivar retokenized_replies: trained replies rendered from their text, the engine having
+        given no token ids for them.
+    :ivar prompt_mismatches: trained replies whose rendered prompt differs from the engine's
+        prompt tokens (which train instead: the engine's are what the model saw).
+    :ivar truncated_replies: trained replies the engine cut at its token limit.
+    """
 
     sequences: tuple[RenderedSequence, ...]
+    retokenized_replies: int = 0
+    prompt_mismatches: int = 0
+    truncated_replies: int = 0
 
     @property
     def num_tokens(self) -> int:
@@ -137,12 +182,15 @@ class Conversation:
     :ivar tools: the tools offered, OpenAI ``{"type": "function", "function": ...}`` form.
     :ivar trains: for each message, whether it is a reply that trains (assistant messages only).
     :ivar temperatures: for each message, the temperature it was sampled at (1 for the others).
+    :ivar engine: for each message, what the engine reported of it (assistant messages made
+        by a recorded call), else ``None``.
     """
 
     messages: tuple[JSON, ...]
     tools: tuple[JSON, ...] = ()
     trains: tuple[bool, ...] = attrs.field()
     temperatures: tuple[float, ...] = attrs.field()
+    engine: tuple[EngineReply | None, ...] = attrs.field()
 
     @trains.default
     def _no_training(self) -> tuple[bool, ...]:
@@ -152,11 +200,17 @@ class Conversation:
     def _at_one(self) -> tuple[float, ...]:
         return (1.0,) * len(self.messages)
 
+    @engine.default
+    def _nothing_reported(self) -> tuple[EngineReply | None, ...]:
+        return (None,) * len(self.messages)
+
     def __attrs_post_init__(self) -> None:
         if len(self.trains) != len(self.messages):
             raise ValueError("a conversation needs one training flag per message")
         if len(self.temperatures) != len(self.messages):
             raise ValueError("a conversation needs one temperature per message")
+        if len(self.engine) != len(self.messages):
+            raise ValueError("a conversation needs one engine report (or None) per message")
         for index, (message, trains) in enumerate(zip(self.messages, self.trains, strict=True)):
             if trains and message.get("role") != "assistant":
                 raise ValueError(f"messages[{index}]: only an assistant reply can train")
@@ -286,6 +340,7 @@ def trajectory_messages(trajectory: Mapping[str, Any]) -> Conversation:
     messages: list[JSON] = []
     trains: list[bool] = []
     temperatures: list[float] = []
+    engine: list[EngineReply | None] = []
     for index, step in enumerate(steps):
         where = f"steps[{index}]"
         if not isinstance(step, Mapping):
@@ -296,6 +351,7 @@ def trajectory_messages(trajectory: Mapping[str, Any]) -> Conversation:
             messages.append({"role": source, "content": text})
             trains.append(False)
             temperatures.append(1.0)
+            engine.append(None)
         elif source == "agent":
             message: JSON = {"role": "assistant", "content": text}
             if step.get("reasoning_content") is not None:
@@ -317,6 +373,7 @@ def trajectory_messages(trajectory: Mapping[str, Any]) -> Conversation:
             messages.append(message)
             trains.append(not step.get("is_copied_context"))
             temperatures.append(step_temperature(step, where))
+            engine.append(engine_reply(step, where))
         else:
             raise RenderError(f"{where}: unknown step source {source!r}")
         observation = step.get("observation")
@@ -329,6 +386,7 @@ def trajectory_messages(trajectory: Mapping[str, Any]) -> Conversation:
                 messages.append({"role": "tool", "tool_call_id": call_id, "content": content})
             trains.append(False)
             temperatures.append(1.0)
+            engine.append(None)
     agent = trajectory.get("agent")
     tools = (agent.get("tool_definitions") if isinstance(agent, Mapping) else None) or []
     try:
@@ -340,6 +398,7 @@ def trajectory_messages(trajectory: Mapping[str, Any]) -> Conversation:
         tools=tuple(tools),
         trains=tuple(trains),
         temperatures=tuple(temperatures),
+        engine=tuple(engine),
     )
 
 
@@ -351,9 +410,7 @@ def step_temperature(step: Mapping[str, Any], where: str) -> float:
 
     :raises RenderError: for one that is not a number of 0 or more.
     """
-    extra = step.get("extra")
-    reef = extra.get("reef") if isinstance(extra, Mapping) else None
-    value = reef.get("temperature") if isinstance(reef, Mapping) else None
+    value = _reef_of(step).get("temperature")
     if value is None:
         return 1.0
     if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
@@ -361,11 +418,62 @@ def step_temperature(step: Mapping[str, Any], where: str) -> float:
     return float(value) if value > 0 else 1.0
 
 
+#: The finish reasons of a reply cut at its token limit, in each API format's words (chat
+#: completions, Responses' incomplete reason, Messages' stop reason).
+TRUNCATED_FINISH_REASONS = ("length", "max_output_tokens", "max_tokens")
+
+
+def _ids(value: Any, where: str, what: str) -> tuple[int, ...] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(
+        isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in value
+    ):
+        raise RenderError(f"{where}.metrics.{what} must be a list of token ids")
+    return tuple(value)
+
+
+def engine_reply(step: Mapping[str, Any], where: str) -> EngineReply | None:
+    """What the engine reported of an agent step: its ``metrics`` token ids and log
+    probabilities, and whether ``extra.reef.finish_reason`` says it was cut at its limit;
+    ``None`` for a step with neither (context the client wrote).
+
+    :raises RenderError: for token ids or log probabilities of the wrong shape.
+    """
+    metrics = step.get("metrics")
+    metrics = metrics if isinstance(metrics, Mapping) else {}
+    finish = _reef_of(step).get("finish_reason")
+    completion = _ids(metrics.get("completion_token_ids"), where, "completion_token_ids")
+    prompt = _ids(metrics.get("prompt_token_ids"), where, "prompt_token_ids")
+    logprobs = metrics.get("logprobs")
+    if logprobs is not None and (
+        not isinstance(logprobs, list)
+        or not all(isinstance(v, int | float) and not isinstance(v, bool) for v in logprobs)
+    ):
+        raise RenderError(f"{where}.metrics.logprobs must be a list of numbers")
+    reply = EngineReply(
+        completion_ids=completion,
+        prompt_ids=prompt if completion is not None else None,
+        # Kept only when there is one per sampled token: otherwise they name other tokens.
+        logprobs=(
+            tuple(float(v) for v in logprobs)
+            if completion is not None and logprobs is not None and len(logprobs) == len(completion)
+            else None
+        ),
+        truncated=finish in TRUNCATED_FINISH_REASONS,
+    )
+    return None if reply == EngineReply() else reply
+
+
+def _reef_of(holder: Mapping[str, Any]) -> Mapping[str, Any]:
+    extra = holder.get("extra")
+    reef = extra.get("reef") if isinstance(extra, Mapping) else None
+    return reef if isinstance(reef, Mapping) else {}
+
+
 def sample_max_tokens(trajectory: Mapping[str, Any]) -> int | None:
     """The trajectory's ``extra.reef.max_tokens`` (the longest sample that may train), if set."""
-    extra = trajectory.get("extra")
-    reef = extra.get("reef") if isinstance(extra, Mapping) else None
-    value = reef.get("max_tokens") if isinstance(reef, Mapping) else None
+    value = _reef_of(trajectory).get("max_tokens")
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
@@ -455,42 +563,78 @@ class ChatRenderer:
         sequences: list[RenderedSequence] = []
         ids: list[int] = []
         mask: list[int] = []
+        # The engine's log probability of each token so far; None once a trained token has none.
+        logprobs: list[float] | None = []
         temperatures: list[float] = []
+        retokenized = mismatches = truncated = 0
+
+        def close() -> None:
+            sequences.append(_sequence(ids, mask, temperatures, logprobs))
+
         for index, trains in enumerate(conversation.trains):
             if not trains:
                 continue
             before = conversation.messages[:index]
             if not before:
                 raise RenderError(f"messages[{index}]: a reply needs a prompt before it")
+            reported = conversation.engine[index] or EngineReply()
+            truncated += reported.truncated
             prompt = self.render_text(before, tools, add_generation_prompt=True)
-            full = self.render_text(
-                conversation.messages[: index + 1], tools, add_generation_prompt=False
-            )
-            if not full.startswith(prompt):
-                raise RenderError(
-                    f"messages[{index}]: the template does not render the reply after its "
-                    "generation prompt, so the reply's tokens cannot be told from the prompt's"
-                )
             prompt_ids = self.tokenizer.encode(prompt)
+            if reported.completion_ids is not None:
+                # What the engine sampled, after the prompt it fed the model (P-REND-3: the
+                # rendered prompt is the engine's, which the comparison checks).
+                if reported.prompt_ids is not None:
+                    mismatches += list(reported.prompt_ids) != prompt_ids
+                    prompt_ids = list(reported.prompt_ids)
+                reply_ids = list(reported.completion_ids)
+                vocabulary = self.tokenizer.vocab_size
+                if any(i >= vocabulary for i in (*prompt_ids, *reply_ids)):
+                    raise RenderError(
+                        f"messages[{index}]: the engine's token ids are not this model's (an id"
+                        f" is not below its vocabulary size of {vocabulary})"
+                    )
+                trained = len(reply_ids)
+                reply_logprobs = reported.logprobs
+            else:
+                retokenized += 1
+                full = self.render_text(
+                    conversation.messages[: index + 1], tools, add_generation_prompt=False
+                )
+                if not full.startswith(prompt):
+                    raise RenderError(
+                        f"messages[{index}]: the template does not render the reply after its "
+                        "generation prompt, so the reply's tokens cannot be told from the prompt's"
+                    )
+                reply_ids = self.tokenizer.encode(full[len(prompt) :])
+                trained = len(reply_ids)
+                for position in range(len(reply_ids) - 1, -1, -1):
+                    if reply_ids[position] in stops:
+                        # A reply cut at its limit never produced the stop token the template
+                        # closes it with: it trains up to it, not including it.
+                        trained = position if reported.truncated else position + 1
+                        break
+                reply_logprobs = None
             if ids and prompt_ids[: len(ids)] != ids:
-                # The template rewrote history: the call saw another prompt than the sequence
-                # so far, so it trains in a sequence of its own.
-                sequences.append(_sequence(ids, mask, temperatures))
-                ids, mask, temperatures = [], [], []
-            mask.extend([0] * (len(prompt_ids) - len(ids)))
-            temperatures.extend([1.0] * (len(prompt_ids) - len(ids)))
+                # The call saw another prompt than the sequence so far (the template rewrote
+                # history, or re-encoded an earlier reply's sampled tokens): it trains in a
+                # sequence of its own.
+                close()
+                ids, mask, logprobs, temperatures = [], [], [], []
+            context = len(prompt_ids) - len(ids)
+            mask.extend([0] * context)
+            temperatures.extend([1.0] * context)
             ids = list(prompt_ids)
-            reply_ids = self.tokenizer.encode(full[len(prompt) :])
-            trained = len(reply_ids)
-            for position in range(len(reply_ids) - 1, -1, -1):
-                if reply_ids[position] in stops:
-                    trained = position + 1
-                    break
             ids.extend(reply_ids)
             mask.extend([1] * trained + [0] * (len(reply_ids) - trained))
             temperatures.extend([conversation.temperatures[index]] * len(reply_ids))
-        sequences.append(_sequence(ids, mask, temperatures))
-        return RenderedSample(tuple(sequences))
+            if logprobs is not None and reply_logprobs is not None:
+                logprobs.extend([0.0] * context)
+                logprobs.extend(reply_logprobs)
+            else:
+                logprobs = None
+        close()
+        return RenderedSample(tuple(sequences), retokenized, mismatches, truncated)
 
     def render_sample(
         self, trajectory: Mapping[str, Any], *, max_tokens: int | None = None
@@ -511,10 +655,18 @@ class ChatRenderer:
         return rendered
 
 
-def _sequence(ids: list[int], mask: list[int], temperatures: list[float]) -> RenderedSequence:
-    """A rendered sequence; its temperatures only when a token's is not 1."""
+def _sequence(
+    ids: list[int], mask: list[int], temperatures: list[float], logprobs: list[float] | None
+) -> RenderedSequence:
+    """A rendered sequence; its temperatures only when a token's is not 1, the engine's log
+    probabilities when it gave them for every token that trains."""
     scaled = any(t != 1.0 for t in temperatures)
-    return RenderedSequence(tuple(ids), tuple(mask), tuple(temperatures) if scaled else None)
+    return RenderedSequence(
+        tuple(ids),
+        tuple(mask),
+        tuple(temperatures) if scaled else None,
+        None if logprobs is None else tuple(logprobs),
+    )
 
 
 @attrs.frozen

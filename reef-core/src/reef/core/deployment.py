@@ -142,6 +142,12 @@ class ServingSection(PluginSettings):
         help="seconds a trainer waits for the engine to serve new weights before it goes on",
         validator=attrs.validators.gt(0),
     )
+    max_failed_publications: int = config_option(
+        3,
+        help="publications in a row the engine may fail to take before the trainer pauses "
+        "(until the engine takes an artifact): its data would come ever further off-policy",
+        validator=attrs.validators.ge(1),
+    )
 
     def __attrs_post_init__(self) -> None:
         if self.engine in PUBLISHING_ENGINES:

@@ -58,6 +58,11 @@ class EngineAdmin(Protocol):
         """The request's ``model`` that reaches the loaded weights ``name``."""
         ...
 
+    def lost(self, status: int, body: JSON | None) -> bool:
+        """Whether the engine's refusal of a chat call (its status and error body) says it
+        does not have the weights the call named: it restarted without the adapter."""
+        ...
+
 
 def request(
     client: httpx.Client, method: Literal["GET", "POST"], path: str, body: JSON | None = None

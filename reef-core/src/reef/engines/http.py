@@ -38,6 +38,9 @@ class HttpEngine:
     :param api_key: sent as a bearer token when given.
     :param model: the model name to send when the client names none.
     :param timeout: seconds to wait for the engine (connect and each read).
+    :param returns_tokens: the engine answers ``return_token_ids`` and ``logprobs`` with the
+        tokens it sampled (vLLM, SGLang), so the service asks for them
+        (:attr:`reef.engines.interface.ChatEngine.returns_tokens`).
     :raises ValueError: for a URL that is not http(s), or a proxy setting that applies to it
         and is not an ``http://`` proxy.
     """
@@ -49,7 +52,9 @@ class HttpEngine:
         api_key: str | None = None,
         model: str | None = None,
         timeout: float = 600.0,
+        returns_tokens: bool = False,
     ) -> None:
+        self.returns_tokens = returns_tokens
         url = urllib.parse.urlsplit(base_url.rstrip("/") + "/chat/completions")
         if url.scheme not in ("http", "https") or not url.hostname:
             raise ValueError(f"engine URL {base_url!r} is not an http(s) URL")

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import AsyncIterator, Mapping
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 import anyio.to_thread
 import attrs
@@ -33,7 +33,10 @@ __all__ = [
     "EngineAnswer",
     "EngineError",
     "EngineStream",
+    "EngineUnavailable",
     "FunctionEngine",
+    "as_asked",
+    "asking_for_tokens",
 ]
 
 #: The response header by which an engine names the artifact that answered.
@@ -46,12 +49,77 @@ class EngineError(ReefError):
     :ivar status: the HTTP status to give the client (the engine's own for a 4xx, 502 when it
         could not be reached or failed).
     :ivar body: the engine's error body when it gave one.
+    :ivar retry_after: with a 503, the seconds after which the client may try again.
     """
 
-    def __init__(self, status: int, message: str, body: JSON | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        body: JSON | None = None,
+        *,
+        retry_after: int | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.body = body
+        self.retry_after = retry_after
+
+
+class EngineUnavailable(ReefError):
+    """A :class:`CompletionFunction` cannot answer yet (the local engine before the first
+    artifact is published): the client gets a 503 with ``Retry-After``, which OpenAI's clients
+    retry, instead of a 400 they give up on.
+
+    :ivar retry_after: the seconds a client is told to wait before it tries again.
+    """
+
+    def __init__(self, message: str, *, retry_after: int = 5) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+#: The request fields by which Reef asks an engine for what it sampled: the token ids of the
+#: prompt and of each reply (vLLM's and SGLang's ``return_token_ids``) and each token's log
+#: probability (OpenAI's ``logprobs``).
+TOKEN_FIELDS: Final = {"return_token_ids": True, "logprobs": True}
+
+
+def asking_for_tokens(request: JSON) -> JSON:
+    """``request`` as forwarded to an engine that returns what it sampled
+    (:attr:`ChatEngine.returns_tokens`): asking for the token ids and log probabilities, which
+    the record keeps and the client gets only when it asked (:func:`as_asked`)."""
+    return {**request, **TOKEN_FIELDS}
+
+
+def as_asked(body: JSON, request: JSON) -> tuple[JSON, bool]:
+    """An answer (a ``chat.completion`` or one chunk of a stream) as the client that sent
+    ``request`` asked for it: without token ids unless it set ``return_token_ids``, without log
+    probabilities unless it set ``logprobs``; and whether anything was taken out."""
+    keep_ids = request.get("return_token_ids") is True
+    keep_logprobs = bool(request.get("logprobs"))
+    if keep_ids and keep_logprobs:
+        return body, False
+    changed = False
+    shown = dict(body)
+    if not keep_ids and "prompt_token_ids" in shown:
+        del shown["prompt_token_ids"]
+        changed = True
+    choices = []
+    for choice in body.get("choices") or []:
+        if isinstance(choice, dict):
+            choice = dict(choice)
+            for key in ("token_ids", "prompt_token_ids"):
+                if not keep_ids and key in choice:
+                    del choice[key]
+                    changed = True
+            if not keep_logprobs and choice.get("logprobs") is not None:
+                choice["logprobs"] = None
+                changed = True
+        choices.append(choice)
+    if "choices" in body:
+        shown["choices"] = choices
+    return (shown, True) if changed else (body, False)
 
 
 @attrs.frozen
@@ -80,7 +148,14 @@ class EngineStream:
 
 
 class ChatEngine(Protocol):
-    """What the inference service needs of an engine."""
+    """What the inference service needs of an engine.
+
+    ``returns_tokens``: the engine answers :data:`TOKEN_FIELDS` with the token ids it sampled
+    (``prompt_token_ids``, each choice's ``token_ids``) and their log probabilities, so the
+    service asks for them on every call (:func:`asking_for_tokens`).
+    """
+
+    returns_tokens: bool
 
     async def complete(self, request: JSON) -> EngineAnswer:
         """Answer ``request`` whole. :raises EngineError: when it does not answer."""
@@ -110,8 +185,10 @@ class FunctionEngine:
     """A :class:`CompletionFunction` (the local engine) served on worker threads.
 
     The artifact that answered is the body's ``system_fingerprint``, as the local engine
-    writes it.
+    writes it. The local engine returns the token ids it sampled when asked, as vLLM does.
     """
+
+    returns_tokens = True
 
     def __init__(self, engine: CompletionFunction) -> None:
         self.engine = engine
@@ -119,6 +196,8 @@ class FunctionEngine:
     async def complete(self, request: JSON) -> EngineAnswer:
         try:
             body = await anyio.to_thread.run_sync(self.engine.complete, request)
+        except EngineUnavailable as exc:
+            raise EngineError(503, str(exc), retry_after=exc.retry_after) from exc
         except ValueError as exc:
             raise EngineError(400, str(exc)) from exc
         fingerprint = body.get("system_fingerprint")
@@ -141,7 +220,9 @@ class FunctionEngine:
 
 def chunks_of(body: JSON, *, include_usage: bool) -> list[JSON]:
     """The ``chat.completion.chunk`` values that stream ``body`` (one delta per choice, then
-    the finish reasons, then the usage when asked for)."""
+    the finish reasons, then the usage when asked for). Token ids stream as vLLM streams them
+    (vllm/entrypoints/openai/serving_chat.py): the prompt's on the first chunk, each delta's
+    ``token_ids`` on its choice."""
     head = {
         "id": body.get("id"),
         "object": "chat.completion.chunk",
@@ -150,6 +231,7 @@ def chunks_of(body: JSON, *, include_usage: bool) -> list[JSON]:
         "system_fingerprint": body.get("system_fingerprint"),
     }
     chunks: list[JSON] = []
+    prompt_ids = body.get("prompt_token_ids")
     for choice in body.get("choices") or []:
         message = dict(choice.get("message") or {})
         delta: JSON = {"role": message.get("role", "assistant")}
@@ -160,19 +242,17 @@ def chunks_of(body: JSON, *, include_usage: bool) -> list[JSON]:
             delta["tool_calls"] = [
                 {**call, "index": position} for position, call in enumerate(message["tool_calls"])
             ]
-        chunks.append(
-            {
-                **head,
-                "choices": [
-                    {
-                        "index": choice.get("index", 0),
-                        "delta": delta,
-                        "logprobs": choice.get("logprobs"),
-                        "finish_reason": None,
-                    }
-                ],
-            }
-        )
+        piece: JSON = {
+            "index": choice.get("index", 0),
+            "delta": delta,
+            "logprobs": choice.get("logprobs"),
+            "finish_reason": None,
+        }
+        if "token_ids" in choice:
+            piece["token_ids"] = choice["token_ids"]
+        chunks.append({**head, "choices": [piece]})
+        if prompt_ids is not None and len(chunks) == 1:
+            chunks[0]["prompt_token_ids"] = prompt_ids
         chunks.append(
             {
                 **head,
@@ -201,7 +281,7 @@ class ChunkAssembler:
 
     def add(self, chunk: JSON) -> None:
         """Take one chunk (a parsed ``data:`` payload)."""
-        for key in ("id", "created", "model", "system_fingerprint"):
+        for key in ("id", "created", "model", "system_fingerprint", "prompt_token_ids"):
             if chunk.get(key) is not None:
                 self._head.setdefault(key, chunk[key])
         if isinstance(chunk.get("usage"), dict):
@@ -217,6 +297,8 @@ class ChunkAssembler:
             self._merge_delta(choice["message"], piece.get("delta") or {})
             if piece.get("finish_reason") is not None:
                 choice["finish_reason"] = piece["finish_reason"]
+            if isinstance(piece.get("token_ids"), list):
+                choice["token_ids"] = list(choice.get("token_ids") or []) + piece["token_ids"]
             logprobs = piece.get("logprobs")
             if isinstance(logprobs, dict):
                 merged = choice["logprobs"] or {"content": []}
@@ -263,14 +345,15 @@ class ChunkAssembler:
             choice = self._choices[index]
             message = dict(choice["message"])
             message.setdefault("content", None)
-            choices.append(
-                {
-                    "index": index,
-                    "message": message,
-                    "finish_reason": choice["finish_reason"],
-                    "logprobs": choice["logprobs"],
-                }
-            )
+            whole: JSON = {
+                "index": index,
+                "message": message,
+                "finish_reason": choice["finish_reason"],
+                "logprobs": choice["logprobs"],
+            }
+            if "token_ids" in choice:
+                whole["token_ids"] = choice["token_ids"]
+            choices.append(whole)
         body: JSON = {**self._head, "object": "chat.completion", "choices": choices}
         if self._usage is not None:
             body["usage"] = self._usage

@@ -11,7 +11,11 @@ trains with, so a sample renders to the prompts its calls saw. Sampling is real:
 (0 is greedy), ``top_p``, ``max_tokens`` (or ``max_completion_tokens``), ``n``, ``stop`` and
 ``seed`` (the same seed and request give the same completion). ``logprobs`` and
 ``top_logprobs`` report the model's own log probabilities (before temperature and ``top_p``),
-as vLLM does, so a trainer can compare them with its own.
+as vLLM does, so a trainer can compare them with its own. ``return_token_ids`` (vLLM's field)
+adds the prompt's token ids (``prompt_token_ids``) and each choice's sampled ids (``token_ids``,
+its stop token included), which the inference service asks for on every call so that the
+component trains exactly what was sampled. Before the first artifact is published it raises
+:class:`~reef.engines.interface.EngineUnavailable` (a 503 with ``Retry-After``).
 
 The engine serves the artifact its store published last, and loads a newly published one at
 the next request (an adapter on its base model, loaded whole again); ``system_fingerprint``
@@ -40,6 +44,7 @@ from reef.components.local.artifacts import load_model_folder
 from reef.components.local.causal_lm import CausalLM, Generation, SamplingRequest
 from reef.core.chat_rendering import ChatRenderer, RenderError, Tokenizer
 from reef.core.records import JSON
+from reef.engines.interface import EngineUnavailable
 from reef.errors import ReefError
 
 _TOOL_CALL: Final = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
@@ -151,7 +156,10 @@ class LocalEngine:
         """The artifact to answer with, loading the latest one when it changed."""
         latest = self.artifacts.latest()
         if latest is None:
-            raise EngineRequestError("no artifact is published yet: the engine has no weights")
+            raise EngineUnavailable(
+                "no artifact is published yet: the engine has no weights until the trainer"
+                " publishes its first"
+            )
         with self._lock:
             if self._loaded is None or self._loaded[0] != latest.artifact_id:
                 model = load_model_folder(latest.path, base_model=self.base_model, trainable=False)
@@ -221,7 +229,7 @@ class LocalEngine:
             for index, generation in enumerate(generations)
         ]
         completion_tokens = sum(len(g.token_ids) for g in generations)
-        return {
+        body: JSON = {
             "id": f"chatcmpl-{secrets.token_hex(12)}",
             "object": "chat.completion",
             "created": int(time.time()),
@@ -234,6 +242,12 @@ class LocalEngine:
                 "total_tokens": len(prompt) + completion_tokens,
             },
         }
+        if request.get("return_token_ids") is True:
+            # As vLLM answers it: the prompt's ids beside the choices, each reply's in its choice.
+            body["prompt_token_ids"] = prompt
+            for choice, generation in zip(choices, generations, strict=True):
+                choice["token_ids"] = list(generation.token_ids)
+        return body
 
 
 def _choice(

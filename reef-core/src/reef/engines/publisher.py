@@ -448,6 +448,13 @@ class Publisher:
             self.lost(route)
         return answered
 
+    def call_failed(self, route: EngineRoute, status: int, body: JSON | None) -> None:
+        """The engine refused a call sent by ``route``; when its answer says it does not hold
+        what the route names (:meth:`EngineAdmin.lost`), it restarted without it: see
+        :meth:`lost`."""
+        if self.admin.lost(status, body):
+            self.lost(route)
+
     def lost(self, route: EngineRoute) -> None:
         """The engine no longer has what ``route`` names (it restarted): calls go to the base
         model until the artifact is published again, which starts now."""

@@ -9,17 +9,25 @@
   the weights. A whole answer names the weights that answered (``metadata.weight_version``: Reef
   sets it to the artifact id); a streamed one does not, so it is labelled only when no swap ran
   while it was answered.
+
+A call that names an adapter SGLang does not hold (it restarted without it) is answered 400
+``BadRequestError`` with the message "The following requested LoRA adapters are not loaded:
+<name>" (python/sglang/srt/lora/lora_registry.py, raised as a ValueError that
+python/sglang/srt/entrypoints/openai/serving_chat.py answers with a 400): no 404.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Final, Literal
 
 import attrs
 import httpx
 
 from reef.core.records import JSON
 from reef.engines.admin import ListedAdapters, PublicationError, error_message, request
+
+#: How SGLang's refusal of a call to an adapter it does not hold begins.
+NOT_LOADED: Final = "The following requested LoRA adapters are not loaded"
 
 
 def _sglang_post(client: httpx.Client, path: str, body: JSON) -> tuple[int, str | None]:
@@ -55,6 +63,9 @@ class SglangAdapters(ListedAdapters):
     def model(self, name: str) -> str:
         return f"{self.base_model}:{name}"
 
+    def lost(self, status: int, body: JSON | None) -> bool:
+        return status == 400 and NOT_LOADED in error_message(body, "")
+
 
 @attrs.frozen
 class SglangFullWeights:
@@ -83,3 +94,7 @@ class SglangFullWeights:
     def model(self, name: str) -> str:
         del name
         return self.base_model
+
+    def lost(self, status: int, body: JSON | None) -> bool:
+        del status, body
+        return False  # full weights are never named by a call: a restart shows in the version

@@ -6,7 +6,9 @@ body, or an error object; ``POST /v1/unload_lora_adapter {lora_name}``. A call n
 as its ``model``, and vLLM's answer names it back in ``model``. No route of vLLM's server loads
 full weights from a folder: its weight-transfer routes carry tensors over NCCL or CUDA IPC from
 the trainer's own GPU process, so with full weights the runtime refuses a ``vllm`` engine
-(docs/decisions.md#artifacts).
+(docs/decisions.md#artifacts). A call that names an adapter vLLM does not hold is answered 404
+``NotFoundError`` ("The model `<name>` does not exist.", vllm/entrypoints/openai/serving_engine.py
+``_check_model``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Literal
 import attrs
 import httpx
 
+from reef.core.records import JSON
 from reef.engines.admin import ListedAdapters, PublicationError, error_message, request
 
 
@@ -48,3 +51,7 @@ class VllmAdapters(ListedAdapters):
 
     def model(self, name: str) -> str:
         return name
+
+    def lost(self, status: int, body: JSON | None) -> bool:
+        del body
+        return status == 404

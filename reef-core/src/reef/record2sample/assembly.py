@@ -1,7 +1,8 @@
 """``SampleAssembly``: how a record set's calls become one ATIF trajectory sample (P-REND-2).
 
 Shared by the built-in stages and by recipes. The sample is an ATIF trajectory (its JSON
-object) with the report's score as reward and its feedback; it holds no tokens. Each agent step
+object) with the report's score as reward and its feedback; it holds no tokens unless built with
+``keep_tokens``. Each agent step
 made from a recorded call keeps its record's id and artifact (``reef.core.atif``), and the
 trajectory's ``extra.reef.records`` lists every call with its artifact, last call last: that is
 how a sample knows the artifact that produced it (P-STALE-4).
@@ -27,10 +28,18 @@ class SampleAssembly:
     """Builds a report's sample from its calls (see the module docstring).
 
     :param accept_multi_turn_policy_samples: train every call's reply, not only the last one.
+    :param keep_tokens: keep the engine's token ids and log probabilities in the agent steps'
+        metrics, so a component trains the sampled tokens as they are. Off by default: a sample
+        holds no tokens (P-REND-1), and the component renders it. A recipe that opts in
+        departs from that rule knowingly (docs/decisions.md, "Trained tokens are the sampled
+        tokens").
     """
 
-    def __init__(self, *, accept_multi_turn_policy_samples: bool = False) -> None:
+    def __init__(
+        self, *, accept_multi_turn_policy_samples: bool = False, keep_tokens: bool = False
+    ) -> None:
         self.accept_multi_turn_policy_samples = accept_multi_turn_policy_samples
+        self.keep_tokens = keep_tokens
 
     def build(self, context: ReportContext) -> TrajectorySample:
         """The sample of a report: its trajectory with the report's score and feedback."""
@@ -70,7 +79,9 @@ class SampleAssembly:
         trajectory: JSON = {}
         for chain in chains:
             trajectory = trajectory_to_json(
-                trajectory_from_records(chain, trajectory_id=trajectory_id)
+                trajectory_from_records(
+                    chain, trajectory_id=trajectory_id, keep_tokens=self.keep_tokens
+                )
             )
             for step in trajectory["steps"]:
                 steps.append({**step, "step_id": len(steps) + 1})

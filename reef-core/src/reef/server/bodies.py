@@ -268,6 +268,10 @@ class TrainerStatus:
     holder: str | None = None
     #: Jobs that ended in the holder's tenure.
     jobs_ended: int | None = None
+    #: Sums over those jobs of the metrics a person watches (``retokenized_samples``, ...).
+    job_counts: JSONObject = attrs.field(factory=dict)
+    #: Why the trainer starts no job now (the engine failed to take its last artifacts).
+    paused: str | None = None
     #: What each extension reports of the scenario (``reef_scenario_status``), by extension
     #: name, as of the snapshot: Agent ECC's epoch in force and last seal under ``ecc``.
     extensions: JSONObject = attrs.field(factory=dict)

@@ -49,6 +49,7 @@ from reef.server.inference import (
     called_scenario,
     new_call,
     note_call,
+    retry_headers,
 )
 from reef.server.metrics import stream_cut
 from reef.server.openapi import ApiRoute
@@ -197,12 +198,13 @@ class _Call:
         return JSONResponse(body, headers={RECORD_ID_HEADER: record.id})
 
     def engine_failure(self, exc: EngineError) -> Response:
-        if exc.status == 404 and self.publisher is not None and self.route is not None:
-            # The engine does not know the adapter it was sent to: it restarted without it.
-            self.publisher.lost(self.route)
+        if self.publisher is not None and self.route is not None:
+            self.publisher.call_failed(self.route, exc.status, exc.body)
         code = "engine_error" if exc.status >= 500 else "invalid_request"
         problems = (ErrorDetail("engine", str(exc)),)
-        return format_error(self.record.api_format, exc.status, code, str(exc), problems)
+        answer = format_error(self.record.api_format, exc.status, code, str(exc), problems)
+        answer.headers.update(retry_headers(exc))
+        return answer
 
     async def stream(self, forwarded: JSON) -> Response:
         assert self.scenario.engine is not None

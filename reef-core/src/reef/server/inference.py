@@ -25,7 +25,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from reef.core.records import CHAT_COMPLETIONS, JSON, TAG_HEADER_PREFIX, InferenceRecord
 from reef.core.trajectory_index import LinkEntry
-from reef.engines.interface import ChunkAssembler, EngineError
+from reef.engines.interface import ChunkAssembler, EngineError, as_asked, asking_for_tokens
 from reef.engines.publisher import EngineRoute, Publisher
 from reef.server.bodies import ChatCompletionRequest, structure, unstructure
 from reef.server.errors import ApiError, ErrorBody, ErrorDetail
@@ -105,14 +105,17 @@ async def chat_completions(request: Request) -> Response:
         # Routed to the artifact that serves the scenario (the engine's name for it), or to the
         # base model before the first publication, whatever model the agent named.
         forwarded = {**raw, "model": publisher.base_model if route is None else route.model}
-    if checked.stream:
-        return await _stream(service, scenario, record, forwarded, publisher, route)
     assert scenario.engine is not None  # new_call refuses a scenario without one
+    if scenario.engine.returns_tokens:
+        # Recorded, so that the component trains what was sampled (docs/engines.md#sampled-tokens).
+        forwarded = asking_for_tokens(forwarded)
+    if checked.stream:
+        return await _stream(service, scenario, record, forwarded, publisher, route, raw)
     try:
         reply = await scenario.engine.complete(forwarded)
     except EngineError as exc:
         return engine_failure(exc, publisher, route)
-    # The answer as the client gets it, recorded so: its id is the record's.
+    # The answer recorded with its id the record's; the client gets it as it asked for it.
     body = {**reply.body, "id": record.id}
     record = attrs.evolve(
         record,
@@ -124,11 +127,12 @@ async def chat_completions(request: Request) -> Response:
     linked = await asyncio.wrap_future(ledger.append(record))
     note_call(record, linked, ledger)
     headers = {RECORD_ID_HEADER: record.id}
-    if reply.content is not None:  # the engine's own bytes, not encoded a second time
+    shown, trimmed = as_asked(body, raw)
+    if reply.content is not None and not trimmed:  # the engine's own bytes, not encoded again
         content = _with_record_id(reply.content.decode(), reply.body.get("id"), record.id)
         if content is not None:
             return Response(content, media_type="application/json", headers=headers)
-    return JSONResponse(body, headers=headers)
+    return JSONResponse(shown, headers=headers)
 
 
 def note_call(record: InferenceRecord, linked: LinkEntry, ledger: ScenarioLedger) -> None:
@@ -229,6 +233,7 @@ async def _stream(
     forwarded: JSON,
     publisher: Publisher | None,
     route: EngineRoute | None,
+    asked: JSON,
 ) -> Response:
     assert scenario.engine is not None
     try:
@@ -268,8 +273,12 @@ async def _stream(
                         # As the client gets it: every chunk's id is the record's.
                         relabelled = {**chunk, "id": record.id}
                         assembler.add(relabelled)
-                        data = _with_record_id(data, chunk.get("id"), record.id) or json.dumps(
-                            relabelled
+                        shown, trimmed = as_asked(relabelled, asked)
+                        data = (
+                            json.dumps(shown)
+                            if trimmed
+                            else _with_record_id(data, chunk.get("id"), record.id)
+                            or json.dumps(relabelled)
                         )
                 yield f"data: {data}\n\n".encode()
             # The engine closed the stream cleanly but never said [DONE]: the answer may be
@@ -306,9 +315,8 @@ def _error_event(message: str) -> bytes:
 def engine_failure(
     exc: EngineError, publisher: Publisher | None = None, route: EngineRoute | None = None
 ) -> Response:
-    if exc.status == 404 and publisher is not None and route is not None:
-        # The engine does not know the adapter it was sent to: it restarted without it.
-        publisher.lost(route)
+    if publisher is not None and route is not None:
+        publisher.call_failed(route, exc.status, exc.body)
     body = ErrorBody(
         "engine_error" if exc.status >= 500 else "invalid_request",
         str(exc),
@@ -317,7 +325,15 @@ def engine_failure(
     content = unstructure(body)
     if exc.body is not None:
         content["engine"] = exc.body
-    return JSONResponse(content, exc.status)
+    return JSONResponse(content, exc.status, headers=retry_headers(exc))
+
+
+def retry_headers(exc: EngineError) -> dict[str, str]:
+    """``Retry-After`` for an engine that cannot answer yet (a 503), which OpenAI's clients
+    wait for and retry; nothing for any other failure."""
+    if exc.status == 503 and exc.retry_after is not None:
+        return {"retry-after": str(exc.retry_after)}
+    return {}
 
 
 _SCENARIO_HEADER = {SCENARIO_HEADER: "the scenario (or use the /scenarios/{scenario} path)"}

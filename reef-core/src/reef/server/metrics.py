@@ -440,6 +440,7 @@ class TimedEngine:
 
     def __init__(self, engine: ChatEngine) -> None:
         self._engine = engine
+        self.returns_tokens = engine.returns_tokens
 
     async def complete(self, request: JSON) -> EngineAnswer:
         started = time.perf_counter()

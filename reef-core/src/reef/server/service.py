@@ -216,6 +216,8 @@ class Service:
                 api_key=serving.api_key,
                 model=serving.model,
                 timeout=self.options.engine_timeout,
+                # vLLM and SGLang return the tokens they sampled; a server by URL may not.
+                returns_tokens=serving.engine in PUBLISHING_ENGINES,
             )
         except ValueError as exc:
             raise ServiceConfigError(f"scenario {scenario!r}: {exc}") from None

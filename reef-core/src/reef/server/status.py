@@ -70,6 +70,8 @@ def trainer_status(
     holder = snapshot.get("holder")
     pipeline = snapshot.get("pipeline")
     extensions = snapshot.get("extensions")
+    counts = snapshot.get("job_counts")
+    paused = snapshot.get("paused")
     return TrainerStatus(
         trainer=trainer,
         accepts_trajectories=stages.accepts_trajectories,
@@ -87,6 +89,8 @@ def trainer_status(
         snapshot_at=float(updated) if isinstance(updated, int | float) else None,
         holder=holder if isinstance(holder, str) else None,
         jobs_ended=_int_or_none(snapshot.get("jobs_ended")),
+        job_counts=counts if isinstance(counts, dict) else {},
+        paused=paused if isinstance(paused, str) else None,
         pipeline=pipeline if isinstance(pipeline, dict) else {},
         extensions=extensions if isinstance(extensions, dict) else {},
         component=stages.component,
@@ -277,6 +281,14 @@ def status_table(document: Mapping[str, Any]) -> str:
                     f"{name}/{trainer.get('trainer')}: ended without training, counted in DROPS"
                     " when the next job commits: "
                     + ", ".join(f"{k}={v}" for k, v in sorted(ended.items()))
+                )
+            if trainer.get("paused"):
+                notes.append(f"{name}/{trainer.get('trainer')}: PAUSED: {trainer['paused']}")
+            counts = trainer.get("job_counts") or {}
+            if counts:
+                notes.append(
+                    f"{name}/{trainer.get('trainer')}: in {trainer.get('jobs_ended')} jobs: "
+                    + ", ".join(f"{k}={v}" for k, v in sorted(counts.items()))
                 )
             for error in trainer.get("last_errors") or []:
                 notes.append(f"{name}/{trainer.get('trainer')}: error: {error.get('error')}")

@@ -57,7 +57,7 @@ from typing import Any, Final, Protocol
 
 import attrs
 
-from reef.components.interface import JobHandle, TrainingComponent
+from reef.components.interface import JobHandle, PublicationWatch, TrainingComponent
 from reef.core.job_data import JobData, JobOutcome, sample_reward
 from reef.core.records import JSON
 from reef.plugins import Plugins
@@ -93,6 +93,10 @@ logger = logging.getLogger(__name__)
 
 #: How many errors the status snapshot keeps.
 _LAST_ERRORS: Final = 10
+#: The job metrics a trainer sums over its tenure for status: samples whose replies trained
+#: from their text, not the engine's tokens; whose prompt differed from the engine's; cut at
+#: their token limit.
+COUNTED_METRICS: Final = ("retokenized_samples", "prompt_mismatch_samples", "truncated_samples")
 #: How many of the artifacts served last the status snapshot keeps (``served_artifacts``).
 _SERVED_KEPT: Final = 64
 
@@ -249,6 +253,13 @@ class Trainer:
         self.observer: TrainerObserver | None = None
         #: When each running job reached its component (``time.time()``), by job id.
         self._training_since: dict[str, float] = {}
+        #: The sums of :data:`COUNTED_METRICS` over the jobs that ended in this tenure, and
+        #: ``jobs_while_publication_failed``: jobs started while the engine had not taken the
+        #: newest artifact (their data a publication behind, or more).
+        self.job_counts: dict[str, int] = {}
+        #: Why no job starts now: the engine failed to take the last artifacts in a row.
+        self.paused: str | None = None
+        self._publication_failing = False
         #: The artifacts served, oldest first (the last tenure's, then this one's).
         self._served: list[str] = []
 
@@ -373,8 +384,12 @@ class Trainer:
                     pipeline.produce()
                     self._apply_settings(pipeline, settings)
                     if running is None and not self._stopping.is_set():
-                        pipeline.observe_serving_artifact_id(serving)
-                        running = self._submit_next(pipeline, component, state, history)
+                        serving = self._publication_allows(component, serving)
+                        if self.paused is None:
+                            pipeline.observe_serving_artifact_id(serving)
+                            running = self._submit_next(pipeline, component, state, history)
+                            if running is not None and self._publication_failing:
+                                self._count("jobs_while_publication_failed", 1)
                     busy = pushed or running is not None
                     if running is not None:
                         outcome = component.poll(JobHandle(running.job_id, component.name))
@@ -396,6 +411,28 @@ class Trainer:
                 pipeline.close(self.settings.poll_interval * 10)
             finally:
                 component.close()
+
+    def _publication_allows(self, component: TrainingComponent, serving: str) -> str:
+        """Where the engine's publication stands (a component published into an engine,
+        :class:`PublicationWatch`): sets :attr:`paused` while the engine failed to take the
+        last ``limit`` artifacts, and returns the artifact served now (the engine may have
+        taken the newest since the job ended)."""
+        if not isinstance(component, PublicationWatch):
+            return serving
+        publication = component.publication()
+        if publication.served is not None and publication.served != serving:
+            serving = publication.served
+            self._note_served(serving)
+        why = publication.paused
+        if why is not None and self.paused is None:
+            self._note_error("publication", RuntimeError(why))
+        self.paused = why
+        self._publication_failing = publication.failed_in_a_row > 0
+        return serving
+
+    def _count(self, name: str, value: int) -> None:
+        if value > 0:
+            self.job_counts[name] = self.job_counts.get(name, 0) + value
 
     def _note_served(self, artifact: str) -> None:
         """``artifact`` is served now: the last of :attr:`_served` (kept for the next tenure)."""
@@ -580,6 +617,10 @@ class Trainer:
         if self.observer is not None:
             self.observer.job_ended(self.scenario, self.name, outcome)
         self.jobs_ended += 1
+        for name in COUNTED_METRICS:
+            value = outcome.metrics.get(name)
+            if isinstance(value, int) and not isinstance(value, bool):
+                self._count(name, value)
         if outcome.event == "failed":
             self._note_error("job", RuntimeError(f"job {outcome.job_id}: {outcome.error}"))
         logger.info(
@@ -631,6 +672,8 @@ class Trainer:
             "background_jobs_running": pipeline.background_jobs_running(),
             "running_job": None if running is None else running.to_json(),
             "jobs_ended": self.jobs_ended,
+            "job_counts": dict(self.job_counts),
+            "paused": self.paused,
             "served_artifact_id": serving,
             "served_artifact": serving,
             "served_artifacts": list(self._served),

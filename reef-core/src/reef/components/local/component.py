@@ -11,8 +11,10 @@ on the CPU or on CUDA where present (with bfloat16 autocast where the GPU has it
    engine's chat template arguments; what cannot render or fit the model's context is counted
    in ``unrenderable_samples``, what needs a reward and has none in ``samples_without_reward``);
 3. for ``importance_sampling`` and ``ppo``, computes every trained token's log probability
-   with the job's start weights; under a distilling objective (``distillation``), asks the
-   teacher (:mod:`reef.components.local.teacher`: a local model folder, an engine that returns
+   with the job's start weights, and trains with dropout off as those were computed (so the
+   ratio is exactly 1 at the first step; ``cross_entropy`` trains with the model's dropout);
+   under a distilling objective (``distillation``), asks the teacher
+   (:mod:`reef.components.local.teacher`: a local model folder, an engine that returns
    prompt log probabilities, or the student at its start weights) for its log probabilities
    of the same tokens in each sample's teacher sequence, and trains the per-token advantage
    ``-kl_coef * (log p_student - log p_teacher)`` (the ``teacher_kl`` metric is its mean
@@ -284,6 +286,7 @@ class LocalComponent:
             component=self._name,
             distillation=job.distillation,
             reward_baseline=job.reward_baseline,
+            mask_truncated=job.mask_truncated,
         )
         plan = plan_steps(
             prepared.sequence_lengths,
@@ -401,7 +404,10 @@ class LocalComponent:
         trained_tokens = 0
         step_tokens: list[dict[int, int]] = []
         moved = 0
-        self.model.module.train()
+        # Dropout only under cross_entropy: a policy objective's ratio compares these passes
+        # with the start weights' log probabilities, computed without dropout, so it trains
+        # in the same mode (its ratio is exactly 1 at the first step).
+        self.model.module.train(loss_family == "cross_entropy")
         for step in plan.steps:
             refs = step.sequences
             loss_tokens: dict[int, int] = {}

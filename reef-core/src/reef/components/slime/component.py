@@ -191,6 +191,7 @@ class SlimeComponent:
             max_seq_len=self.settings.max_seq_len,
             component=self._name,
             reward_baseline=job.reward_baseline,
+            mask_truncated=job.mask_truncated,
         )
         metrics = job_metrics(
             prepared,

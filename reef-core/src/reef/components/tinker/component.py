@@ -378,6 +378,7 @@ class TinkerComponent:
             component=self._name,
             distillation=job.distillation,
             reward_baseline=job.reward_baseline,
+            mask_truncated=job.mask_truncated,
         )
         plan = plan_steps(
             prepared.sequence_lengths,
