@@ -23,9 +23,17 @@ baseline measured in the same run.
   the teacher prompt it was trained on). The figure is ``teacher_kl``: it falls as the student
   learns what the hint revealed.
 
+The two distilling runs start from a student that already answers the question, ``ok`` or
+``no`` about as often (:func:`_student`), and train exactly the tokens it sampled: a reply cut
+at ``max_tokens`` trains no stop token. (Until issue 24 the trainer re-rendered replies and
+trained a stop token after every truncated one; from a student of random weights the curve then
+fell mostly because the student learned to stop after three tokens, a token it never sampled,
+and with the sampled tokens alone it stayed flat: 2.49 -> 2.68, 2.80 -> 2.36, 2.63 -> 2.63 over
+8 jobs.)
+
     .venv/bin/python benchmarks/bench_distill.py --recipe distill --jobs 4
     .venv/bin/python benchmarks/bench_distill.py --recipe openclaw-rl --jobs 4
-    .venv/bin/python benchmarks/bench_distill.py --recipe openclaw-hindsight --jobs 4
+    .venv/bin/python benchmarks/bench_distill.py --recipe openclaw-hindsight --jobs 6
 """
 
 from __future__ import annotations
@@ -57,9 +65,14 @@ CONTEXT = "The word is ok."
 #: mean is of +1/-1 votes: at 16 a job it swung by about 0.25 from job to job, and at a
 #: learning rate of 0.03 the reward often fell back after reaching 1, so the test's comparison
 #: of the first two jobs with the last two failed about one run in five; 32 votes a job at
-#: 0.015 rose in each measured run.
-PER_JOB = {"distill": 8, "openclaw-rl": 32, "openclaw-hindsight": 8}
-LEARNING_RATE = {"distill": 0.01, "openclaw-rl": 0.015, "openclaw-hindsight": 0.01}
+#: 0.015 rose in each measured run. The distilling runs' signal is a per-token reverse KL
+#: without a baseline, and AdamW takes full-size steps on it even once student and teacher
+#: nearly agree: at 0.01 the student lost its ``o`` or its stop token again from one job to the
+#: next (teacher_kl 1.0 -> 3.8); at 0.003 (distill, 16 a job) and 0.001 (hindsight, 24 a job)
+#: it fell in each of 3 measured runs (distill 1.96 / 3.26 / 1.85 -> under 0.09 by job 6;
+#: hindsight 2.86 / 3.83 / 4.44 -> 0.48 / 1.36 / 1.15).
+PER_JOB = {"distill": 16, "openclaw-rl": 32, "openclaw-hindsight": 24}
+LEARNING_RATE = {"distill": 0.003, "openclaw-rl": 0.015, "openclaw-hindsight": 0.001}
 #: Each run's figure: a job metric, or the job's mean reward.
 FIGURE = {"distill": "teacher_kl", "openclaw-rl": "reward_mean", "openclaw-hindsight": "teacher_kl"}
 
@@ -85,6 +98,26 @@ scenarios:
 def _teacher(folder: Path) -> Path:
     """A TinyGPT that knows the answer: trained to say ``ok`` after the question with the
     answer as context (the teacher prompt ``DistillSamples`` composes)."""
+    return _pretrained(
+        folder, [exchange(f"{QUESTION}\n\n{CONTEXT}", "ok")] * 8, jobs=30, learning_rate=0.01
+    )
+
+
+def _student(folder: Path) -> Path:
+    """The student the distilling runs start from: a TinyGPT that has learned the shape of an
+    answer to the question without its context, ``ok`` or ``no`` about as often, as a small
+    model that is unsure of what a larger one knows. Distillation is measured from there: a
+    student of random weights samples one of some 260 byte tokens, so reverse KL on its own
+    samples moves it by tiny steps (its expected gradient on a token is that token's
+    probability), and within a few jobs the curve is noise."""
+    answers = [exchange(QUESTION, word) for word in ("ok", "no") * 4]
+    return _pretrained(folder, answers, jobs=30, learning_rate=0.01)
+
+
+def _pretrained(
+    folder: Path, trajectories: list[dict[str, Any]], *, jobs: int, learning_rate: float
+) -> Path:
+    """A TinyGPT of the runs' size trained ``jobs`` jobs on ``trajectories``: its model folder."""
     local = LocalComponent.from_config(
         {
             "state_dir": str(folder),
@@ -93,13 +126,13 @@ def _teacher(folder: Path) -> Path:
             "n_heads": 2,
             "max_seq_len": 128,
             "batch_size": 8,
-            "learning_rate": 0.01,
+            "learning_rate": learning_rate,
             "seed": 1,
         }
     )
-    samples = [TrajectorySample(exchange(f"{QUESTION}\n\n{CONTEXT}", "ok")) for _ in range(8)]
-    for job in range(30):
-        outcome = local.wait(local.submit(JobData(f"teacher:{job}", samples)), timeout=120)
+    samples = [TrajectorySample(trajectory) for trajectory in trajectories]
+    for job in range(jobs):
+        outcome = local.wait(local.submit(JobData(f"pretrain:{job}", samples)), timeout=120)
         assert outcome.event == "finished", outcome.error
     local.close()
     return local.publish().path
@@ -204,6 +237,9 @@ def run(recipe: str, jobs: int, folder: Path, judge_url: str | None = None) -> l
         " attempts: 2, deadline_seconds: 30}, next_state_timeout_seconds: 600, max_staleness: 1"
     )
     play: Callable[[str, int], None]
+    model = TINY_GPT_OPTIONS
+    if recipe != "openclaw-rl":
+        model = f'        model_path: "{_student(folder / "student")}"'
     if recipe == "distill":
         teacher = _teacher(folder / "teacher")
         recipe_section = f'{{class: distill, config: {{teacher: {{model_path: "{teacher}"}}}}}}'
@@ -230,7 +266,7 @@ def run(recipe: str, jobs: int, folder: Path, judge_url: str | None = None) -> l
             record2sample=record2sample,
             per_job=PER_JOB[recipe],
             learning_rate=LEARNING_RATE[recipe],
-            model=TINY_GPT_OPTIONS,
+            model=model,
         ),
         encoding="utf-8",
     )

@@ -36,7 +36,7 @@ def _curve(recipe: str, jobs: int) -> list[float]:
 
 def test_distillation_lowers_the_kl_to_a_teacher_that_knows_the_answer() -> None:
     kl = _curve("distill", 4)
-    assert kl[-1] < kl[0], kl
+    assert kl[-1] < kl[0] / 2, kl
 
 
 def test_openclaw_rl_raises_the_judged_reward() -> None:
@@ -45,5 +45,5 @@ def test_openclaw_rl_raises_the_judged_reward() -> None:
 
 
 def test_openclaw_hindsight_lowers_the_kl_to_the_hinted_teacher() -> None:
-    kl = _curve("openclaw-hindsight", 4)
+    kl = _curve("openclaw-hindsight", 6)
     assert sum(kl[-2:]) < sum(kl[:2]), kl
