@@ -135,7 +135,9 @@ def test_the_quickstart_loop_in_small_trains_and_serves_new_weights(
     workdir: Path, model: str
 ) -> None:
     """The loop closes: calls answered, reported, trained in three jobs, new weights served.
-    With ``hf-lora`` each served artifact is a PEFT adapter folder on the Llama's folder."""
+    With ``hf-lora`` each served artifact is a PEFT adapter folder on the Llama's folder, and
+    the deployment trains the sampled tokens (``train_sampled_tokens``): no sample of a job
+    renders a reply from its text, where by default (``tiny-gpt``) every one does."""
     options = TINY_GPT_OPTIONS
     if model == "hf-lora":
         pytest.importorskip("peft")
@@ -143,7 +145,9 @@ def test_the_quickstart_loop_in_small_trains_and_serves_new_weights(
 
         options = HF_LORA.format(folder=make_hf_model_folder(workdir / "llama"))
     url = f"sqlite:///{workdir / 'reef.db'}"
-    serve = Serve(tiny_local_deployment(workdir, url, model=options), workdir / "serve.log")
+    sampled = model == "hf-lora"
+    deployment = tiny_local_deployment(workdir, url, model=options, train_sampled_tokens=sampled)
+    serve = Serve(deployment, workdir / "serve.log")
     agent = Agent()
     try:
         first = _first_weights(serve)
@@ -159,6 +163,7 @@ def test_the_quickstart_loop_in_small_trains_and_serves_new_weights(
             "the jobs to train",
             serve.base_url,
         )
+        jobs = httpx.get(f"{serve.base_url}/reef/scenarios/word/jobs", timeout=10).json()["jobs"]
         assert serve.terminate() == 0  # SIGTERM: a clean stop
     finally:
         if serve.process.poll() is None:
@@ -168,6 +173,8 @@ def test_the_quickstart_loop_in_small_trains_and_serves_new_weights(
     assert counts["samples"] == len(agent.reports)  # one sample per report
     assert counts["trains"] == [1] * len(agent.reports)  # every sample trained, once
     assert counts["submissions"] == 3
+    retokenized = [job["metrics"]["retokenized_samples"] for job in jobs if job["event"]]
+    assert retokenized == ([0, 0, 0] if sampled else [8, 8, 8]), jobs
     artifacts = workdir / "state" / "artifacts"
     served = (artifacts / "LATEST").read_text().removeprefix("sha256:")
     if model == "hf-lora":

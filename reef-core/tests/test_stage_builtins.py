@@ -7,6 +7,7 @@ import threading
 from collections.abc import Hashable
 from typing import Any
 
+import attrs
 import pytest
 
 from reef.core.job_data import JobData, Sample, TrajectorySample
@@ -525,3 +526,47 @@ def test_a_stored_report_with_an_eligibility_flag_fails_explicitly_on_replay(
     stage.push(corrected)  # the same id, corrected: it trains (the failed one was not taken)
     (unit,) = stage.ready_units()
     assert unit.record_ids == ("c1", "r")
+
+
+def _sampled(cid: str) -> InferenceRecord:
+    """A call whose engine returned the tokens it sampled, as vLLM answers ``return_token_ids``."""
+    record = call(cid)
+    (choice,) = record.response["choices"]
+    response = {
+        **record.response,
+        "prompt_token_ids": [1, 2, 3],
+        "choices": [
+            {
+                **choice,
+                "token_ids": [7, 8, 2],
+                "logprobs": {"content": [{"logprob": -0.5}, {"logprob": -0.25}, {"logprob": 0.0}]},
+            }
+        ],
+    }
+    return attrs.evolve(record, response=response)
+
+
+def _agent_metrics(sample: Sample) -> dict[str, Any]:
+    assert isinstance(sample, TrajectorySample)
+    (step,) = [s for s in sample.trajectory["steps"] if s["source"] == "agent"]
+    metrics: dict[str, Any] = step.get("metrics") or {}
+    return metrics
+
+
+def test_grouped_samples_keep_the_sampled_tokens_only_when_asked() -> None:
+    """rule: P-REND-1 a sample holds no tokens by default; ``train_sampled_tokens`` keeps the
+    engine's own (ids and log probabilities), for the component to train as they are."""
+    samples = {}
+    for config in ({"group_size": 1}, {"group_size": 1, "train_sampled_tokens": True}):
+        stage = GroupedReportSamples.from_config(config, context=CTX, environ={})
+        stage.push(_sampled("c1"))
+        stage.push(report("r", "c1", score=1.0))
+        (unit,) = stage.ready_units()
+        ((_, (sample,)),) = stage.unit_samples(unit)
+        samples[len(config)] = _agent_metrics(sample)
+    assert "completion_token_ids" not in samples[1]
+    assert "prompt_token_ids" not in samples[1]
+    kept = samples[2]
+    assert kept["prompt_token_ids"] == [1, 2, 3]
+    assert kept["completion_token_ids"] == [7, 8, 2]
+    assert kept["logprobs"] == [-0.5, -0.25, 0.0]

@@ -131,6 +131,9 @@ class ReportSamples(Record2Sample[SettingsT]):
     :param exclusive_sources: a report that ends before it becomes a set takes its calls with
         it, so no later report can train on them (P-REP-7).
     :param max_staleness: see :class:`Record2Sample`.
+    :param keep_tokens: the default :meth:`make_sample` keeps the engine's sampled token ids and
+        log probabilities in the sample (``SampleAssembly(keep_tokens=True)``), so the component
+        trains them as they are.
     """
 
     Settings: ClassVar[type[PluginSettings]] = Record2SampleSettings
@@ -147,10 +150,12 @@ class ReportSamples(Record2Sample[SettingsT]):
         *,
         exclusive_sources: bool = False,
         max_staleness: int = 0,
+        keep_tokens: bool = False,
     ) -> None:
         super().__init__(context, max_staleness=max_staleness)
         self.grouping = grouping if grouping is not None else ReportGrouping()
         self.exclusive_sources = exclusive_sources
+        self.keep_tokens = keep_tokens
         self.index = TrajectoryIndex()
         self._order: dict[str, int] = {}
         self._seen_reports: set[str] = set()
@@ -315,9 +320,12 @@ class ReportSamples(Record2Sample[SettingsT]):
         fit.
 
         The default makes the report's trajectories one ATIF trajectory sample, every call of
-        them, with the report's score as reward and its feedback.
+        them, with the report's score as reward and its feedback (and the engine's sampled
+        tokens with ``keep_tokens``).
         """
-        return SampleAssembly(accept_multi_turn_policy_samples=True).build(context)
+        return SampleAssembly(
+            accept_multi_turn_policy_samples=True, keep_tokens=self.keep_tokens
+        ).build(context)
 
     def discard_open_group(self, key: Hashable, reason: str) -> bool:
         """End the open group ``key`` without training: every member's set is discarded and its

@@ -39,7 +39,8 @@ serving:
   word:
     recipe: grouped
     pipeline:
-      record2sample: {{config: {{group_size: 4, max_staleness: {max_staleness}}}}}
+      record2sample:
+        config: {{group_size: 4, max_staleness: {max_staleness}, train_sampled_tokens: {sampled}}}
       sample2job: {{config: {{job_samples: 8}}}}
     training:
       component: local
@@ -67,9 +68,11 @@ def tiny_local_deployment(
     model: str = TINY_GPT_OPTIONS,
     serving: str = "  engine: local",
     max_staleness: int = 3,
+    train_sampled_tokens: bool = False,
 ) -> Path:
     """Write ``folder/deployment.yaml``: scenario ``word`` (the ``grouped`` recipe, groups of 4,
-    jobs of 8 samples, ``max_staleness``) trained by a ``local`` component whose state is
+    jobs of 8 samples, ``max_staleness``, ``train_sampled_tokens``) trained by a ``local``
+    component whose state is
     ``folder/state`` and whose model is ``model`` (its option lines, indented as options),
     served as ``serving`` says (its lines, indented under ``serving:``; the local engine by
     default), stored at ``url``, with ``tokens`` (name → (secret, scopes)) or without auth."""
@@ -89,6 +92,7 @@ def tiny_local_deployment(
             model=model,
             serving=serving,
             max_staleness=max_staleness,
+            sampled=str(train_sampled_tokens).lower(),
         ),
         encoding="utf-8",
     )

@@ -5,7 +5,8 @@
   ``group_size`` reports (:class:`ReportGroups` is its grouping). With ``dynamic_sampling``
   (DAPO's), a complete group whose scores all tie never becomes samples: its reports end
   counted as ``no_signal`` (in the stage's ``ended_records``), so jobs fill with groups that
-  have a signal.
+  have a signal. With ``train_sampled_tokens`` each sample keeps the tokens the engine sampled,
+  and the component trains those rather than a re-encoding of the reply's text.
 - :class:`GroupedJobData`, the sample-to-job stage: the job data is the buffer's samples, each
   member carrying its group id, so the step objective can compare rewards within a group, and
   the advantage estimator (``advantage``: ``group_mean`` by default, ``std_normalisation`` for
@@ -47,6 +48,12 @@ class GroupedReportSamplesSettings(Record2SampleSettings):
         default=False,
         help="DAPO's dynamic sampling: a complete group whose scores all tie does not train; its"
         " reports end counted as no_signal",
+    )
+    train_sampled_tokens: bool = config_option(
+        default=False,
+        help="keep the token ids and log probabilities the engine sampled (the local engine,"
+        " vLLM and SGLang return them) in each sample, so the component trains exactly those;"
+        " off, a sample holds no tokens and the component renders its text again",
     )
 
 
@@ -92,7 +99,12 @@ class GroupedReportSamples(ReportSamples[GroupedReportSamplesSettings]):
     def from_settings(cls, settings: GroupedReportSamplesSettings, build: StageBuild) -> Self:
         """The stage with :class:`ReportGroups` of the configured ``group_size``."""
         grouping = ReportGroups(settings.group_size, dynamic_sampling=settings.dynamic_sampling)
-        return cls(build.context, grouping, max_staleness=settings.max_staleness)
+        return cls(
+            build.context,
+            grouping,
+            max_staleness=settings.max_staleness,
+            keep_tokens=settings.train_sampled_tokens,
+        )
 
 
 @attrs.frozen
