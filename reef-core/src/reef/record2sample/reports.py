@@ -131,12 +131,14 @@ class ReportSamples(Record2Sample[SettingsT]):
     :param exclusive_sources: a report that ends before it becomes a set takes its calls with
         it, so no later report can train on them (P-REP-7).
     :param max_staleness: see :class:`Record2Sample`.
-    :param keep_tokens: the default :meth:`make_sample` keeps the engine's sampled token ids and
-        log probabilities in the sample (``SampleAssembly(keep_tokens=True)``), so the component
-        trains them as they are.
     """
 
     Settings: ClassVar[type[PluginSettings]] = Record2SampleSettings
+
+    #: Extension point: the default :meth:`make_sample` keeps the engine's sampled token ids and
+    #: log probabilities in the sample (``SampleAssembly(keep_tokens=True)``), so the component
+    #: trains them as they are; a stage sets it from its settings (``train_sampled_tokens``).
+    keep_tokens: bool = False
 
     #: Extension point: the report type this stage trains on, in a scenario whose components
     #: take reports of several types (``metadata.report_type``); ``None`` takes reports without
@@ -150,12 +152,10 @@ class ReportSamples(Record2Sample[SettingsT]):
         *,
         exclusive_sources: bool = False,
         max_staleness: int = 0,
-        keep_tokens: bool = False,
     ) -> None:
         super().__init__(context, max_staleness=max_staleness)
         self.grouping = grouping if grouping is not None else ReportGrouping()
         self.exclusive_sources = exclusive_sources
-        self.keep_tokens = keep_tokens
         self.index = TrajectoryIndex()
         self._order: dict[str, int] = {}
         self._seen_reports: set[str] = set()

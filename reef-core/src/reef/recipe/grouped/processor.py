@@ -97,14 +97,12 @@ class GroupedReportSamples(ReportSamples[GroupedReportSamplesSettings]):
 
     @classmethod
     def from_settings(cls, settings: GroupedReportSamplesSettings, build: StageBuild) -> Self:
-        """The stage with :class:`ReportGroups` of the configured ``group_size``."""
+        """The stage with :class:`ReportGroups` of the configured ``group_size``, keeping the
+        sampled tokens with ``train_sampled_tokens``."""
         grouping = ReportGroups(settings.group_size, dynamic_sampling=settings.dynamic_sampling)
-        return cls(
-            build.context,
-            grouping,
-            max_staleness=settings.max_staleness,
-            keep_tokens=settings.train_sampled_tokens,
-        )
+        stage = cls(build.context, grouping, max_staleness=settings.max_staleness)
+        stage.keep_tokens = settings.train_sampled_tokens
+        return stage
 
 
 @attrs.frozen
