@@ -22,9 +22,6 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("starlette")
 
-#: Its tests are spread over the xdist workers one by one (tests/conftest.py).
-SPREAD_OVER_WORKERS = True
-
 BENCHMARK = Path(__file__).parent.parent / "benchmarks" / "bench_distill.py"
 
 

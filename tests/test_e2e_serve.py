@@ -36,9 +36,6 @@ from reef.testing.serve import (
 )
 from reef.testing.service import serve_on_loopback
 
-#: Its tests are spread over the xdist workers one by one (tests/conftest.py).
-SPREAD_OVER_WORKERS = True
-
 SCENARIO = "word"
 GROUP = 4
 

@@ -23,9 +23,6 @@ import pytest
 
 from reef.testing.serve import ServeProcess
 
-#: Its tests are spread over the xdist workers one by one (tests/conftest.py).
-SPREAD_OVER_WORKERS = True
-
 pytestmark = pytest.mark.skipif(
     shutil.which("bwrap") is None, reason="bubblewrap is not installed (scripts/setup does)"
 )

@@ -17,9 +17,6 @@ from fresh_venvs import (
     with_test_extra,
 )
 
-#: Its tests are spread over the xdist workers one by one (tests/conftest.py).
-SPREAD_OVER_WORKERS = True
-
 pytestmark = pytest.mark.slow
 
 
