@@ -556,6 +556,12 @@ def _agent_metrics(sample: Sample) -> dict[str, Any]:
 def test_grouped_samples_keep_the_sampled_tokens_only_when_asked() -> None:
     """rule: P-REND-1 a sample holds no tokens by default; ``train_sampled_tokens`` keeps the
     engine's own (ids and log probabilities), for the component to train as they are."""
+    plain = ReportSamples(CTX)  # the default reports stage, and what recipes build on
+    plain.push(_sampled("c1"))
+    plain.push(report("r", "c1", score=1.0))
+    (unit,) = plain.ready_units()
+    ((_, (sample,)),) = plain.unit_samples(unit)
+    assert "completion_token_ids" not in _agent_metrics(sample)
     samples = {}
     for config in ({"group_size": 1}, {"group_size": 1, "train_sampled_tokens": True}):
         stage = GroupedReportSamples.from_config(config, context=CTX, environ={})
