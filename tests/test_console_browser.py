@@ -30,7 +30,10 @@ import httpx
 import pytest
 import yaml
 from selenium import webdriver
-from selenium.common.exceptions import StaleElementReferenceException
+from selenium.common.exceptions import (
+    ElementNotInteractableException,
+    StaleElementReferenceException,
+)
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
@@ -223,7 +226,9 @@ def train_counts(url: str) -> dict[str, int]:
 def wait_for(driver: WebDriver, condition: Any, what: str, timeout: float = 60) -> Any:
     """Wait until ``condition(driver)`` is truthy (the page updates itself)."""
     return WebDriverWait(
-        driver, timeout, ignored_exceptions=(StaleElementReferenceException,)
+        driver,
+        timeout,
+        ignored_exceptions=(StaleElementReferenceException, ElementNotInteractableException),
     ).until(condition, what)
 
 
@@ -665,9 +670,13 @@ def test_every_control_is_reached_by_tab_with_a_visible_focus_ring(
     sign_in(browser, with_samples.base_url)
     wait_for(browser, lambda d: d.find_elements(By.CSS_SELECTOR, ".samples tbody tr"), "samples")
     # Open a sample and choose it with the keyboard alone: its panel's controls count too.
-    read(
+    wait_for(
         browser,
-        lambda d: d.find_elements(By.CSS_SELECTOR, ".samples button.link")[0].send_keys(Keys.ENTER),
+        lambda d: (
+            d.find_elements(By.CSS_SELECTOR, ".samples button.link")[0].send_keys(Keys.ENTER)
+            or True
+        ),
+        "a sample opened by Enter",
     )
     wait_for(browser, lambda d: "Trajectory" in text_of(d, "#sample"), "the sample, by keyboard")
     browser.find_element(By.CSS_SELECTOR, '[data-key="pick-open"]').send_keys(Keys.SPACE)
