@@ -142,6 +142,11 @@ def stored_samples(serve: ServeProcess, count: int) -> list[dict[str, Any]]:
         time.sleep(0.2)
 
 
+def downloads(tmp_path: Path) -> Path:
+    """Where the browser of a test whose temporary folder is ``tmp_path`` saves files."""
+    return tmp_path / "downloads"
+
+
 @pytest.fixture
 def browser(chromium: None, tmp_path: Path) -> Iterator[WebDriver]:
     options = webdriver.ChromeOptions()
@@ -149,6 +154,14 @@ def browser(chromium: None, tmp_path: Path) -> Iterator[WebDriver]:
     for flag in CHROMIUM_FLAGS:
         options.add_argument(flag)
     options.add_argument(f"--user-data-dir={tmp_path / 'chromium-profile'}")
+    # A file the page saves lands in downloads(tmp_path), without asking.
+    options.add_experimental_option(
+        "prefs",
+        {
+            "download.default_directory": str(downloads(tmp_path)),
+            "download.prompt_for_download": False,
+        },
+    )
     # Selenium Manager stays offline: the driver is the one given, nothing is fetched.
     os.environ["SE_OFFLINE"] = "true"
     driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
@@ -161,11 +174,13 @@ def browser(chromium: None, tmp_path: Path) -> Iterator[WebDriver]:
 # -- the agent's traffic, through the HTTP API (not the page) ---------------------------------
 
 
-def agent_round(base_url: str, group: str) -> None:
-    """``GROUP`` calls answered by the local engine, each reported in ``group`` with its own
-    score (member / GROUP): a group whose answers all scored the same has no signal and its job
-    moves no weight, yet the person path needs a job's new weights to make samples stale."""
+def agent_round(base_url: str, group: str, tags: dict[str, str] | None = None) -> None:
+    """``GROUP`` calls answered by the local engine (carrying ``tags``), each reported in
+    ``group`` with its own score (member / GROUP): a group whose answers all scored the same has
+    no signal and its job moves no weight, yet the person path needs a job's new weights to
+    make samples stale."""
     headers = {"authorization": f"Bearer {AGENT}"}
+    headers.update({f"x-reef-tag-{name}": value for name, value in (tags or {}).items()})
     with httpx.Client(base_url=base_url, headers=headers, timeout=60) as client:
         for member in range(GROUP):
             answer = client.post(
@@ -285,6 +300,15 @@ def sign_in(driver: WebDriver, base_url: str) -> None:
     )
     token.send_keys(ADMIN, Keys.ENTER)
     wait_for(driver, lambda d: SCENARIO in text_of(d, "#overview-title"), "the scenario")
+
+
+def signed_in_search(driver: WebDriver, base_url: str, words: str) -> None:
+    """Sign in, search the samples for ``words`` and wait for the round's ``GROUP`` matches."""
+    sign_in(driver, base_url)
+    wait_for(driver, lambda d: d.find_elements(By.CSS_SELECTOR, ".samples tbody tr"), "samples")
+    click(driver, "filter-text")
+    ActionChains(driver).send_keys(words, Keys.ENTER).perform()
+    wait_for(driver, lambda d: text_of(d, "#samples-count") == f"{GROUP} match", "the search")
 
 
 def click(driver: WebDriver, key: str) -> None:
@@ -618,6 +642,7 @@ def test_a_sample_a_failed_job_consumed_shows_so_not_trained(
         "scenario": SCENARIO, "sample": sample,
         "body": {"trajectory": {"steps": []}, "reward": 0.5},
         "records": [], "report": None, "upload": None, "task": None, "jobs": [job],
+        "labels": [],
     }  # fmt: skip
     drawn = browser.execute_async_script(_DRAW_FAILED_JOB, status["scenarios"][0], page, detail)
     assert "error" not in drawn, drawn
@@ -983,11 +1008,7 @@ def test_text_search_reward_sort_and_selecting_every_match(
 ) -> None:
     """Text found in the prompts, the matches sorted by reward highest first, all of them
     selected (not only a page); a change of filters clears the selection, unless it is kept."""
-    sign_in(browser, with_samples.base_url)
-    wait_for(browser, lambda d: d.find_elements(By.CSS_SELECTOR, ".samples tbody tr"), "samples")
-    click(browser, "filter-text")
-    ActionChains(browser).send_keys("ROUND G2", Keys.ENTER).perform()
-    wait_for(browser, lambda d: text_of(d, "#samples-count") == f"{GROUP} match", "the search")
+    signed_in_search(browser, with_samples.base_url, "ROUND G2")
     choose(browser, "filter-sort", "reward")
     cells = "return [...document.querySelectorAll('.samples td.num')].map((c) => c.textContent)"
     highest = ["0.75", "0.5", "0.25", "0"]
@@ -1073,3 +1094,106 @@ def test_a_250_job_history_is_charted_whole_with_real_numbers(
     choose(browser, "chart-x", "time")
     wait_for(browser, lambda d: "job 1" not in text_of(d, ".chart"), "the time axis")
     shot(browser, artifacts, "15-whole-run", "#overview")
+
+
+def test_the_selection_is_exported_as_a_file_in_the_format_chosen(
+    with_samples: ServeProcess, browser: WebDriver, tmp_path: Path
+) -> None:
+    """Every match of a search selected and exported: the browser saves the service's file,
+    which holds exactly those samples, as JSON Lines, then as Parquet."""
+    serve = with_samples
+    signed_in_search(browser, serve.base_url, "ROUND G1")
+    click(browser, "select-matching")
+    wait_for(browser, lambda d: text_of(d, "#selection-count") == f"{GROUP} selected", "all")
+    matching = httpx.get(
+        f"{serve.base_url}/reef/scenarios/{SCENARIO}/samples",
+        params={"text": "ROUND G1", "limit": 50},
+        headers=serve.headers,
+    ).json()["samples"]
+    expected = {s["id"] for s in matching}
+    assert len(expected) == GROUP
+    folder = downloads(tmp_path)
+    saved = folder / f"{SCENARIO}-selection.jsonl"
+    click(browser, "export")
+    wait_for(browser, lambda d: saved.exists(), f"{saved} saved", 30)
+    wait_for(browser, lambda d: "Exported 4 samples" in text_of(d, "#notice"), "the notice")
+    rows = [json.loads(line) for line in saved.read_text().splitlines()]
+    assert {r["sample_id"] for r in rows} == expected
+    assert all("ROUND G1" in json.dumps(r["trajectory"]).upper() for r in rows)
+    pytest.importorskip("pyarrow")
+    choose(browser, "export-format", "parquet")
+    click(browser, "export")
+    parquet = folder / f"{SCENARIO}-selection.parquet"
+    wait_for(browser, lambda d: parquet.exists(), f"{parquet} saved", 30)
+    import pyarrow.parquet as pq
+
+    assert set(pq.read_table(str(parquet)).column("sample_id").to_pylist()) == expected
+
+
+def test_a_person_relabels_a_sample_and_the_label_is_kept_with_who_gave_it(
+    with_samples: ServeProcess, browser: WebDriver
+) -> None:
+    """A reward typed on the opened sample becomes its label (the list marks it, the page lists
+    it with the token's name and the note), and taking it back is kept too."""
+    serve = with_samples
+    signed_in_search(browser, serve.base_url, "ROUND G0")
+    key = attribute_of(browser, '.samples tbody [data-key^="open:"]', "data-key")
+    assert key is not None
+    sample_id = key.removeprefix("open:")
+    click(browser, key)
+    wait_for(browser, lambda d: d.find_elements(By.ID, "relabel-reward"), "the relabel form")
+    click(browser, "relabel-reward")
+    ActionChains(browser).send_keys("0.9").perform()
+    click(browser, "relabel-note")
+    ActionChains(browser).send_keys("the reply is right", Keys.ENTER).perform()
+    wait_for(browser, lambda d: "reward 0.9" in text_of(d, ".labels"), "the label listed")
+    line = text_of(browser, ".labels")
+    assert "by admin" in line, line
+    assert "the reply is right" in line, line
+    wait_for(browser, lambda d: "relabelled 0.9" in text_of(d, ".samples tbody"), "the mark")
+    detail = httpx.get(
+        f"{serve.base_url}/reef/scenarios/{SCENARIO}/samples/{sample_id}", headers=serve.headers
+    ).json()
+    assert detail["sample"]["label"] == 0.9
+    assert detail["labels"][-1]["labelled_by"] == "admin"
+    click(browser, "relabel-clear")
+    wait_for(browser, lambda d: "label taken back" in text_of(d, ".labels"), "taken back")
+    wait_for(browser, lambda d: "relabelled" not in text_of(d, ".samples tbody"), "unmarked")
+
+
+def test_the_tag_and_time_filters_find_the_calls_of_a_round(
+    with_samples: ServeProcess, browser: WebDriver
+) -> None:
+    """A round sent with a tag is found by ``name=value``; a time range before it finds none
+    of it, one around it finds it (this test runs last: it adds a round)."""
+    serve = with_samples
+    agent_round(serve.base_url, "g-tagged", tags={"team": "blue"})
+    stored = f"{serve.base_url}/reef/scenarios/{SCENARIO}/samples"
+    deadline = time.monotonic() + 60
+    while (
+        httpx.get(stored, params={"tag": "team=blue"}, headers=serve.headers).json()["total"]
+        < GROUP
+    ):
+        assert time.monotonic() < deadline, "the tagged round was not stored"
+        time.sleep(0.2)
+    sign_in(browser, serve.base_url)
+    wait_for(browser, lambda d: d.find_elements(By.CSS_SELECTOR, ".samples tbody tr"), "samples")
+    click(browser, "filter-tag")
+    ActionChains(browser).send_keys("team=blue", Keys.ENTER).perform()
+    wait_for(browser, lambda d: text_of(d, "#samples-count") == f"{GROUP} match", "the tag")
+    previews = (
+        "return [...document.querySelectorAll('.samples td.preview')].map((c) => c.textContent)"
+    )
+    assert all("g-tagged" in p for p in browser.execute_script(previews))
+    # A local time the person would pick: a day before now, then a day after.
+    set_until = (
+        "const d = new Date(Date.now() + arguments[0] * 86400000);"
+        "const local = new Date(d.getTime() - d.getTimezoneOffset() * 60000);"
+        "document.getElementById('filter-until').value = local.toISOString().slice(0, 16);"
+    )
+    browser.execute_script(set_until, -1)
+    click(browser, "filter-apply")
+    wait_for(browser, lambda d: text_of(d, "#samples-count") == "0 match", "nothing before")
+    browser.execute_script(set_until, 1)
+    click(browser, "filter-apply")
+    wait_for(browser, lambda d: text_of(d, "#samples-count") == f"{GROUP} match", "the round")

@@ -15,7 +15,7 @@ pytest.importorskip("starlette", reason="export and import are the service's (it
 
 from reef.core.atif import trajectory_to_json
 from reef.core.atif_build import trajectory_from_records
-from reef.core.job_data import TrajectorySample, sample_body
+from reef.core.job_data import TaskSample, TrajectorySample, sample_body
 from reef.server.export import (
     ExportFilter,
     ImportError_,
@@ -219,6 +219,63 @@ def test_the_admin_route_streams_the_rows_as_json_lines(
         assert bad.status_code == 400
         assert "query.reward_min" in bad.text
         assert client.get(route, params={"tag": "team"}, headers=admin.headers).status_code == 400
+
+
+def test_the_admin_route_exports_a_selection_in_its_order_or_refuses_it_whole(
+    storage_database: Database, storage_url: str, tmp_path: Path
+) -> None:
+    """The console's export: the selected samples, in the selection's order, as JSON Lines or
+    Parquet, as an attachment; an id that is not a stored trajectory sample refuses it all,
+    each such id named."""
+    from starlette.testclient import TestClient
+
+    from reef.testing.service import ServiceToken, auth_section, served_scenario, service_app
+
+    admin, infer = ServiceToken("admin", ("admin",)), ServiceToken("agent", ("infer",))
+    text = served_scenario(storage_url, "http://127.0.0.1:9/v1", auth_section(admin, infer), "s")
+    _scenario(storage_database)
+    TrainerSamples(storage_database, "s").add_upload(
+        NewSample("a-task", "task", sample_body(TaskSample("a-task", {"n": 1})))
+    )
+    selection = ["c:3:0", "up", "c:1:0"]
+    expected = list(export_rows(storage_database, "s", sample_ids=selection))
+    with TestClient(service_app(text, storage_url, storage_database)) as client:
+        route = "/reef/scenarios/s/export"
+        answer = client.post(route, json={"sample_ids": selection}, headers=admin.headers)
+        assert answer.status_code == 200, answer.text
+        assert answer.headers["content-type"].startswith("application/x-ndjson")
+        disposition = answer.headers["content-disposition"]
+        assert disposition == 'attachment; filename="s-selection.jsonl"'
+        assert [json.loads(line) for line in answer.text.splitlines()] == expected
+        assert _ids(expected) == selection
+
+        parquet = client.post(
+            route, json={"sample_ids": selection, "format": "parquet"}, headers=admin.headers
+        )
+        assert parquet.status_code == 200, parquet.text
+        assert parquet.headers["content-disposition"].endswith('s-selection.parquet"')
+        (tmp_path / "got.parquet").write_bytes(parquet.content)
+        assert list(read_export(tmp_path / "got.parquet")) == expected
+
+        refused = client.post(
+            route, json={"sample_ids": ["up", "gone", "a-task"]}, headers=admin.headers
+        )
+        assert refused.status_code == 400
+        problems = {p["field"]: p["reason"] for p in refused.json()["problems"]}
+        assert set(problems) == {"$.sample_ids[1]", "$.sample_ids[2]"}
+        assert "no sample 'gone'" in problems["$.sample_ids[1]"]
+        assert "task sample" in problems["$.sample_ids[2]"]
+        empty = client.post(route, json={"sample_ids": []}, headers=admin.headers)
+        assert empty.status_code == 400
+        unknown = client.post(
+            route, json={"sample_ids": ["up"], "format": "csv"}, headers=admin.headers
+        )
+        assert unknown.status_code == 400
+        assert "format" in unknown.text
+        assert (
+            client.post(route, json={"sample_ids": ["up"]}, headers=infer.headers).status_code
+            == 403
+        )
 
 
 def _deployment(tmp_path: Path, name: str) -> Path:

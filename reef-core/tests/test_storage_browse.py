@@ -5,17 +5,21 @@ and the metrics a job history keeps. SQLite, and PostgreSQL with REEF_TEST_DATAB
 
 from __future__ import annotations
 
+import attrs
+
 from reef.core.job_data import TaskSample, TrajectorySample, sample_body
 from reef.storage import (
     BrowsedSample,
     Database,
     NewSample,
+    RecordStore,
     SampleBrowser,
     SampleFilter,
     StaleSamples,
     TrainerSamples,
 )
 from reef.storage.job_history import scalar_metrics
+from reef.testing.records import call
 
 
 def _trajectory(reward: float) -> NewSample:
@@ -188,6 +192,37 @@ def test_text_group_reward_and_artifact_filters_read_the_body(storage_database: 
     assert _ids(browser, SampleFilter(artifact="art-1")) == ["n2", "n3"]
     assert _ids(browser, SampleFilter(artifact="art")) == []
     assert browser.count(SampleFilter(text="hello")) == (2, True)
+
+
+def test_time_and_tag_filters_ask_of_the_calls_a_sample_was_made_from(
+    storage_database: Database,
+) -> None:
+    """Since/until: a call of the sample received in the range; a tag: a call of the sample
+    carrying it (every tag asked). An upload has no calls, so either leaves it out."""
+    records = RecordStore(storage_database, "s")
+    samples = TrainerSamples(storage_database, "s")
+    samples.register_trainer("c", reads_uploads=True)
+    for n, (team, at) in enumerate([("a", 10.0), ("b", 20.0), ("a", 30.0)], 1):
+        record = attrs.evolve(
+            call(f"r{n}", session=f"x{n}", at=at), tags={"team": team, "n": f"{n}"}
+        )
+        records.append_calls([record], records.trajectory_index(), None)
+        sample = TrajectorySample({"steps": []}, reward=0.0, source_record_ids=(f"r{n}",))
+        samples.add_record_samples(
+            "c", [NewSample(f"c:{n}", "trajectory", sample_body(sample))], [f"r{n}"]
+        )
+    samples.add_upload(NewSample("up", "trajectory", _trajectory(1.0).body))
+    browser = SampleBrowser(storage_database, "s")
+    assert _ids(browser, SampleFilter()) == ["c:1", "c:2", "c:3", "up"]
+    assert _ids(browser, SampleFilter(since=20.0)) == ["c:2", "c:3"]
+    assert _ids(browser, SampleFilter(until=20.0)) == ["c:1"]
+    assert _ids(browser, SampleFilter(since=15.0, until=25.0)) == ["c:2"]
+    assert _ids(browser, SampleFilter(tags={"team": "a"})) == ["c:1", "c:3"]
+    assert _ids(browser, SampleFilter(tags={"team": "a", "n": "3"})) == ["c:3"]
+    assert _ids(browser, SampleFilter(tags={"team": "a"}, since=20.0)) == ["c:3"]
+    assert _ids(browser, SampleFilter(tags={"team": "z"})) == []
+    assert _ids(browser, SampleFilter(tags={"it's \"odd": "a"})) == []  # bound, never SQL
+    assert browser.count(SampleFilter(tags={"team": "a"})) == (2, True)
 
 
 def test_reward_order_pages_both_ways_without_a_skip_or_a_repeat(

@@ -14,6 +14,7 @@ one place is the point.
 
 from __future__ import annotations
 
+import math
 import re
 import typing
 from collections.abc import Mapping
@@ -28,6 +29,7 @@ from reef.core.converters import describe, split_described, strict_converter
 from reef.pipeline_context import TrainingMode
 from reef.server.errors import ApiError, ErrorBody, ErrorDetail
 from reef.server.names import valid_name
+from reef.storage.labels import SampleLabel
 
 JSONObject = dict[str, Any]
 
@@ -339,6 +341,9 @@ class SampleQuery:
     :ivar reward_min: only samples of at least this reward.
     :ivar reward_max: only samples of at most this reward.
     :ivar artifact: only samples one of whose calls this artifact answered.
+    :ivar since: only samples made from a call received at or after this time (Unix seconds).
+    :ivar until: only samples made from a call received before this time.
+    :ivar tag: only samples made from calls carrying this tag, ``NAME=VALUE``.
     :ivar sort: ``time`` (store order) or ``reward`` (samples without one last).
     :ivar after: the ``next`` of the previous page.
     :ivar before: the ``previous`` of the next page.
@@ -359,6 +364,9 @@ class SampleQuery:
     reward_min: float | None = None
     reward_max: float | None = None
     artifact: str | None = attrs.field(default=None, validator=_optional_text(400))
+    since: float | None = None
+    until: float | None = None
+    tag: str | None = attrs.field(default=None, validator=_optional_text(400))
     sort: Literal["time", "reward"] = "time"
     after: str | None = None
     before: str | None = None
@@ -383,11 +391,49 @@ class ExportQuery:
 
     since: float | None = None
     until: float | None = None
-    tag: str | None = None
+    tag: str | None = attrs.field(default=None, validator=_optional_text(400))
     trained: bool | None = None
     trainer: str | None = attrs.field(default=None, validator=valid_name)
     reward_min: float | None = None
     reward_max: float | None = None
+
+
+def tag_condition(tag: str | None) -> dict[str, str]:
+    """The tag a query's ``tag`` (``NAME=VALUE``) asks for, by name (empty for none).
+
+    :raises ApiError: 400 at ``query.tag`` for a value without ``=`` or a name.
+    """
+    if tag is None:
+        return {}
+    name, equals, value = tag.partition("=")
+    if not equals or not name:
+        raise ApiError.one(
+            400, "invalid_request", f"{QUERY_ROOT}.tag", f"expected NAME=VALUE, got {tag!r}"
+        )
+    return {name: value}
+
+
+#: The most samples one selection export holds (the console's "select all matching" bound).
+SELECTION_EXPORT_LIMIT: Final = 10_000
+
+
+@attrs.frozen
+class ExportSelection:
+    """The body of ``POST /reef/scenarios/{scenario}/export``: samples a person selected.
+
+    :ivar sample_ids: the trajectory samples, by id, in the order the file holds them (1 to
+        10,000).
+    :ivar format: ``jsonl`` (JSON Lines) or ``parquet`` (needs the ``export`` extra).
+    """
+
+    sample_ids: tuple[str, ...] = attrs.field(
+        validator=[
+            attrs.validators.min_len(1),
+            attrs.validators.max_len(SELECTION_EXPORT_LIMIT),
+            attrs.validators.deep_iterable(_optional_text(400)),
+        ]
+    )
+    format: Literal["jsonl", "parquet"] = "jsonl"
 
 
 @attrs.frozen
@@ -410,6 +456,8 @@ class SampleSummary:
         its training thrown away with the job; it never trains again for that trainer.
     :ivar no_signal_by: of ``trained_by``, how many of those jobs gave it no learning signal:
         its group in the job scored all alike (advantage 0 under a group-relative objective).
+    :ivar label: the reward a person labelled it with, which its next job trains with instead
+        of ``reward`` (``None``: no label in force).
     """
 
     id: str
@@ -428,6 +476,7 @@ class SampleSummary:
     failed_by: Mapping[str, int] = attrs.field(factory=dict)
     group: str | None = None
     no_signal_by: Mapping[str, int] = attrs.field(factory=dict)
+    label: float | None = None
 
 
 @attrs.frozen
@@ -535,6 +584,7 @@ class SampleDetail:
     :ivar upload: the data item it was uploaded as, if it was.
     :ivar task: the task it rolls out, for a task sample.
     :ivar jobs: the jobs that consumed it, oldest first.
+    :ivar labels: every reward people gave it, oldest first; the newest is in force.
     """
 
     scenario: str
@@ -545,6 +595,30 @@ class SampleDetail:
     upload: UploadSource | None
     task: TaskSource | None
     jobs: tuple[SampleInJob, ...]
+    labels: tuple[SampleLabel, ...] = ()
+
+
+def _finite_or_none(_: object, attribute: attrs.Attribute[Any], value: float | None) -> None:
+    if value is not None and not math.isfinite(value):
+        raise ValueError(f"'{attribute.name}': must be a finite number or null, got {value}")
+
+
+@attrs.frozen
+class Relabel:
+    """The body of ``POST /reef/scenarios/{scenario}/labels``: a person's reward for a
+    trajectory sample, kept with who gave it and when.
+
+    :ivar sample_id: the sample.
+    :ivar reward: the reward it trains with from its next job on; ``null`` takes the label in
+        force back (the sample's own reward counts again).
+    :ivar note: why, in the person's words (up to 2,000 characters).
+    """
+
+    sample_id: str = attrs.field(
+        validator=[attrs.validators.min_len(1), attrs.validators.max_len(400)]
+    )
+    reward: float | None = attrs.field(validator=_finite_or_none)
+    note: str | None = attrs.field(default=None, validator=_optional_text(2000))
 
 
 @attrs.frozen

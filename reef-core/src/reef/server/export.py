@@ -6,8 +6,9 @@ each trainer's train count, the artifacts that answered its calls, and the tags 
 the calls it was made from. :func:`write_export` writes rows as JSON Lines, Parquet
 (``pyarrow``) or a Hugging Face ``datasets`` folder (``load_from_disk``), never holding more
 than one batch, so an export of any size runs in bounded memory. ``reef export``, the admin
-route ``GET /reef/scenarios/{scenario}/export`` (JSON Lines, streamed) and the console (a
-selection of sample ids) call these.
+route ``GET /reef/scenarios/{scenario}/export`` (JSON Lines, streamed) and
+``POST /reef/scenarios/{scenario}/export`` (a selection of sample ids, the console's, as JSON
+Lines or Parquet) call these.
 
 :func:`import_file` reads such a file back and stores each row's trajectory, with its reward
 and feedback, as an uploaded trajectory of another deployment's scenario (P-UP-1), under the
@@ -16,25 +17,37 @@ row's sample id: every row is checked first, and a file with a bad row stores no
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
+import shutil
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, Literal
 
+import anyio.to_thread
 import attrs
+from starlette.background import BackgroundTask
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import FileResponse, Response, StreamingResponse
 
 from reef.core.atif import AtifFormatError, trajectory_from_json
 from reef.core.job_data import TrajectorySample, sample_body, sample_from_body, sample_reward
 from reef.core.records import JSON, InferenceRecord
 from reef.errors import ReefError
-from reef.server.bodies import QUERY_ROOT, ExportQuery, read_query
-from reef.server.errors import ApiError
+from reef.server.bodies import (
+    QUERY_ROOT,
+    ExportQuery,
+    ExportSelection,
+    read_query,
+    structure,
+    tag_condition,
+)
+from reef.server.errors import ApiError, ErrorDetail
 from reef.server.names import name_problem
 from reef.server.openapi import ApiRoute
+from reef.server.request_json import read_json
 from reef.server.service import check_trainer, service_of
 from reef.storage import (
     BrowsedSample,
@@ -197,21 +210,10 @@ async def export_scenario(request: Request) -> Response:
     _, scenario = service.authorised(request, "admin")
     query = read_query(request, ExportQuery)
     check_trainer(scenario, query.trainer, f"{QUERY_ROOT}.trainer")
-    tags: dict[str, str] = {}
-    if query.tag is not None:
-        tag_name, equals, value = query.tag.partition("=")
-        if not equals or not tag_name:
-            raise ApiError.one(
-                400,
-                "invalid_request",
-                f"{QUERY_ROOT}.tag",
-                f"expected NAME=VALUE, got {query.tag!r}",
-            )
-        tags[tag_name] = value
     where = ExportFilter(
         since=query.since,
         until=query.until,
-        tags=tags,
+        tags=tag_condition(query.tag),
         trained=query.trained,
         trainer=query.trainer,
         reward_min=query.reward_min,
@@ -223,7 +225,84 @@ async def export_scenario(request: Request) -> Response:
     return StreamingResponse(lines, media_type="application/x-ndjson")
 
 
+def _check_selection(browser: SampleBrowser, sample_ids: Sequence[str]) -> None:
+    """Refuse a selection with an id that is not a stored trajectory sample, naming each (the
+    first 20): an export holds what was asked, or nothing.
+
+    :raises ApiError: 400, each problem at its ``$.sample_ids[i]``.
+    """
+    kinds = {b.stored.id: b.stored.kind for b in browser.many(sample_ids)}
+    problems: list[ErrorDetail] = []
+    for index, sample_id in enumerate(sample_ids):
+        kind = kinds.get(sample_id)
+        if kind == "trajectory":
+            continue
+        reason = (
+            f"no sample {sample_id!r} is stored in scenario {browser.scenario!r}"
+            if kind is None
+            else f"sample {sample_id!r} is a {kind} sample: an export holds trajectory samples"
+        )
+        problems.append(ErrorDetail(f"$.sample_ids[{index}]", reason))
+    if problems:
+        raise ApiError(400, "invalid_request", problems[:20])
+
+
+def _attachment(scenario: str, suffix: str) -> dict[str, str]:
+    # A scenario name is a validated name (letters, digits, "._-:"): safe in the header.
+    return {"content-disposition": f'attachment; filename="{scenario}-selection.{suffix}"'}
+
+
+async def export_selection(request: Request) -> Response:
+    """``POST /reef/scenarios/{scenario}/export``: the samples of a selection, in its order, as
+    a JSON Lines or Parquet file; a selection naming a sample that is not a stored trajectory
+    is refused whole."""
+    service = service_of(request)
+    _, scenario = service.authorised(request, "admin")
+    selection = structure(await read_json(request, service.options.max_body_bytes), ExportSelection)
+    if selection.format == "parquet" and importlib.util.find_spec("pyarrow") is None:
+        raise ApiError.one(
+            400,
+            "invalid_request",
+            "$.format",
+            "a Parquet export needs pyarrow, which this service lacks: install reef-core[export]"
+            " where it runs, or ask for jsonl",
+        )
+    database, name = scenario.samples.database, scenario.name
+    ids = list(dict.fromkeys(selection.sample_ids))
+    await anyio.to_thread.run_sync(_check_selection, SampleBrowser(database, name), ids)
+    if selection.format == "jsonl":
+        rows = export_rows(database, name, sample_ids=ids)
+        lines = (json.dumps(row, sort_keys=True, allow_nan=False) + "\n" for row in rows)
+        return StreamingResponse(
+            lines, media_type="application/x-ndjson", headers=_attachment(name, "jsonl")
+        )
+    folder = Path(tempfile.mkdtemp(prefix="reef-selection-"))
+    output = folder / "selection.parquet"
+    try:
+        await anyio.to_thread.run_sync(
+            lambda: write_export(export_rows(database, name, sample_ids=ids), "parquet", output)
+        )
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    return FileResponse(
+        output,
+        media_type="application/vnd.apache.parquet",
+        headers=_attachment(name, "parquet"),
+        background=BackgroundTask(shutil.rmtree, folder, ignore_errors=True),
+    )
+
+
 ROUTES: Final = (
+    ApiRoute(
+        "POST",
+        "/reef/scenarios/{scenario}/export",
+        "a selection of trajectory samples, by id, as a JSON Lines or Parquet file",
+        export_selection,
+        ExportSelection,
+        {200: None},
+        "admin",
+    ),
     ApiRoute(
         "GET",
         "/reef/scenarios/{scenario}/export",

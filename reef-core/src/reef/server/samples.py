@@ -1,6 +1,7 @@
-"""The sample routes: a scenario's samples a page at a time, and one sample with where it came
-from and the jobs that consumed it. Read-only, for people (the console, ``docs/console.md``);
-what trains is chosen through the manual buffer's routes (:mod:`reef.server.scenarios`).
+"""The sample routes: a scenario's samples a page at a time, one sample with where it came
+from and the jobs that consumed it, and a person's reward for a sample (a label, kept with who
+gave it and when). For people (the console, ``docs/console.md``); what trains is chosen through
+the manual buffer's routes (:mod:`reef.server.scenarios`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from reef.core.records import InferenceRecord, Report
 from reef.server.bodies import (
     QUERY_ROOT,
     RecordSource,
+    Relabel,
     ReportSource,
     SampleDetail,
     SampleInJob,
@@ -28,9 +30,12 @@ from reef.server.bodies import (
     UploadSource,
     answer,
     read_query,
+    structure,
+    tag_condition,
 )
 from reef.server.errors import ApiError
 from reef.server.openapi import ApiRoute
+from reef.server.request_json import read_json
 from reef.server.service import ServedScenario, Service, check_trainer, service_of
 from reef.storage import (
     BrowsedSample,
@@ -39,6 +44,7 @@ from reef.storage import (
     RecordStore,
     SampleBrowser,
     SampleFilter,
+    SampleLabel,
 )
 from reef.storage.job_history import FAILED
 
@@ -112,7 +118,7 @@ def _preview(kind: str, body: Mapping[str, Any]) -> tuple[int | None, str | None
     return len(steps), text or None
 
 
-def _summary(browsed: BrowsedSample) -> SampleSummary:
+def _summary(browsed: BrowsedSample, labels: Mapping[str, float]) -> SampleSummary:
     stored = browsed.stored
     try:
         reward = sample_reward(sample_from_body(stored.kind, stored.body))
@@ -137,6 +143,7 @@ def _summary(browsed: BrowsedSample) -> SampleSummary:
         manual_buffer=browsed.manual_buffers,
         stale_for=browsed.stale_for,
         failed_by=dict(browsed.failed_counts),
+        label=labels.get(stored.id),
     )
 
 
@@ -170,6 +177,9 @@ async def list_samples(request: Request) -> Response:
         reward_min=query.reward_min,
         reward_max=query.reward_max,
         artifact=query.artifact,
+        since=query.since,
+        until=query.until,
+        tags=tag_condition(query.tag),
     )
 
     def read() -> SamplePage:
@@ -185,7 +195,9 @@ async def list_samples(request: Request) -> Response:
         )
         backwards = before is not None or query.last
         more = len(found) > query.limit
-        page = [_summary(s) for s in (found[1:] if backwards and more else found[: query.limit])]
+        shown = found[1:] if backwards and more else found[: query.limit]
+        labels = scenario.labels.in_force([s.stored.id for s in shown])
+        page = [_summary(s, labels) for s in shown]
         # Walking forward, a page lies before this one when it was reached from one; walking
         # back, one lies after it likewise.
         earlier = more if backwards else after is not None
@@ -253,9 +265,12 @@ def _detail(service: Service, scenario: ServedScenario, sample_id: str) -> Sampl
     split = body.get("split")
     signals = scenario.browser.group_signals(stored.id)
     entries = scenario.history.of_sample(stored.id)
+    labels = scenario.labels.history(stored.id)
+    in_force = labels[-1].reward if labels else None
     return SampleDetail(
         scenario=scenario.name,
-        sample=_summary(browsed),
+        sample=_summary(browsed, {} if in_force is None else {stored.id: in_force}),
+        labels=tuple(labels),
         body=body,
         records=tuple(
             _record_source(scenario.records, str(r))
@@ -296,6 +311,56 @@ async def get_sample(request: Request) -> Response:
     return answer(await anyio.to_thread.run_sync(_detail, service, scenario, sample_id))
 
 
+def _relabel(scenario: ServedScenario, asked: Relabel, labelled_by: str) -> SampleLabel:
+    browsed = scenario.browser.one(asked.sample_id)
+    if browsed is None:
+        raise ApiError.one(
+            400,
+            "invalid_request",
+            "$.sample_id",
+            f"no sample {asked.sample_id!r} is stored in scenario {scenario.name!r}",
+        )
+    stored = browsed.stored
+    if stored.kind != "trajectory":
+        raise ApiError.one(
+            400,
+            "invalid_request",
+            "$.sample_id",
+            f"sample {stored.id!r} is a {stored.kind} sample: it has no reward to relabel"
+            " (its rollouts are scored by its verifier)",
+        )
+    in_force = scenario.labels.in_force([stored.id])
+    if asked.reward is None and stored.id not in in_force:
+        raise ApiError.one(
+            400,
+            "invalid_request",
+            "$.reward",
+            f"sample {stored.id!r} has no label in force to take back",
+        )
+    try:
+        own = sample_reward(sample_from_body(stored.kind, stored.body))
+    except SampleFormatError:
+        own = None
+    return scenario.labels.label(
+        stored.id,
+        asked.reward,
+        previous_reward=in_force.get(stored.id, own),
+        labelled_by=labelled_by,
+        note=asked.note,
+    )
+
+
+async def relabel(request: Request) -> Response:
+    """``POST /reef/scenarios/{scenario}/labels``: a person's reward for a sample, in force
+    from the next job that takes the sample."""
+    service = service_of(request)
+    caller, scenario = service.authorised(request, "admin")
+    asked = structure(await read_json(request, service.options.max_body_bytes), Relabel)
+    # Without auth only loopback clients are served: they are named so.
+    who = caller.name if caller.name is not None else "a loopback client (no auth)"
+    return answer(await anyio.to_thread.run_sync(_relabel, scenario, asked, who))
+
+
 #: The sample routes.
 ROUTES: Final = (
     ApiRoute(
@@ -315,6 +380,15 @@ ROUTES: Final = (
         get_sample,
         None,
         {200: SampleDetail},
+        "admin",
+    ),
+    ApiRoute(
+        "POST",
+        "/reef/scenarios/{scenario}/labels",
+        "a person's reward for a trajectory sample, in force from its next job (null: take back)",
+        relabel,
+        Relabel,
+        {200: SampleLabel},
         "admin",
     ),
 )

@@ -40,6 +40,7 @@ from reef.storage import (
     JobHistory,
     RecordStore,
     SampleBrowser,
+    SampleLabels,
     ScenarioSettings,
     TaskStorage,
     TrainerSamples,
@@ -100,6 +101,7 @@ class ServedScenario:
     :ivar engine: the engine that answers its chat calls; ``None`` without ``serving``.
     :ivar browser: its samples, as people browse them.
     :ivar history: its trainers' jobs, as people read them.
+    :ivar labels: the rewards people gave its samples.
     :ivar health: whether its store can write.
     :ivar served_trainer: the trainer whose artifacts its engine answers with; ``None`` when
         the engine takes no trained weights (``Deployment.served_training``).
@@ -117,6 +119,7 @@ class ServedScenario:
     admission: ScenarioAdmission
     browser: SampleBrowser
     history: JobHistory
+    labels: SampleLabels
     health: StoreHealth
     ledger: ScenarioLedger | None = None
     engine: ChatEngine | None = None
@@ -172,6 +175,7 @@ class Service:
                 admission=ScenarioAdmission.build(name, section, plugins=plugins, environ=environ),
                 browser=SampleBrowser(database, name),
                 history=JobHistory(database, name),
+                labels=SampleLabels(database, name),
                 health=self.health[url],
                 served_trainer=None if served is None else served.trainer,
                 serving_model=None if serving is None else serving.model,

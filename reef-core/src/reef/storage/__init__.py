@@ -15,7 +15,8 @@ of each scenario on it:
   :class:`StaleSamples` (what each trainer leaves out as stale) and :class:`SampleBrowser`
   (samples a page at a time, filtered);
 - :class:`ArtifactEvaluations`: each artifact's evaluation results and the eval gate's
-  decisions.
+  decisions;
+- :class:`SampleLabels`: rewards people gave samples, kept as an audit trail.
 
 See ``docs/storage.md`` for the tables, transactions and durability choices.
 """
@@ -32,6 +33,7 @@ from reef.storage.errors import (
 )
 from reef.storage.evaluations import ArtifactEvaluations, GateDecision
 from reef.storage.job_history import JobEntry, JobHistory, JobSampleEntry, SampleOfJob
+from reef.storage.labels import SampleLabel, SampleLabels
 from reef.storage.leases import FencedDatabase, Lease, LeaseLostError, TrainerLeases
 from reef.storage.positions import Position
 from reef.storage.records import RecordCapacity, RecordStore, StoredLink, StoredRecord
@@ -64,6 +66,8 @@ __all__ = [
     "RecordStore",
     "SampleBrowser",
     "SampleFilter",
+    "SampleLabel",
+    "SampleLabels",
     "SampleOfJob",
     "ScenarioSettings",
     "StaleSamples",

@@ -6,7 +6,9 @@ in store order or by reward; how many samples a filter lets through is a separat
 count (:meth:`SampleBrowser.count`), asked for only when wanted: counting every match of a
 large store on each page is what made a page slow. The text, client-group and reward filters
 read the sample's JSON body in SQL (``json_extract`` on SQLite, ``jsonb`` on PostgreSQL): they
-scan the scenario's samples, and are the slow filters of a large store.
+scan the scenario's samples, and are the slow filters of a large store. The time and tag filters
+ask of the calls a sample was made from (the ``source_record_ids`` of its body, each looked up
+by id in the record store): when Reef received one, and the tags it carried.
 
 Read-only: it reads the sample store's tables (samples, train counts, manual buffers), the
 trainers' stale marks (:mod:`reef.storage.stale_samples`) and the job history's failed jobs,
@@ -32,12 +34,14 @@ from sqlalchemy import (
     String,
     and_,
     case,
+    cast,
     func,
     literal,
     or_,
     select,
     tuple_,
 )
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.expression import FunctionElement
@@ -48,7 +52,7 @@ from reef.storage.job_history import FAILED, RELEASED, job_samples, jobs
 from reef.storage.positions import Position
 from reef.storage.samples import StoredSample, TrainerSamples
 from reef.storage.stale_samples import StaleSamples, stale_samples
-from reef.storage.tables import instructions, manual_buffer, sample_trains, samples
+from reef.storage.tables import instructions, manual_buffer, records, sample_trains, samples
 
 __all__ = ["COUNT_LIMIT", "BrowseKey", "BrowsedSample", "SampleBrowser", "SampleFilter"]
 
@@ -145,6 +149,11 @@ class SampleFilter:
     :ivar reward_min: the least reward (samples without a reward do not match).
     :ivar reward_max: the greatest reward (likewise).
     :ivar artifact: an artifact that answered one of the sample's recorded calls.
+    :ivar since: made from a call Reef received at or after this time (Unix seconds).
+    :ivar until: made from a call received before this time.
+    :ivar tags: made from calls carrying each of these tags (``x-reef-tag-<name>``) with these
+        values. Both read the call's stored body: a call whose body was evicted matches none;
+        an upload has no calls, so a time or tag condition leaves it out.
     """
 
     kind: str | None = None
@@ -158,6 +167,9 @@ class SampleFilter:
     reward_min: float | None = None
     reward_max: float | None = None
     artifact: str | None = None
+    since: float | None = None
+    until: float | None = None
+    tags: Mapping[str, str] = attrs.field(factory=dict)
 
 
 @attrs.frozen
@@ -343,6 +355,17 @@ class SampleBrowser:
             # A recorded call of the trajectory (extra.reef.records) names its artifact so.
             named = '"artifact_id":' + json.dumps(where.artifact)
             conditions.append(samples.c.body.like(_containing(named), escape="!"))
+        if where.since is not None or where.until is not None:
+            # When Reef received the call: its body's started_at (gone with an evicted body).
+            at = _JsonAt(records.c.body, ("started_at",), "number")
+            received = []
+            if where.since is not None:
+                received.append(at >= where.since)
+            if where.until is not None:
+                received.append(at < where.until)
+            conditions.append(self._made_from_a_call(*received))
+        for name, value in where.tags.items():
+            conditions.append(self._made_from_a_call(self._tag(name) == value))
         if where.reward_min is not None:
             conditions.append(_reward() >= where.reward_min)
         if where.reward_max is not None:
@@ -369,6 +392,32 @@ class SampleBrowser:
                 found = found.where(trainer == where.trainer)
             conditions.append(found.exists() if wanted else ~found.exists())
         return conditions
+
+    def _made_from_a_call(self, *conditions: ColumnElement[bool]) -> ColumnElement[bool]:
+        """Whether a call the sample was made from (an id of its ``source_record_ids``) meets
+        ``conditions``: a correlated ``EXISTS`` over the ids in its body."""
+        if self._database.dialect == "postgresql":
+            body = cast(samples.c.body, JSONB)["source_record_ids"]
+            listed = case((func.jsonb_typeof(body) == "array", body), else_=None)
+            ids = func.jsonb_array_elements_text(listed).table_valued("value")
+        else:
+            ids = func.json_each(samples.c.body, "$.source_record_ids").table_valued("value")
+        source = ids.alias("source_ids")
+        found = (
+            select(literal(1))
+            .select_from(source)
+            .join(
+                records, and_(records.c.id == source.c.value, records.c.scenario == self.scenario)
+            )
+            .where(*conditions)
+        )
+        return found.exists()
+
+    def _tag(self, name: str) -> ColumnElement[Any]:
+        """The value of the call's tag ``name`` (its body's ``tags``), as bound parameters."""
+        if self._database.dialect == "postgresql":
+            return func.jsonb_extract_path_text(cast(records.c.body, JSONB), "tags", name)
+        return func.json_extract(records.c.body, "$.tags." + json.dumps(name))
 
     def _failed_sends(self, trainer: Any) -> Any:  # a correlated SQL count
         """How many failed jobs of ``trainer`` (a column) sent the sample of the outer query."""

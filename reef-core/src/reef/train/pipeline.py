@@ -11,6 +11,9 @@ but the local store (P-PIPE-2).
   untrained samples in store order (read incrementally, so its cost never depends on how many
   samples trained), one kind, stale samples left out with their groups, the first
   ``buffer_size`` samples and the rest of the groups they touch.
+- Each job's samples train with the reward a person labelled them with, where one did
+  (:class:`reef.storage.SampleLabels`, read when the job is built; the stored sample is kept as
+  it came).
 - Job data is reserved in memory until acknowledged or released. Acknowledgement commits the
   submission in the store (train counts, instruction, released records) in one transaction. It
   consumes every reserved sample except those the submission gives back (``JobData.given_back``,
@@ -67,6 +70,7 @@ from reef.record2sample.stage import Record2Sample
 from reef.sample2job.stage import Sample2Job
 from reef.sample2job.validation import validate_job_data
 from reef.storage.drops import DropCounters
+from reef.storage.labels import SampleLabels
 from reef.storage.positions import Position
 from reef.storage.samples import NewSample, StoredSample, TrainerSamples
 from reef.storage.stale_samples import StaleSamples
@@ -125,6 +129,7 @@ class TrainingPipeline:
         self._untrained = UntrainedSamples(record2sample.is_stale, self._counts)
         self._serving: str | None = None
         self._stale_marks = StaleSamples(samples.database, context.scenario)
+        self._labels = SampleLabels(samples.database, context.scenario)
         self._cursor: Position | None = None
         # Samples refused at read time (unreadable, or uploads uploaded_sample refuses): they
         # stay untrained in the store; kept to warn once and to show in status.
@@ -325,7 +330,7 @@ class TrainingPipeline:
         buffer = functools.cache(self._read_buffer)
         if not self._ready(sample_count, buffer):
             return None
-        samples = buffer()
+        samples = self._labelled(buffer())
         instruction = self._next_instruction() if self._mode == "manual" else None
         if instruction is not None:
             data_id = f"{self.context.scenario}:instruction:{instruction.request_id}"
@@ -346,6 +351,17 @@ class TrainingPipeline:
         )
         self._reserved[data_id] = reservation
         return reservation
+
+    def _labelled(self, samples: tuple[Sample, ...]) -> tuple[Sample, ...]:
+        # A person's label replaces a trajectory's reward for the job; one query per job.
+        trajectories = [str(s.sample_id) for s in samples if isinstance(s, TrajectorySample)]
+        labels = self._labels.in_force(trajectories)
+        return tuple(
+            attrs.evolve(s, reward=labels[str(s.sample_id)])
+            if isinstance(s, TrajectorySample) and str(s.sample_id) in labels
+            else s
+            for s in samples
+        )
 
     def validate_job_data(self, data: JobData) -> None:
         """Check ``data`` against the sample-to-job stage's ``output_schema`` (P-PIPE-7).

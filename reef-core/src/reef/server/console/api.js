@@ -23,6 +23,28 @@ export function setToken(value) {
 
 /** Call the API; resolves to the parsed JSON answer, rejects with an ApiFailure. */
 export async function call(method, path, body) {
+  return parsed(await send(method, path, body));
+}
+
+/** The JSON of a response's body; null when it has none. */
+async function parsed(response) {
+  try {
+    return await response.json();
+  } catch {
+    return null;
+  }
+}
+
+/** Call the API for a file; resolves to {blob, filename}, rejects with an ApiFailure. */
+export async function download(method, path, body) {
+  const response = await send(method, path, body);
+  const disposition = response.headers.get("content-disposition") || "";
+  const named = /filename="([^"]+)"/.exec(disposition);
+  return { blob: await response.blob(), filename: named ? named[1] : "reef-export" };
+}
+
+/** The response of a call that succeeded; a refusal or failure rejects with an ApiFailure. */
+async function send(method, path, body) {
   const headers = { accept: "application/json" };
   const bearer = token();
   if (bearer) headers.authorization = `Bearer ${bearer}`;
@@ -39,19 +61,12 @@ export async function call(method, path, body) {
   } catch (error) {
     throw new ApiFailure(0, `the service cannot be reached (${error.message})`, null);
   }
-  let answer = null;
-  try {
-    answer = await response.json();
-  } catch {
-    answer = null;
-  }
-  if (!response.ok) {
-    const problems = answer && Array.isArray(answer.problems) ? answer.problems : [];
-    const detail = problems.map((p) => `${p.field}: ${p.reason}`).join("; ");
-    const message = (answer && answer.message) || detail || `HTTP ${response.status}`;
-    throw new ApiFailure(response.status, message, answer);
-  }
-  return answer;
+  if (response.ok) return response;
+  const answer = await parsed(response);
+  const problems = answer && Array.isArray(answer.problems) ? answer.problems : [];
+  const detail = problems.map((p) => `${p.field}: ${p.reason}`).join("; ");
+  const message = (answer && answer.message) || detail || `HTTP ${response.status}`;
+  throw new ApiFailure(response.status, message, answer);
 }
 
 const scenarioPath = (scenario) => `/reef/scenarios/${encodeURIComponent(scenario)}`;
@@ -90,6 +105,10 @@ export const api = {
       sample_ids: ids,
       ...(trainer ? { trainer } : {}),
     }),
+  relabel: (scenario, id, reward, note) =>
+    call("POST", `${scenarioPath(scenario)}/labels`, { sample_id: id, reward, ...(note ? { note } : {}) }),
+  exportSelection: (scenario, ids, format) =>
+    download("POST", `${scenarioPath(scenario)}/export`, { sample_ids: ids, format }),
   remove: (scenario, ids, trainer) =>
     call("POST", `${scenarioPath(scenario)}/remove_from_buffer`, {
       sample_ids: ids,

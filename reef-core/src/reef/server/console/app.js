@@ -301,6 +301,28 @@ const actions = {
       await api.remove(state.scenario, ids, state.browsing.filters.trainer || undefined);
       state.browsing.selected.clear();
     }, `Took ${ids.length} sample${ids.length === 1 ? "" : "s"} out of the manual buffer.`),
+  relabel: (id, rewardText, note) => {
+    let reward = null;
+    if (rewardText !== null) {
+      reward = rewardText === "" ? NaN : Number(rewardText);
+      if (!Number.isFinite(reward)) return notice("Type the reward to give the sample: a number.", "error");
+    }
+    const done = reward === null ? `Sample ${id}: label taken back; it trains with its own reward again.` : `Sample ${id} now trains with reward ${reward} in its next job.`;
+    return act(() => api.relabel(state.scenario, id, reward, note), done);
+  },
+  exportFormat: (format) => {
+    state.browsing.exportFormat = format;
+    draw();
+  },
+  exportSelection: (ids, format) =>
+    act(async () => {
+      const { blob, filename } = await api.exportSelection(state.scenario, ids, format);
+      const link = document.createElement("a");
+      link.href = URL.createObjectURL(blob);
+      link.download = filename;
+      link.click();
+      setTimeout(() => URL.revokeObjectURL(link.href), 60000);
+    }, `Exported ${ids.length} sample${ids.length === 1 ? "" : "s"} (${format === "parquet" ? "Parquet" : "JSON Lines"}): your browser saves the file.`),
   clear: () => {
     state.browsing.selected.clear();
     draw();

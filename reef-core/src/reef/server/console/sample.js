@@ -100,7 +100,69 @@ function sources(detail) {
   return rows;
 }
 
-/** The opened sample; `actions.close()` closes it, `actions.toggle(id, on)` selects it. */
+/** The reward a person may give a trajectory sample, and every label it was given. */
+function relabelling(detail, actions) {
+  const s = detail.sample;
+  if (s.kind !== "trajectory") return null;
+  const labelled = s.label !== null && s.label !== undefined;
+  return h(
+    "div",
+    { class: "block" },
+    h("h3", {}, "Relabel"),
+    h("p", { class: "hint" }, "A reward given here replaces the sample's own in every job that takes it from now on (a job already run keeps the reward it trained with). Each label is kept, with who gave it and when."),
+    h(
+      "form",
+      {
+        class: "relabel",
+        "aria-label": "Relabel this sample",
+        onsubmit: (event) => {
+          event.preventDefault();
+          const fields = event.target.elements;
+          actions.relabel(s.id, fields["relabel-reward"].value.trim(), fields["relabel-note"].value.trim());
+        },
+      },
+      h(
+        "div",
+        { class: "field short" },
+        h("label", { for: "relabel-reward" }, "Reward"),
+        h("input", { id: "relabel-reward", name: "relabel-reward", type: "number", step: "any", "data-key": "relabel-reward", value: "" }),
+      ),
+      h(
+        "div",
+        { class: "field search" },
+        h("label", { for: "relabel-note" }, "Why (optional)"),
+        h("input", { id: "relabel-note", name: "relabel-note", type: "text", maxlength: 2000, "data-key": "relabel-note", value: "" }),
+      ),
+      h("div", { class: "field" }, h("span", { class: "label-space" }, " "), h("button", { type: "submit", class: "primary", "data-key": "relabel-set" }, "Set reward")),
+      labelled
+        ? h(
+            "div",
+            { class: "field" },
+            h("span", { class: "label-space" }, " "),
+            h("button", { type: "button", class: "quiet", "data-key": "relabel-clear", onclick: () => actions.relabel(s.id, null, "") }, "Take the label back"),
+          )
+        : null,
+    ),
+    detail.labels.length
+      ? h(
+          "ol",
+          { class: "plain labels", "aria-label": "Labels, oldest first" },
+          detail.labels.map((l) =>
+            h(
+              "li",
+              {},
+              l.reward === null ? "label taken back" : `reward ${number(l.reward)}`,
+              ` (was ${number(l.previous_reward)}) · by ${l.labelled_by} · ${when(l.labelled_at)}`,
+              l.note ? ` · “${l.note}”` : "",
+            ),
+          ),
+        )
+      : null,
+  );
+}
+
+/** The opened sample; `actions.close()` closes it, `actions.toggle(id, on)` selects it,
+ * `actions.relabel(id, reward, note)` labels it (`reward` null: takes the label back). */
 export function sampleView(detail, selected, actions) {
   const s = detail.sample;
   const body = detail.body;
@@ -121,7 +183,7 @@ export function sampleView(detail, selected, actions) {
       ["Kind", s.kind],
       ["Group", s.group || (s.group_id ? "none named by the client" : "–")],
       s.group_id ? ["Store group id", h("code", {}, s.group_id)] : null,
-      ["Reward", number(s.reward)],
+      ["Reward", s.label === null || s.label === undefined ? number(s.reward) : `${number(s.label)}, labelled (its own: ${number(s.reward)})`],
       body.feedback ? ["Feedback", body.feedback] : null,
       ["Trained", Object.keys(s.trained_by).length ? Object.entries(s.trained_by).map(([t, n]) => `${t} ×${n}`).join(", ") : "not yet"],
       Object.keys(s.failed_by || {}).length
@@ -169,6 +231,7 @@ export function sampleView(detail, selected, actions) {
             }),
           ),
     ),
+    relabelling(detail, actions),
     s.kind === "task" ? h("div", { class: "block" }, h("h3", {}, "Task"), json(body.task)) : trajectory(body),
     body.metadata && Object.keys(body.metadata).length ? h("details", { class: "block" }, h("summary", {}, "Metadata"), json(body.metadata)) : null,
   ];

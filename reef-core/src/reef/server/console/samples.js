@@ -11,8 +11,14 @@ const COUNT_FOR_MS = 15000;
 
 const NO_FILTERS = {
   kind: "", trained: "", stale: "", chosen: "", group: "", trainer: "", order: "desc",
-  text: "", reward_min: "", reward_max: "", artifact: "", sort: "time",
+  text: "", reward_min: "", reward_max: "", artifact: "", tag: "", since: "", until: "", sort: "time",
 };
+
+/** A datetime-local field's value (the person's local time) as Unix seconds; "" for none. */
+function seconds(local) {
+  const at = Date.parse(local);
+  return Number.isFinite(at) ? String(at / 1000) : "";
+}
 
 /**
  * The filters and page a person set, and the samples they selected (kept across pages, and
@@ -27,6 +33,7 @@ export class Browsing {
     this.pageNumber = 1; // null when not known (the last page of an uncounted filter)
     this.selected = new Set();
     this.keep = false; // keep the selection when the filters change
+    this.exportFormat = "jsonl"; // the file "Export selection" writes: jsonl or parquet
     this.stale = new Set(); // the samples seen left out as stale, to warn before choosing them
     this.total = null;
     this.exact = true;
@@ -51,6 +58,8 @@ export class Browsing {
     const f = this.filters;
     const named = {};
     for (const name of Object.keys(NO_FILTERS)) named[name] = f[name];
+    named.since = seconds(f.since);
+    named.until = seconds(f.until);
     return named;
   }
 
@@ -144,7 +153,7 @@ function noSignal(s, trainers) {
  * The sample browser for `scenario` (its status entry), showing `page` (GET .../samples) and
  * the manual `buffers` (GET .../buffer). `actions`: filter(name, value), filters(named),
  * next(), previous(), first(), last(), toggle(id, on), open(id), insert(ids), remove(ids),
- * selectMatching(), keep(on).
+ * selectMatching(), keep(on), exportFormat(format), exportSelection(ids, format).
  */
 export function sampleBrowser(scenario, browsing, page, buffers, actions) {
   const f = browsing.filters;
@@ -165,6 +174,9 @@ export function sampleBrowser(scenario, browsing, page, buffers, actions) {
     if (!trained.length && !failed.length) marks.push(h("span", { class: "badge idle" }, "untrained"));
     if (s.manual_buffer.length) marks.push(h("span", { class: "badge chosen" }, "in manual buffer"));
     if (s.stale_for.length) marks.push(h("span", { class: "badge stale" }, "stale"));
+    if (s.label !== null && s.label !== undefined) {
+      marks.push(h("span", { class: "badge chosen", title: `a person's reward: its next job trains with ${s.label}, not ${s.reward}` }, `relabelled ${number(s.label)}`));
+    }
     return marks.filter(Boolean);
   };
   const form = h(
@@ -175,7 +187,7 @@ export function sampleBrowser(scenario, browsing, page, buffers, actions) {
       onsubmit: (event) => {
         event.preventDefault();
         const named = {};
-        for (const name of ["group", "text", "reward_min", "reward_max", "artifact"]) {
+        for (const name of ["group", "text", "reward_min", "reward_max", "artifact", "tag", "since", "until"]) {
           named[name] = event.target.elements[`filter-${name.replace("_", "-")}`].value.trim();
         }
         actions.filters(named);
@@ -186,6 +198,9 @@ export function sampleBrowser(scenario, browsing, page, buffers, actions) {
     text("filter-reward-min", "Reward ≥", f.reward_min, "", "number"),
     text("filter-reward-max", "Reward ≤", f.reward_max, "", "number"),
     text("filter-artifact", "Artifact", f.artifact, "any artifact"),
+    text("filter-tag", "Tag", f.tag, "name=value"),
+    text("filter-since", "Called from", f.since, "", "datetime-local"),
+    text("filter-until", "Called before", f.until, "", "datetime-local"),
     h("div", { class: "field" }, h("span", { class: "label-space" }, " "), h("button", { type: "submit", class: "quiet", "data-key": "filter-apply" }, "Apply")),
     select("filter-kind", "Kind", f.kind, [["", "any"], ["trajectory", "trajectory"], ["task", "task"]], (v) => actions.filter("kind", v)),
     select("filter-trained", "Trained", f.trained, [["", "any"], ["true", "trained"], ["false", "untrained"]], (v) => actions.filter("trained", v)),
@@ -221,6 +236,22 @@ export function sampleBrowser(scenario, browsing, page, buffers, actions) {
       h("button", { type: "button", class: "primary", "data-key": "insert", disabled: chosen.length === 0, onclick: () => actions.insert(chosen) }, "Add to manual buffer"),
       h("button", { type: "button", class: "quiet", "data-key": "remove", disabled: chosen.length === 0, onclick: () => actions.remove(chosen) }, "Remove from manual buffer"),
       h("button", { type: "button", class: "quiet", "data-key": "clear", disabled: chosen.length === 0, onclick: () => actions.clear() }, "Clear selection"),
+      h(
+        "span",
+        { class: "export" },
+        h(
+          "select",
+          { id: "export-format", "data-key": "export-format", "aria-label": "Export format", onchange: (event) => actions.exportFormat(event.target.value) },
+          [["jsonl", "JSON Lines"], ["parquet", "Parquet"]].map(([value, label]) =>
+            h("option", { value, selected: value === browsing.exportFormat }, label),
+          ),
+        ),
+        h(
+          "button",
+          { type: "button", class: "quiet", "data-key": "export", disabled: chosen.length === 0, onclick: () => actions.exportSelection(chosen, browsing.exportFormat) },
+          "Export selection",
+        ),
+      ),
       h(
         "label",
         { class: "check" },
