@@ -22,7 +22,7 @@ from reef.components.local.artifacts import save_model_folder  # noqa: E402
 from reef.components.local.byte_tokenizer import ByteTokenizer  # noqa: E402
 from reef.components.local.component import LocalComponent  # noqa: E402
 from reef.components.local.objectives import batch_loss  # noqa: E402
-from reef.components.local.teacher import ModelTeacher  # noqa: E402
+from reef.components.local.teacher import ModelTeacher, Teachers  # noqa: E402
 from reef.components.local.tiny_gpt import TinyGPT, TinyGPTConfig, TinyGPTModel  # noqa: E402
 from reef.components.teacher_scores import (  # noqa: E402
     EngineTeacher,
@@ -253,6 +253,9 @@ def test_per_token_advantages_weight_each_token() -> None:
         ({"objective": "cross_entropy", "distillation": {}}, "distillation trains a per-token"),
         ({"distillation": {"teacher": {"model_path": "a", "base_url": "http://b"}}}, "not both"),
         ({"distillation": {"teacher": {"model": "m"}}}, "set base_url"),
+        ({"distillation": {"teacher": {"update_rate": 1.5}}}, "update_rate"),
+        ({"distillation": {"teacher": {"update_rate": -0.1}}}, "update_rate"),
+        ({"distillation": {"teacher": {"update_rate": 0.1, "model_path": "m"}}}, "leave out"),
         ({"distillation": {"kl_coef": -1}}, "0 or more"),
         ({"reward_baseline": "median"}, "reward_baseline must be one of"),
     ],
@@ -396,6 +399,56 @@ def test_the_student_is_its_own_teacher_only_through_more_context(tmp_path: Path
     assert taught.event == "finished", taught.error
     assert taught.metrics["teacher_kl"] != 0.0
     assert taught.metrics["samples_without_teacher"] == 0
+
+
+def test_the_moving_average_teacher_moves_as_sdpos_ema_update() -> None:
+    """lasgroup/SDPO (verl/workers/actor/dp_actor.py, _update_teacher): after a training step
+    that moved the weights, teacher = (1 - rate) * teacher + rate * student; a step that moved
+    none leaves it; the copy is the student's weights when first asked for."""
+    student = tiny_model(3)
+    teachers = Teachers(torch.device("cpu"))
+    settings = TeacherSettings(update_rate=0.25)
+    teacher = teachers.scorer(settings, student)
+    assert isinstance(teacher, ModelTeacher)
+    assert teacher.model is not student
+    expected = [p.detach().clone() for p in student.module.parameters()]
+    for step in range(3):
+        with torch.no_grad():
+            for p in student.module.parameters():
+                p.add_(torch.randn_like(p) * 0.1)
+        teachers.after_job(settings, student, stepped=True)
+        expected = [
+            0.75 * e + 0.25 * s.detach()
+            for e, s in zip(expected, student.module.parameters(), strict=True)
+        ]
+        teachers.after_job(settings, student, stepped=False)  # moved nothing: nothing moves
+        for mine, want in zip(teacher.model.module.parameters(), expected, strict=True):
+            assert torch.allclose(mine, want, atol=1e-6), step
+    assert teachers.scorer(settings, student) is teacher  # one average, kept across jobs
+
+
+def test_a_frozen_teacher_is_the_initial_weights_and_the_live_one_the_start_weights(
+    tmp_path: Path,
+) -> None:
+    """With update_rate 0 the teacher stays the weights of the first job (SDPO's frozen base);
+    unset, it is each job's start weights: after a job moved the student, a sample without
+    teacher context has a KL of exactly 0 under the live teacher and not under the frozen
+    one."""
+    hinted = {"messages": [{"role": "user", "content": "q? The answer is blue red."}]}
+    kls: dict[str, float] = {}
+    for name, teacher in (("live", {}), ("frozen", {"update_rate": 0.0})):
+        local = tiny_local_component(tmp_path / name)
+        parameters = {"objective": "ppo", "distillation": {"teacher": teacher}}
+        first = JobData("d:0", [distil_sample("q?", "blue red", hinted)])
+        moved = local.wait(local.submit(first, parameters))
+        assert moved.event == "finished", moved.error
+        assert moved.metrics["optimizer_steps"] > 0
+        plain = JobData("d:1", [distil_sample("q?", "blue red", None)])
+        outcome = local.wait(local.submit(plain, parameters))
+        assert outcome.event == "finished", outcome.error
+        kls[name] = outcome.metrics["teacher_kl"]
+    assert kls["live"] == 0.0
+    assert kls["frozen"] != 0.0
 
 
 def test_a_teacher_with_another_tokenizer_fails_the_job(tmp_path: Path) -> None:

@@ -75,5 +75,14 @@ def test_the_recipe_teaches_with_the_policy_itself_mixed_by_the_weight() -> None
     teacher = distillation["teacher"]
     assert teacher["model_path"] is None  # neither a model folder...
     assert teacher["base_url"] is None  # ...nor an engine: the student itself
+    assert teacher["update_rate"] is None  # the student at each job's start weights
     with pytest.raises(PluginConfigError, match="must be in"):
         SDPORecipeSettings.parse({"distillation_weight": 1.5}, plugin_class=SDPORecipe)
+
+
+def test_the_recipe_passes_the_moving_average_teachers_rate() -> None:
+    settings = SDPORecipeSettings.parse({"teacher_update_rate": 0.05}, plugin_class=SDPORecipe)
+    parameters = SDPORecipe.job_parameters_of(settings)
+    assert parameters["distillation"]["teacher"]["update_rate"] == 0.05
+    with pytest.raises(PluginConfigError, match="must be in"):
+        SDPORecipeSettings.parse({"teacher_update_rate": 2.0}, plugin_class=SDPORecipe)

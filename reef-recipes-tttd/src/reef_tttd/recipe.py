@@ -89,6 +89,13 @@ class SDPORecipeSettings(PluginSettings):
         " self-distillation alone, 0: GRPO",
         validator=_fraction,
     )
+    teacher_update_rate: float | None = config_option(
+        None,
+        help="the teacher: unset, the student at each job's start weights; a rate, the"
+        " student's moving average moved this far toward it after each job (the authors'"
+        " default 0.05; 0: the frozen initial weights)",
+        validator=attrs.validators.optional(_fraction),
+    )
 
 
 class SDPORecipe(Recipe[SDPORecipeSettings]):
@@ -109,9 +116,12 @@ class SDPORecipe(Recipe[SDPORecipeSettings]):
 
     @classmethod
     def job_parameters_of(cls, settings: SDPORecipeSettings) -> Mapping[str, Any]:
-        """The self-teacher (no model: the student at the job's start weights) and the mix."""
+        """The self-teacher (no model: the student at the job's start weights, or its moving
+        average with ``teacher_update_rate``) and the mix."""
         weight = settings.distillation_weight
         distillation = DistillationParameters(
-            teacher=TeacherSettings(), kl_coef=weight, reward_coef=1.0 - weight
+            teacher=TeacherSettings(update_rate=settings.teacher_update_rate),
+            kl_coef=weight,
+            reward_coef=1.0 - weight,
         )
         return {"objective": "importance_sampling", "distillation": attrs.asdict(distillation)}

@@ -55,8 +55,12 @@ class TeacherSettings(PluginSettings):
     One of: ``model_path``, a local model folder (a Hugging Face causal LM that transformers
     loads, or a folder the ``local`` component saved) run by the component; ``base_url``, an
     OpenAI-compatible engine that returns prompt log probabilities (vLLM's ``prompt_logprobs``
-    on ``/v1/completions``); or neither: the student itself at the job's start weights, which
-    a teacher request with more context than the student saw turns into a teacher (SDPO).
+    on ``/v1/completions``); or neither: the student itself, which a teacher request with more
+    context than the student saw turns into a teacher (SDPO). The student as its teacher is
+    the job's start weights, or with ``update_rate`` an exponential moving average of the
+    student (lasgroup/SDPO's ``teacher_update_rate``): a copy of the weights the component first
+    taught with, moved ``update_rate`` of the way to the student after each job that stepped
+    (0 keeps that copy: the frozen initial model).
     """
 
     model_path: str | None = config_option(
@@ -78,9 +82,22 @@ class TeacherSettings(PluginSettings):
         3, help="engine calls per sequence before the job fails", validator=attrs.validators.ge(1)
     )
 
+    update_rate: float | None = config_option(
+        None,
+        help="the student as its teacher: an exponential moving average of it, moved this far "
+        "toward the student after each job that stepped (0 to 1; SDPO's default 0.05; 0: the "
+        "frozen initial weights); unset: the student at the job's start weights",
+        validator=attrs.validators.optional([attrs.validators.ge(0.0), attrs.validators.le(1.0)]),
+    )
+
     def __attrs_post_init__(self) -> None:
         if self.model_path is not None and self.base_url is not None:
             raise ValueError("a teacher is a model_path or a base_url, not both")
+        if self.update_rate is not None and (self.model_path or self.base_url):
+            raise ValueError(
+                "update_rate makes the student its own moving-average teacher: leave out"
+                " model_path and base_url"
+            )
         if self.base_url is None and (self.model is not None or self.api_key is not None):
             raise ValueError("model and api_key name an engine's model: set base_url")
 

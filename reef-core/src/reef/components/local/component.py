@@ -252,6 +252,10 @@ class LocalComponent:
                     links={self.artifacts.folder(digest): {_OPTIMIZER, _TRAINED_BY}},
                 )
                 self._digest = digest
+                if job.distillation is not None:
+                    # Only once the job's weights are kept: a failed job moves no teacher.
+                    stepped = bool(metrics.get("optimizer_steps"))
+                    self._teachers.after_job(job.distillation.teacher, self.model, stepped=stepped)
                 fault_point("local.weights_saved")  # before the runner writes the outcome
                 return outcome
             except Exception as exc:  # a job's failure is its outcome, not a crash

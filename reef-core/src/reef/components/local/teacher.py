@@ -13,12 +13,18 @@ and :mod:`reef.components.teacher_scores` makes the per-token advantage of them.
   the reply at the temperature the reply was sampled at, as the student's own log
   probabilities are (so a sample without teacher context has a KL of exactly 0); another
   teacher scores at temperature 1, as the cookbook's ``compute_logprobs`` does.
+- :class:`ModelTeacher` over a moving average of the student (``update_rate``, SDPO's EMA
+  teacher): a copy of the student made at the first job that asks for it, moved
+  ``update_rate`` of the way toward the student after each job whose optimizer stepped
+  (:meth:`Teachers.after_job`), as lasgroup/SDPO's actor does after each training step. It
+  lives in the component's memory: a restart starts it again from the weights resumed.
 - :class:`~reef.components.teacher_scores.EngineTeacher` over an OpenAI-compatible engine
   (``base_url``) that returns prompt log probabilities.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -88,6 +94,7 @@ class Teachers:
     def __init__(self, device: torch.device) -> None:
         self.device = device
         self._models: dict[str, ModelTeacher] = {}
+        self._average: ModelTeacher | None = None
 
     def scorer(self, settings: TeacherSettings, student: CausalLM) -> TeacherScorer:
         """The teacher ``settings`` name, for a job of ``student`` (the component's model, at
@@ -97,6 +104,12 @@ class Teachers:
         """
         if settings.base_url is not None:
             return EngineTeacher(settings)
+        if settings.update_rate is not None:
+            if self._average is None:
+                self._average = ModelTeacher(
+                    copy.deepcopy(student), self.device, sampling_temperature=True
+                )
+            return self._average
         if settings.model_path is None:
             return ModelTeacher(student, self.device, sampling_temperature=True)
         teacher = self._models.get(settings.model_path)
@@ -112,6 +125,18 @@ class Teachers:
             model.module.to(self.device)
             teacher = self._models[settings.model_path] = ModelTeacher(model, self.device)
         return teacher
+
+    def after_job(self, settings: TeacherSettings, student: CausalLM, *, stepped: bool) -> None:
+        """Move the moving-average teacher ``update_rate`` of the way toward ``student`` once a
+        job whose optimizer ``stepped`` ended: ``teacher = (1 - rate) * teacher + rate *
+        student``, parameter by parameter (a job that moved no weight leaves it)."""
+        rate = settings.update_rate
+        if rate is None or not stepped or self._average is None or rate == 0.0:
+            return
+        teacher = self._average.model.module
+        with torch.no_grad():
+            for mine, theirs in zip(teacher.parameters(), student.module.parameters(), strict=True):
+                mine.mul_(1.0 - rate).add_(theirs.to(mine.device), alpha=rate)
 
 
 def distillation_rows(

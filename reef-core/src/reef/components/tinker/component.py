@@ -290,6 +290,14 @@ class TinkerComponent:
                 "teacher (the student itself at the job's start weights), or train with the "
                 "local component",
             )
+        if job.distillation is not None and job.distillation.teacher.update_rate is not None:
+            raise PluginConfigError(
+                type(self).__name__,
+                "$.parameters.distillation.teacher.update_rate",
+                "Tinker keeps the student's weights on its service, so this component cannot "
+                "keep a moving average of them as the teacher: leave update_rate out (the "
+                "student at the job's start weights) or train with the local component",
+            )
         return self.jobs.submit(data.id, lambda: self._run(data, job))
 
     def poll(self, handle: JobHandle) -> JobOutcome | None:
