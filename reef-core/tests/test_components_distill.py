@@ -233,6 +233,44 @@ def test_ppo_clips_the_ratio_as_openclaw_rl_trains(ratio: float, advantage: floa
     assert (float(logprobs.grad.abs().sum()) == 0.0) == beyond
 
 
+@given(
+    ratios=st.lists(st.floats(0.05, 6.0), min_size=1, max_size=6),
+    advantages=st.lists(st.floats(-2.0, 2.0), min_size=6, max_size=6),
+    is_clip=st.floats(0.5, 4.0),
+)
+def test_a_truncated_ratio_weighs_the_gradient_as_sdpos_is_clip(
+    ratios: list[float], advantages: list[float], is_clip: float
+) -> None:
+    """lasgroup/SDPO compute_self_distillation_loss: per-token loss times exp(log p - log q)
+    clamped at is_clip, the weight detached; so d loss / d log p = -min(ratio, is_clip) * A,
+    written here from that, not from Reef's code. Under the clip it is the plain loss's."""
+    n = len(ratios)
+    start = torch.zeros(1, n, dtype=torch.float64)
+    values = torch.log(torch.tensor([ratios], dtype=torch.float64))
+    per_token = torch.tensor([advantages[:n]], dtype=torch.float64)
+    mask = torch.ones(1, n, dtype=torch.float64)
+
+    def gradient(clip: float | None) -> list[float]:
+        logprobs = values.clone().requires_grad_(True)
+        loss = batch_loss(
+            "importance_sampling",
+            logprobs,
+            mask,
+            start_logprobs=start,
+            advantages=per_token,
+            is_clip=clip,
+        )
+        loss.backward()
+        assert logprobs.grad is not None
+        return logprobs.grad[0].tolist()
+
+    expected = [-min(r, is_clip) * a for r, a in zip(ratios, advantages, strict=False)]
+    assert gradient(is_clip) == pytest.approx(expected, rel=1e-9, abs=1e-12)
+    plain = [-r * a for r, a in zip(ratios, advantages, strict=False)]
+    assert gradient(1e9) == pytest.approx(plain, rel=1e-9, abs=1e-12)
+    assert gradient(None) == pytest.approx(plain, rel=1e-9, abs=1e-12)
+
+
 def test_per_token_advantages_weight_each_token() -> None:
     logprobs = torch.zeros(1, 3, requires_grad=True)
     mask = torch.tensor([[0.0, 1.0, 1.0]])
@@ -258,6 +296,8 @@ def test_per_token_advantages_weight_each_token() -> None:
         ({"distillation": {"teacher": {"update_rate": 0.1, "model_path": "m"}}}, "leave out"),
         ({"distillation": {"kl_coef": -1}}, "0 or more"),
         ({"reward_baseline": "median"}, "reward_baseline must be one of"),
+        ({"is_clip": 0}, "is_clip"),
+        ({"objective": "ppo", "is_clip": 2.0}, "clip_low and clip_high"),
     ],
 )
 def test_bad_distillation_parameters_are_refused(parameters: dict[str, Any], key: str) -> None:
@@ -449,6 +489,21 @@ def test_a_frozen_teacher_is_the_initial_weights_and_the_live_one_the_start_weig
         kls[name] = outcome.metrics["teacher_kl"]
     assert kls["live"] == 0.0
     assert kls["frozen"] != 0.0
+
+
+def test_a_truncated_ratio_trains_in_the_local_component(tmp_path: Path) -> None:
+    local = tiny_local_component(tmp_path)
+    hinted = {"messages": [{"role": "user", "content": "q? The answer is blue red."}]}
+    parameters = {
+        "objective": "importance_sampling",
+        "is_clip": 2.0,
+        "distillation": {"teacher": {}},
+    }
+    outcome = local.wait(
+        local.submit(JobData("d:0", [distil_sample("q?", "blue red", hinted)]), parameters)
+    )
+    assert outcome.event == "finished", outcome.error
+    assert outcome.metrics["optimizer_steps"] > 0
 
 
 def test_a_teacher_with_another_tokenizer_fails_the_job(tmp_path: Path) -> None:

@@ -486,6 +486,10 @@ def test_an_engine_teacher_is_asked_and_a_local_model_folder_is_refused(
     with pytest.raises(PluginConfigError, match="moving average") as refused:
         tinker.submit(data, average)
     assert refused.value.errors[0].key == "$.parameters.distillation.teacher.update_rate"
+    truncated = {"objective": "importance_sampling", "is_clip": 2.0}
+    with pytest.raises(PluginConfigError, match="truncated importance ratio") as refused:
+        tinker.submit(data, truncated)
+    assert refused.value.errors[0].key == "$.parameters.is_clip"
     # An engine no one answers at: the job fails naming it, in bounded time.
     engine = {"base_url": "http://127.0.0.1:9/v1", "timeout_seconds": 0.5, "attempts": 1}
     outcome = tinker.wait(

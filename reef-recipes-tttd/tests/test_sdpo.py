@@ -80,9 +80,12 @@ def test_the_recipe_teaches_with_the_policy_itself_mixed_by_the_weight() -> None
         SDPORecipeSettings.parse({"distillation_weight": 1.5}, plugin_class=SDPORecipe)
 
 
-def test_the_recipe_passes_the_moving_average_teachers_rate() -> None:
+def test_the_recipe_passes_the_moving_average_teachers_rate_and_the_ratio_clip() -> None:
     settings = SDPORecipeSettings.parse({"teacher_update_rate": 0.05}, plugin_class=SDPORecipe)
     parameters = SDPORecipe.job_parameters_of(settings)
     assert parameters["distillation"]["teacher"]["update_rate"] == 0.05
+    assert "is_clip" not in parameters  # the ratio as it is, unless asked
+    clipped = SDPORecipeSettings.parse({"is_clip": 2.0}, plugin_class=SDPORecipe)
+    assert SDPORecipe.job_parameters_of(clipped)["is_clip"] == 2.0
     with pytest.raises(PluginConfigError, match="must be in"):
         SDPORecipeSettings.parse({"teacher_update_rate": 2.0}, plugin_class=SDPORecipe)

@@ -96,6 +96,12 @@ class SDPORecipeSettings(PluginSettings):
         " default 0.05; 0: the frozen initial weights)",
         validator=attrs.validators.optional(_fraction),
     )
+    is_clip: float | None = config_option(
+        None,
+        help="the importance ratio truncated at this value (the authors' is_clip: 2); unset:"
+        " the ratio as it is",
+        validator=attrs.validators.optional(attrs.validators.gt(0)),
+    )
 
 
 class SDPORecipe(Recipe[SDPORecipeSettings]):
@@ -124,4 +130,10 @@ class SDPORecipe(Recipe[SDPORecipeSettings]):
             kl_coef=weight,
             reward_coef=1.0 - weight,
         )
-        return {"objective": "importance_sampling", "distillation": attrs.asdict(distillation)}
+        parameters: dict[str, Any] = {
+            "objective": "importance_sampling",
+            "distillation": attrs.asdict(distillation),
+        }
+        if settings.is_clip is not None:
+            parameters["is_clip"] = settings.is_clip
+        return parameters

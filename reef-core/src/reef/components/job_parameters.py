@@ -170,6 +170,13 @@ class JobParameters(PluginSettings):
     clip_high: float = config_option(
         0.28, help="ppo: the ratio is clipped above at 1 + clip_high", validator=_non_negative
     )
+    is_clip: float | None = config_option(
+        None,
+        help="importance_sampling: the ratio p/q as a weight truncated at this value and not "
+        "differentiated (truncated importance sampling: SDPO's is_clip, 2 in its authors' "
+        "code); unset: the ratio as it is",
+        validator=attrs.validators.optional(attrs.validators.gt(0)),
+    )
     mask_truncated: bool = config_option(
         False,
         help="train none of the tokens of a sample with a reply cut at its token limit (DAPO's "
@@ -204,6 +211,12 @@ class JobParameters(PluginSettings):
             raise ValueError(
                 "loss_aggregation token_sum_norm divides by loss_norm_tokens: set both, or neither"
             )
+        if self.is_clip is not None and self.objective != "importance_sampling":
+            raise ValueError(
+                "is_clip truncates the importance_sampling ratio: set objective to"
+                f" importance_sampling, not {self.objective} (ppo clips with clip_low and"
+                " clip_high)"
+            )
         if self.distillation is not None and self.objective not in POLICY_OBJECTIVES:
             raise ValueError(
                 "distillation trains a per-token advantage: set objective to "
@@ -230,12 +243,20 @@ class JobParameters(PluginSettings):
         if self.distillation is not None and distillation is not None:
             raise PluginConfigError(component.__name__, "$.parameters.distillation", distillation)
 
-    def refuse_loss_aggregation(self, component: type[Any]) -> None:
-        """Refuse a ``loss_aggregation`` other than ``token_mean`` (a component whose loss is
-        always its step's token mean).
+    def refuse_local_loss_options(self, component: type[Any]) -> None:
+        """Refuse the loss shapes only the ``local`` component trains: a ``loss_aggregation``
+        other than ``token_mean`` (a component whose loss is always its step's token mean), and
+        a truncated importance ratio (``is_clip``).
 
         :raises PluginConfigError: naming the parameter.
         """
+        if self.is_clip is not None:
+            raise PluginConfigError(
+                component.__name__,
+                "$.parameters.is_clip",
+                "a truncated importance ratio is not trained here; this component's "
+                "importance_sampling loss is its own (the local component trains is_clip)",
+            )
         if self.loss_aggregation != "token_mean":
             raise PluginConfigError(
                 component.__name__,

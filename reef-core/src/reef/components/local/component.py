@@ -453,6 +453,7 @@ class LocalComponent:
                     start_logprobs=_padded_rows([start[r] for r in chunk]) if start else None,
                     advantages=advantage_rows(chunk),
                     clip=(job.clip_low, job.clip_high),
+                    is_clip=job.is_clip,
                     row_weights=torch.tensor(
                         [weights.get(r, 0.0) for r in chunk], device=self.device
                     ),

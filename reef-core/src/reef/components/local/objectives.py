@@ -171,6 +171,7 @@ def batch_loss(
     advantages: torch.Tensor | None = None,
     clip: tuple[float, float] = (0.2, 0.28),
     row_weights: torch.Tensor | None = None,
+    is_clip: float | None = None,
 ) -> torch.Tensor:
     """The summed loss of a batch's trained tokens (``loss_mask`` 1) under ``objective``,
     each row's terms times its ``row_weights`` (``(batch,)``; 1 when ``None``).
@@ -180,6 +181,9 @@ def batch_loss(
     :param advantages: ``importance_sampling`` and ``ppo``: each row's advantage,
         ``(batch,)``, or each token's, the shape of ``logprobs``.
     :param clip: ``ppo``: ``(clip_low, clip_high)``.
+    :param is_clip: ``importance_sampling``: truncated importance sampling, the loss
+        ``-sg(min(ratio, is_clip)) * A * log p`` (its gradient is the plain loss's while the
+        ratio is under ``is_clip``, and ``is_clip``'s above).
     """
     weights = loss_mask if row_weights is None else loss_mask * row_weights[:, None]
     if objective == "cross_entropy":
@@ -193,6 +197,11 @@ def batch_loss(
     # Masked positions get a ratio of exactly 1 (then weight 0): a context token whose
     # probability moved far cannot overflow into inf * 0.
     ratio = torch.exp((logprobs - start_logprobs) * loss_mask)
+    if objective == "importance_sampling" and is_clip is not None:
+        # lasgroup/SDPO's is_clip (compute_self_distillation_loss): the ratio weighs the
+        # gradient of log p, at most is_clip, and is not itself differentiated.
+        truncated = torch.clamp(ratio.detach(), max=is_clip)
+        return -(truncated * per_token * logprobs * weights).sum()
     gain = ratio * per_token
     if objective == "ppo":
         low, high = clip

@@ -177,7 +177,7 @@ class SlimeComponent:
             "teacher sequence Reef renders with the teacher's context: train a distilling "
             "recipe with the local or the tinker component",
         )
-        job.refuse_loss_aggregation(type(self))
+        job.refuse_local_loss_options(type(self))
         handle = JobHandle(data.id, self._name)
         if data.id not in self._jobs and self.exchange.seq_of(data.id) is None:
             self._jobs[data.id] = self._executor.submit(self._write, data, job)

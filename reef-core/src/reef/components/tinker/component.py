@@ -279,7 +279,7 @@ class TinkerComponent:
         job.refuse_unsupported(
             type(self), ("cross_entropy", "importance_sampling", "ppo", "task_group")
         )
-        job.refuse_loss_aggregation(type(self))
+        job.refuse_local_loss_options(type(self))
         if job.distillation is not None and job.distillation.teacher.model_path is not None:
             raise PluginConfigError(
                 type(self).__name__,
