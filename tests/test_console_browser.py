@@ -546,7 +546,7 @@ def test_a_person_chooses_samples_and_trains_them(
         lambda d: (
             [
                 c.get_attribute("aria-label")[:22]
-                for c in d.find_elements(By.CSS_SELECTOR, ".chart svg")
+                for c in d.find_elements(By.CSS_SELECTOR, ".chart-row .chart svg")
             ]
             == ["Loss per job: 2 jobs, ", "Mean reward per job: 2"]
         ),
@@ -681,6 +681,7 @@ _COLOURS = (CHECKS / "text_colours.js").read_text(encoding="utf-8")
 _DRAW_CHART = (CHECKS / "draw_chart.js").read_text(encoding="utf-8")
 _DRAW_OVERVIEW = (CHECKS / "draw_overview.js").read_text(encoding="utf-8")
 _DRAW_FAILED_JOB = (CHECKS / "draw_failed_job.js").read_text(encoding="utf-8")
+_DRAW_COMPARE = (CHECKS / "draw_compare.js").read_text(encoding="utf-8")
 
 #: Every element a person can reach with Tab, as the page draws it.
 FOCUSABLE = (
@@ -1050,8 +1051,8 @@ def test_a_250_job_history_is_charted_whole_with_real_numbers(
     """250 more finished jobs in the history (written to the store as a trainer writes them),
     40 of them sending one sample alone, so without a learning signal: the charts cover every
     job from job 1 to the last, drawn in runs, the trainer card counts the jobs without a
-    signal, and the jobs table numbers the latest as the history does. Last in the module:
-    it leaves the history long."""
+    signal, and the jobs table numbers the latest as the history does. It leaves the history
+    long: the tests after it do not read the history."""
     serve, url = served
     database = open_database(url)
     try:
@@ -1197,3 +1198,71 @@ def test_the_tag_and_time_filters_find_the_calls_of_a_round(
     browser.execute_script(set_until, 1)
     click(browser, "filter-apply")
     wait_for(browser, lambda d: text_of(d, "#samples-count") == f"{GROUP} match", "the round")
+
+
+def test_the_reward_of_each_artifact_is_charted_as_the_quickstart_draws_it(
+    with_samples: ServeProcess, browser: WebDriver
+) -> None:
+    """The overview's artifact curve holds every artifact the route counts, numbered in the
+    order they first answered, each at the mean reward of the samples it answered."""
+    serve = with_samples
+    rewards = httpx.get(
+        f"{serve.base_url}/reef/scenarios/{SCENARIO}/artifact_rewards", headers=serve.headers
+    ).json()
+    assert rewards["total"] >= 1, rewards
+    assert [a["number"] for a in rewards["artifacts"]] == list(range(1, rewards["total"] + 1))
+    sign_in(browser, serve.base_url)
+    css = ".artifact-chart svg"
+    wait_for(browser, lambda d: d.find_elements(By.CSS_SELECTOR, css), "the artifact curve")
+    assert attribute_of(browser, css, "data-jobs") == str(rewards["total"])
+    label = attribute_of(browser, css, "aria-label") or ""
+    first = rewards["artifacts"][0]["mean_reward"]
+    assert label.startswith(f"Mean reward per artifact: {rewards['total']} artifacts"), label
+    assert rewards["artifacts"][0]["samples"] > 0
+    assert 0.0 <= first <= 1.0
+
+
+def test_another_scenarios_trainers_are_drawn_beside_this_ones(
+    served: tuple[ServeProcess, str], browser: WebDriver
+) -> None:
+    """With another scenario chosen beside it, each chart draws a line per trainer of both,
+    each named after its scenario; the artifact curve numbers its artifacts."""
+    serve = served[0]
+    browser.get(f"{serve.base_url}/reef/console/")
+    wait_for(browser, lambda d: d.find_element(By.ID, "token").is_displayed(), "the page")
+    status = httpx.get(f"{serve.base_url}/reef/status", headers=serve.headers).json()
+    points = [
+        {
+            "first": n, "last": n, "jobs": 1, "job_id": f"job-{n}", "ended_at": 1000.0 + n,
+            "mean": {"loss": 1 / n}, "low": {"loss": 1 / n}, "high": {"loss": 1 / n},
+            "no_signal": 0,
+        }
+        for n in (1, 2, 3)
+    ]  # fmt: skip
+    series = {
+        "scenario": SCENARIO,
+        "trainers": {"local": points},
+        "jobs": {"local": 3},
+        "no_signal": {"local": 0},
+        "metrics": ["loss"],
+    }
+    other = {**series, "scenario": "other"}
+    rewards = {
+        "scenario": SCENARIO,
+        "artifacts": [
+            {"artifact_id": "first-weights", "number": 1, "samples": 4, "mean_reward": 0.25},
+            {"artifact_id": "second-weights", "number": 2, "samples": 4, "mean_reward": 0.75},
+        ],
+        "total": 2,
+    }
+    drawn = browser.execute_async_script(
+        _DRAW_COMPARE, status["scenarios"][0], series, other, rewards
+    )
+    assert "error" not in drawn, drawn
+    assert f"{SCENARIO} · local" in drawn["caption"], drawn
+    assert "other · local" in drawn["caption"], drawn
+    assert drawn["lines"] == 2, drawn
+    assert drawn["beside"] == ["", "other"], drawn
+    assert drawn["artifacts"].startswith("Mean reward per artifact: 2 artifacts"), drawn
+    assert "artifact 1" in drawn["axis"], drawn
+    assert "artifact 2" in drawn["axis"], drawn

@@ -424,6 +424,35 @@ def test_jobs_carry_their_number_note_and_learning_signal(
     assert refused.json()["problems"][0]["field"] == "query.points"
 
 
+def test_the_artifact_curve_answers_each_artifacts_mean_reward(
+    client: TestClient, storage_database: Database
+) -> None:
+    """The route of the console's artifact curve: each artifact's samples and their mean
+    reward, the artifacts in the order they first answered; ``limit`` bounded."""
+    samples = TrainerSamples(storage_database, "support")
+    samples.register_trainer("noop", reads_uploads=True)
+    for n, (artifact, reward) in enumerate([("art-1", 0.0), ("art-1", 0.5), ("art-2", 1.0)]):
+        record = InferenceRecord(
+            f"c{n}", "support", {"messages": [{"role": "user", "content": "hi"}]}, {},
+            artifact_id=artifact,
+        )  # fmt: skip
+        trajectory = trajectory_to_json(trajectory_from_records([record], trajectory_id="t"))
+        sample = TrajectorySample(trajectory, reward=reward)
+        samples.add_record_samples(
+            "noop", [NewSample(f"s{n}", "trajectory", sample_body(sample))], [record.id]
+        )
+    answer = client.get("/reef/scenarios/support/artifact_rewards", headers=ADMIN)
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert body["total"] == 2
+    assert [
+        (a["artifact_id"], a["number"], a["samples"], a["mean_reward"]) for a in body["artifacts"]
+    ] == [("art-1", 1, 2, 0.25), ("art-2", 2, 1, 1.0)]
+    refused = client.get("/reef/scenarios/support/artifact_rewards?limit=0", headers=ADMIN)
+    assert refused.status_code == 400
+    assert "query.limit" in refused.text
+
+
 def test_no_data_route_answers_without_a_token(client: TestClient) -> None:
     """Every route the document marks with a scope refuses a call without a token (401) and one
     whose token lacks the scope (403): the console's routes are no exception."""

@@ -225,6 +225,43 @@ def test_time_and_tag_filters_ask_of_the_calls_a_sample_was_made_from(
     assert browser.count(SampleFilter(tags={"team": "a"})) == (2, True)
 
 
+def test_each_artifacts_mean_reward_in_the_order_it_first_answered(
+    storage_database: Database,
+) -> None:
+    """The quickstart's curve, from the store: each artifact's rewarded samples (a sample of
+    two artifacts counts for both, once each) and their mean reward; a sample without a reward
+    counts for none."""
+    samples = TrainerSamples(storage_database, "s")
+    samples.register_trainer("c", reads_uploads=True)
+    made = [
+        ("s1", ["art-a"], 0.0),
+        ("s2", ["art-b", "art-b"], 1.0),
+        ("s3", ["art-a"], 1.0),
+        ("s4", ["art-b", "art-c"], 0.5),
+        ("s5", ["art-d"], None),
+    ]
+    for name, artifacts, reward in made:
+        # As atif_build lists a trajectory's calls: extra.reef.records, each with its artifact.
+        listed = [{"id": f"{name}-{i}", "artifact_id": a} for i, a in enumerate(artifacts)]
+        sample = TrajectorySample(
+            {"steps": [], "extra": {"reef": {"records": listed}}}, reward=reward
+        )
+        samples.add_record_samples(
+            "c", [NewSample(name, "trajectory", sample_body(sample))], [r["id"] for r in listed]
+        )
+    browser = SampleBrowser(storage_database, "s")
+    found, total = browser.artifact_rewards(limit=10)
+    assert total == 3
+    assert [(a.artifact_id, a.number, a.samples, a.mean_reward) for a in found] == [
+        ("art-a", 1, 2, 0.5),
+        ("art-b", 2, 2, 0.75),
+        ("art-c", 3, 1, 0.5),
+    ]
+    last, _ = browser.artifact_rewards(limit=2)
+    assert [a.artifact_id for a in last] == ["art-b", "art-c"]
+    assert SampleBrowser(storage_database, "other").artifact_rewards(limit=10) == ([], 0)
+
+
 def test_reward_order_pages_both_ways_without_a_skip_or_a_repeat(
     storage_database: Database,
 ) -> None:

@@ -29,6 +29,7 @@ from reef.core.converters import describe, split_described, strict_converter
 from reef.pipeline_context import TrainingMode
 from reef.server.errors import ApiError, ErrorBody, ErrorDetail
 from reef.server.names import valid_name
+from reef.storage.browse import ArtifactReward
 from reef.storage.labels import SampleLabel
 
 JSONObject = dict[str, Any]
@@ -748,6 +749,29 @@ class JobSeries:
     jobs: Mapping[str, int]
     no_signal: Mapping[str, int]
     metrics: tuple[str, ...]
+
+
+@attrs.frozen
+class ArtifactRewardsQuery:
+    """The query of ``GET /reef/scenarios/{scenario}/artifact_rewards``.
+
+    :ivar limit: the most artifacts, the last to answer first (1 to 2000).
+    """
+
+    limit: int = attrs.field(
+        default=500, validator=[attrs.validators.ge(1), attrs.validators.le(2000)]
+    )
+
+
+@attrs.frozen
+class ArtifactRewards:
+    """The mean reward of the samples each artifact answered a call of, the artifacts in the
+    order they first answered (the quickstart's curve): the last ``limit`` of them, and how
+    many there are (``total``)."""
+
+    scenario: str
+    artifacts: tuple[ArtifactReward, ...]
+    total: int
 
 
 @attrs.frozen

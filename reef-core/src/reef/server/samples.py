@@ -18,6 +18,8 @@ from reef.core.job_data import SampleFormatError, sample_from_body, sample_rewar
 from reef.core.records import InferenceRecord, Report
 from reef.server.bodies import (
     QUERY_ROOT,
+    ArtifactRewards,
+    ArtifactRewardsQuery,
     RecordSource,
     Relabel,
     ReportSource,
@@ -361,6 +363,19 @@ async def relabel(request: Request) -> Response:
     return answer(await anyio.to_thread.run_sync(_relabel, scenario, asked, who))
 
 
+async def artifact_rewards(request: Request) -> Response:
+    """``GET /reef/scenarios/{scenario}/artifact_rewards``: each artifact's mean reward."""
+    service = service_of(request)
+    _, scenario = service.authorised(request, "admin")
+    query = read_query(request, ArtifactRewardsQuery)
+
+    def read() -> ArtifactRewards:
+        found, total = scenario.browser.artifact_rewards(limit=query.limit)
+        return ArtifactRewards(scenario.name, tuple(found), total)
+
+    return answer(await anyio.to_thread.run_sync(read))
+
+
 #: The sample routes.
 ROUTES: Final = (
     ApiRoute(
@@ -390,5 +405,15 @@ ROUTES: Final = (
         Relabel,
         {200: SampleLabel},
         "admin",
+    ),
+    ApiRoute(
+        "GET",
+        "/reef/scenarios/{scenario}/artifact_rewards",
+        "each artifact's mean reward over the samples it answered, in the order it first answered",
+        artifact_rewards,
+        None,
+        {200: ArtifactRewards},
+        "admin",
+        query=ArtifactRewardsQuery,
     ),
 )

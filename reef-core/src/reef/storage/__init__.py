@@ -21,7 +21,13 @@ of each scenario on it:
 See ``docs/storage.md`` for the tables, transactions and durability choices.
 """
 
-from reef.storage.browse import BrowsedSample, BrowseKey, SampleBrowser, SampleFilter
+from reef.storage.browse import (
+    ArtifactReward,
+    BrowsedSample,
+    BrowseKey,
+    SampleBrowser,
+    SampleFilter,
+)
 from reef.storage.database import Database, open_database
 from reef.storage.drops import DropCounters
 from reef.storage.errors import (
@@ -45,6 +51,7 @@ from reef.storage.trainer_state import TrainerState
 
 __all__ = [
     "ArtifactEvaluations",
+    "ArtifactReward",
     "BrowseKey",
     "BrowsedSample",
     "ConflictError",

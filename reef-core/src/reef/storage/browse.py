@@ -39,6 +39,7 @@ from sqlalchemy import (
     literal,
     or_,
     select,
+    true,
     tuple_,
 )
 from sqlalchemy.dialects.postgresql import JSONB
@@ -54,7 +55,14 @@ from reef.storage.samples import StoredSample, TrainerSamples
 from reef.storage.stale_samples import StaleSamples, stale_samples
 from reef.storage.tables import instructions, manual_buffer, records, sample_trains, samples
 
-__all__ = ["COUNT_LIMIT", "BrowseKey", "BrowsedSample", "SampleBrowser", "SampleFilter"]
+__all__ = [
+    "COUNT_LIMIT",
+    "ArtifactReward",
+    "BrowseKey",
+    "BrowsedSample",
+    "SampleBrowser",
+    "SampleFilter",
+]
 
 #: The most matches :meth:`SampleBrowser.count` counts; beyond, it says "more than this".
 COUNT_LIMIT: Final = 10_000
@@ -170,6 +178,23 @@ class SampleFilter:
     since: float | None = None
     until: float | None = None
     tags: Mapping[str, str] = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class ArtifactReward:
+    """The rewarded samples one artifact answered a call of.
+
+    :ivar artifact_id: the artifact (a set of weights).
+    :ivar number: its place among the scenario's artifacts, in the order they first answered a
+        call of a stored sample (1: the first).
+    :ivar samples: how many samples with a reward it answered a call of.
+    :ivar mean_reward: their mean reward.
+    """
+
+    artifact_id: str
+    number: int
+    samples: int
+    mean_reward: float
 
 
 @attrs.frozen
@@ -392,6 +417,48 @@ class SampleBrowser:
                 found = found.where(trainer == where.trainer)
             conditions.append(found.exists() if wanted else ~found.exists())
         return conditions
+
+    def artifact_rewards(self, *, limit: int) -> tuple[list[ArtifactReward], int]:
+        """The mean reward of the samples each artifact answered a call of (their trajectory's
+        ``extra.reef.records``), the artifacts in the order they first answered: the last
+        ``limit`` of them, and how many there are. One aggregate query over the scenario's
+        rewarded trajectory samples: a scan, so the console asks it only when a job ended."""
+        if self._database.dialect == "postgresql":
+            listed = cast(samples.c.body, JSONB)["trajectory"]["extra"]["reef"]["records"]
+            safe = case((func.jsonb_typeof(listed) == "array", listed), else_=None)
+            calls = func.jsonb_array_elements(safe).table_valued("value").alias("calls")
+            artifact: ColumnElement[Any] = func.jsonb_extract_path_text(calls.c.value, "artifact_id")
+        else:
+            path = "$.trajectory.extra.reef.records"
+            calls = func.json_each(samples.c.body, path).table_valued("value").alias("calls")
+            artifact = func.json_extract(calls.c.value, "$.artifact_id")
+        reward = _reward()
+        pairs = (
+            select(samples.c.seq, artifact.label("artifact"), reward.label("reward"))
+            .select_from(samples.join(calls, true()))  # each sample with each of its calls
+            .where(
+                samples.c.scenario == self.scenario,
+                samples.c.kind == "trajectory",
+                samples.c.removed.is_(False),
+                reward.is_not(None),
+                artifact.is_not(None),
+            )
+            .distinct()
+            .subquery()
+        )
+        first = func.min(pairs.c.seq)
+        query = (
+            select(pairs.c.artifact, func.count(), func.avg(pairs.c.reward), first)
+            .group_by(pairs.c.artifact)
+            .order_by(first)
+        )
+        with self._database.read() as connection:
+            rows = list(connection.execute(query))
+        found = [
+            ArtifactReward(str(a), n, int(count), float(mean))
+            for n, (a, count, mean, _) in enumerate(rows, 1)
+        ]
+        return found[-limit:], len(found)
 
     def _made_from_a_call(self, *conditions: ColumnElement[bool]) -> ColumnElement[bool]:
         """Whether a call the sample was made from (an id of its ``source_record_ids``) meets

@@ -88,6 +88,7 @@ export const api = {
     call("GET", `${scenarioPath(scenario)}/samples${query(parameters)}`),
   job: (scenario, trainer, id) =>
     call("GET", `${scenarioPath(scenario)}/jobs/${encodeURIComponent(trainer)}/${encodeURIComponent(id)}`),
+  artifactRewards: (scenario) => call("GET", `${scenarioPath(scenario)}/artifact_rewards${query({ limit: 500 })}`),
   series: (scenario, points) => call("GET", `${scenarioPath(scenario)}/job_series${query({ points })}`),
   sample: (scenario, id) =>
     call("GET", `${scenarioPath(scenario)}/samples/${encodeURIComponent(id)}`),

@@ -29,6 +29,9 @@ const state = {
   job: null,
   series: null,
   seriesFor: null, // the jobs ended when the series was read
+  rewards: null, // each artifact's mean reward, read with the series
+  compared: null, // the series of the scenario charted beside, read when its jobs ended
+  comparedFor: null,
   charting: new Charting(),
   browsing: new Browsing(),
   drawn: {}, // what each section shows now, to redraw only what changed
@@ -48,6 +51,10 @@ function readLocation() {
     state.drawn = {};
     state.series = null;
     state.seriesFor = null;
+    state.rewards = null;
+    state.compared = null;
+    state.comparedFor = null;
+    state.charting.compare = "";
   }
   state.scenario = scenario;
   state.openId = openId;
@@ -130,19 +137,27 @@ async function refresh() {
     // the trainers' counts moved, or the latest jobs read last time changed.
     const latest = state.jobs.map((j) => [j.job_id, j.event]);
     const ended = JSON.stringify([current().trainers.map((t) => t.jobs_ended), latest]);
-    const [jobs, page, buffers, detail, job, series] = await Promise.all([
+    const beside = names.includes(state.charting.compare) ? state.charting.compare : "";
+    const besideEnded = beside ? JSON.stringify([beside, state.status.scenarios.find((s) => s.scenario === beside).trainers.map((t) => t.jobs_ended)]) : null;
+    const fresh = state.seriesFor !== ended;
+    const [jobs, page, buffers, detail, job, series, rewards, compared] = await Promise.all([
       api.jobs(name, { limit: 12 }),
       api.samples(name, browsing.parameters()),
       api.buffer(name),
       state.openId ? api.sample(name, state.openId).catch((e) => e) : null,
       state.openJob ? api.job(name, ...state.openJob).catch((e) => e) : null,
-      state.seriesFor === ended ? state.series : api.series(name, CHART_POINTS),
+      fresh ? api.series(name, CHART_POINTS) : state.series,
+      fresh || !state.rewards ? api.artifactRewards(name) : state.rewards,
+      !beside ? null : state.comparedFor === besideEnded ? state.compared : api.series(beside, CHART_POINTS),
     ]);
     state.jobs = jobs.jobs;
     state.page = page;
     state.buffers = buffers;
     state.series = series;
     state.seriesFor = ended;
+    state.rewards = rewards;
+    state.compared = compared;
+    state.comparedFor = besideEnded;
     browsing.counted(page, asked);
     browsing.cursor = Math.min(browsing.cursor, Math.max(0, page.samples.length - 1));
     browsing.saw(page.samples);
@@ -223,7 +238,9 @@ function draw() {
   // (tick), so that the overview is redrawn only when what it shows changed.
   const steady = { ...scenario, trainers: scenario.trainers.map((t) => ({ ...t, snapshot_at: null })) };
   const charting = state.charting;
-  section("overview", [steady, state.series, charting.choice()], () => overview(scenario, state.series, charting, actions));
+  const others = state.status.scenarios.map((s) => s.scenario).filter((n) => n !== state.scenario);
+  const charted = { others, compared: charting.compare ? state.compared : null, rewards: state.rewards };
+  section("overview", [steady, state.series, charting.choice(), charted], () => overview(scenario, state.series, charting, actions, charted));
   section("jobs", [state.jobs, state.series && state.series.jobs], () => jobsTable(state.jobs, state.series, actions));
   const browsing = state.browsing;
   section(
@@ -384,7 +401,8 @@ const actions = {
   },
   chart: (name, value) => {
     state.charting.set(name, value);
-    draw();
+    if (name === "compare") refresh(); // the other scenario's series is read first
+    else draw();
   },
   openJob: async (trainer, id) => {
     go(state.scenario, null, [trainer, id]);

@@ -47,16 +47,18 @@ const usable = (value) => typeof value === "number" && Number.isFinite(value);
  * A chart titled `title` of `lines` ([{name, points: [{x: job number, t: wall time, y, low,
  * high, first, last, label: job id}]}]), against the job number (`options.x` "job") or the
  * wall time ("time"), smoothed by `options.smoothing`. Points without a number are left out;
- * with none left, the chart says so instead of drawing an empty frame.
+ * with none left, the chart says so (`options.empty`) instead of drawing an empty frame.
+ * `options.unit` names what the x axis counts ("job" unless told: "artifact").
  */
 export function lineChart(title, lines, options = {}) {
   const axis = options.x === "time" ? "t" : "x";
+  const unit = options.unit || "job";
   const drawn = lines
     .map((line, index) => ({ ...line, index, points: line.points.filter((p) => usable(p.y) && usable(p[axis])) }))
     .filter((line) => line.points.length > 0);
   const heading = h("h3", { class: "chart-title" }, title);
   if (drawn.length === 0) {
-    return h("figure", { class: "chart" }, heading, h("p", { class: "empty" }, "No job has reported it yet."));
+    return h("figure", { class: "chart" }, heading, h("p", { class: "empty" }, options.empty || "No job has reported it yet."));
   }
   for (const line of drawn) line.smoothed = smooth(line.points.map((p) => p.y), options.smoothing || 0);
   const all = drawn.flatMap((line) => line.points);
@@ -78,8 +80,8 @@ export function lineChart(title, lines, options = {}) {
   // One point sits in the middle; more spread over the width.
   const px = (x) => left + (lastX === first ? 0.5 : (x - first) / (lastX - first)) * plotW;
   const py = (y) => PAD.top + (1 - (y - low) / (high - low)) * plotH;
-  const xLabel = (x) => (axis === "t" ? timeLabel(x, lastX - first) : `job ${x}`);
-  const jobs = (p) => (p.first !== undefined && p.first !== p.last ? `jobs ${p.first}–${p.last}` : `job ${p.x}`);
+  const xLabel = (x) => (axis === "t" ? timeLabel(x, lastX - first) : `${unit} ${x}`);
+  const jobs = (p) => (p.first !== undefined && p.first !== p.last ? `${unit}s ${p.first}–${p.last}` : `${unit} ${p.x}`);
   const shape = (line) => {
     const parts = [];
     const banded = line.points.some((p) => usable(p.low) && usable(p.high) && p.low !== p.high);
@@ -106,7 +108,7 @@ export function lineChart(title, lines, options = {}) {
     const end = line.points[line.points.length - 1];
     return `${line.name} last ${number(end.y)} (${jobs(end)})`;
   });
-  const summary = `${title}: ${count} jobs, ${ends.join("; ")}, lowest ${number(Math.min(...ys))}, highest ${number(Math.max(...ys))}`;
+  const summary = `${title}: ${count} ${unit}s, ${ends.join("; ")}, lowest ${number(Math.min(...ys))}, highest ${number(Math.max(...ys))}`;
   const svg = h(
     "svg:svg",
     { viewBox: `0 0 ${WIDTH} ${HEIGHT}`, class: "chart-svg", role: "img", "aria-label": summary, "data-jobs": count },

@@ -7,22 +7,25 @@ import { lineChart } from "./charts.js";
 import { facts, h } from "./dom.js";
 import { REASONS, ago, number, short, when } from "./format.js";
 
-/** What the charts show: a metric in each of two charts, the x axis, the smoothing. */
+/** What the charts show: a metric in each of two charts, the x axis, the smoothing, and the
+ * other scenario whose trainers are drawn beside this one's ("" for none). */
 export class Charting {
   constructor() {
     this.metrics = ["loss", "reward_mean"];
     this.x = "job";
     this.smoothing = 0;
+    this.compare = "";
   }
 
   choice() {
-    return [this.metrics, this.x, this.smoothing];
+    return [this.metrics, this.x, this.smoothing, this.compare];
   }
 
   set(name, value) {
     if (name.startsWith("metric-")) this.metrics[Number(name.slice(7))] = value;
     else if (name === "x") this.x = value;
     else if (name === "smoothing") this.smoothing = Number(value);
+    else if (name === "compare") this.compare = value;
   }
 }
 
@@ -39,15 +42,38 @@ function chartSelect(id, label, value, options, onchange) {
   );
 }
 
-/** The charts of `series` (GET .../job_series) as `charting` says, with their controls. */
-function charts(series, charting, actions) {
+/** One chart line per trainer of `series`, named after its scenario too when `named`. */
+function trainerLines(series, metric, named) {
+  return Object.entries(series.trainers).map(([trainer, points]) => ({
+    name: named ? `${series.scenario} · ${trainer}` : trainer,
+    points: points.map((p) => ({ x: p.last, t: p.ended_at, y: p.mean[metric], low: p.low[metric], high: p.high[metric], first: p.first, last: p.last, label: p.job_id })),
+  }));
+}
+
+/** The quickstart's curve: each artifact's mean reward (GET .../artifact_rewards), in the
+ * order the artifacts first answered. */
+function artifactChart(rewards) {
+  const points = rewards.artifacts.map((a) => ({ x: a.number, y: a.mean_reward, label: a.artifact_id }));
+  const chart = lineChart("Mean reward per artifact", [{ name: "artifacts", points }], {
+    unit: "artifact",
+    empty: "No sample with a reward names the artifact that answered it yet.",
+  });
+  const shown = rewards.artifacts.length;
+  const more = rewards.total > shown ? ` (the last ${number(shown)} of ${number(rewards.total)})` : "";
+  return h("div", { class: "artifact-chart" }, chart, h("p", { class: "hint" }, `Each artifact (a set of weights, numbered as they first answered) with the mean reward of the samples whose calls it answered${more}.`));
+}
+
+/** The charts of `series` (GET .../job_series) as `charting` says, with their controls;
+ * `others` the other scenarios the token sees, `compared` the series of the one chosen to
+ * draw beside it, `rewards` each artifact's mean reward. */
+function charts(series, charting, actions, others, compared, rewards) {
   if (!series) return [];
-  const names = series.metrics.length ? series.metrics : ["loss"];
-  const lines = (metric) =>
-    Object.entries(series.trainers).map(([trainer, points]) => ({
-      name: trainer,
-      points: points.map((p) => ({ x: p.last, t: p.ended_at, y: p.mean[metric], low: p.low[metric], high: p.high[metric], first: p.first, last: p.last, label: p.job_id })),
-    }));
+  const names = [...new Set([...series.metrics, ...(compared ? compared.metrics : [])])];
+  if (!names.length) names.push("loss");
+  const lines = (metric) => [
+    ...trainerLines(series, metric, Boolean(compared)),
+    ...(compared ? trainerLines(compared, metric, true) : []),
+  ];
   const total = Object.values(series.jobs).reduce((n, c) => n + c, 0);
   const controls = h(
     "div",
@@ -57,6 +83,9 @@ function charts(series, charting, actions) {
     ),
     chartSelect("chart-x", "Against", charting.x, [["job", "job number"], ["time", "wall time"]], (v) => actions.chart("x", v)),
     chartSelect("chart-smoothing", "Smoothing", charting.smoothing, [[0, "none"], [0.6, "0.6"], [0.9, "0.9"], [0.99, "0.99"]], (v) => actions.chart("smoothing", v)),
+    others.length
+      ? chartSelect("chart-compare", "Beside", charting.compare, [["", "no other scenario"], ...others.map((n) => [n, n])], (v) => actions.chart("compare", v))
+      : null,
     h(
       "span",
       { class: "hint" },
@@ -71,15 +100,18 @@ function charts(series, charting, actions) {
       { class: "chart-row" },
       charting.metrics.map((metric) => lineChart(`${metricName(metric)} per job`, lines(metric), { x: charting.x, smoothing: charting.smoothing })),
     ),
+    rewards ? artifactChart(rewards) : null,
   ];
 }
 
 /**
  * The overview of `scenario` (an entry of GET /reef/status) with its `series` (GET
- * .../job_series) charted as `charting` says. `actions.setMode(mode)` and
- * `actions.train(note)` change it through the API; `actions.chart(name, value)` the charts.
+ * .../job_series) charted as `charting` says, beside `charted.compared` (another scenario's
+ * series, or null; `charted.others` the scenarios it may be), and `charted.rewards` (GET
+ * .../artifact_rewards). `actions.setMode(mode)` and `actions.train(note)` change it through
+ * the API; `actions.chart(name, value)` the charts.
  */
-export function overview(scenario, series, charting, actions) {
+export function overview(scenario, series, charting, actions, charted = { others: [], compared: null, rewards: null }) {
   const manual = scenario.training_mode === "manual";
   const modes = new Set(scenario.trainers.flatMap((t) => t.supported_training_modes));
   const pending = scenario.trainers.reduce((n, t) => n + (t.pending_instructions || 0), 0);
@@ -148,7 +180,7 @@ export function overview(scenario, series, charting, actions) {
       { class: "glance" },
       scenario.trainers.map((t) => trainerCard(t, series, manual)),
     ),
-    charts(series, charting, actions),
+    charts(series, charting, actions, charted.others, charted.compared, charted.rewards),
     h("div", { class: "columns" }, notTrained(scenario), lastErrors(scenario)),
   ];
 }
