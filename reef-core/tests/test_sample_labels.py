@@ -84,6 +84,7 @@ def test_a_job_trains_the_labelled_reward_and_the_stored_sample_is_unchanged(
 def test_the_labels_route_keeps_who_and_when_and_refuses_what_it_cannot_label(
     storage_database: Database, storage_url: str
 ) -> None:
+    pytest.importorskip("starlette", reason="the labels route is the service's (its server extra)")
     from starlette.testclient import TestClient
 
     from reef.testing.service import ServiceToken, auth_section, served_scenario, service_app
@@ -145,6 +146,7 @@ def test_the_labels_route_keeps_who_and_when_and_refuses_what_it_cannot_label(
 
 @pytest.mark.parametrize("value", ["1e999", "-1e999"])
 def test_a_reward_that_is_not_finite_is_refused(value: str) -> None:
+    pytest.importorskip("starlette", reason="the labels route is the service's (its server extra)")
     from reef.server.bodies import Relabel, structure
     from reef.server.errors import ApiError
 

@@ -427,7 +427,9 @@ class SampleBrowser:
             listed = cast(samples.c.body, JSONB)["trajectory"]["extra"]["reef"]["records"]
             safe = case((func.jsonb_typeof(listed) == "array", listed), else_=None)
             calls = func.jsonb_array_elements(safe).table_valued("value").alias("calls")
-            artifact: ColumnElement[Any] = func.jsonb_extract_path_text(calls.c.value, "artifact_id")
+            artifact: ColumnElement[Any] = func.jsonb_extract_path_text(
+                calls.c.value, "artifact_id"
+            )
         else:
             path = "$.trajectory.extra.reef.records"
             calls = func.json_each(samples.c.body, path).table_valued("value").alias("calls")
