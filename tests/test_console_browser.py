@@ -481,6 +481,25 @@ def test_a_person_chooses_samples_and_trains_them(
         lambda d: "trained with reward" in text_of(d, "#sample"),
         "the opened sample's job",
     )
+    # The job's page names the artifact its weights were published as.
+    deadline = time.monotonic() + 30
+    while True:
+        jobs = httpx.get(
+            f"{serve.base_url}/reef/scenarios/{SCENARIO}/jobs", headers=serve.headers
+        ).json()["jobs"]
+        made = [j for j in jobs if j["event"] == "finished"][-1]  # oldest first
+        if made["artifact_id"] is not None or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert made["artifact_id"], made
+    click(browser, f"job:{made['trainer']}:{made['job_id']}")
+
+    def names_the_artifact(d: WebDriver) -> bool:
+        codes = d.find_elements(By.CSS_SELECTOR, "#sample code")
+        return any(c.get_attribute("title") == made["artifact_id"] for c in codes)
+
+    wait_for(browser, names_the_artifact, "the artifact the job made, on its page")
+    click(browser, "close-job")
     # The trainer's card: the artifact it serves now, its buffer (in manual mode: what the
     # next TRAIN takes), its job.
     trainer = httpx.get(f"{serve.base_url}/reef/status", headers=serve.headers).json()
@@ -1132,7 +1151,7 @@ def test_the_selection_is_exported_as_a_file_in_the_format_chosen(
 
 
 def test_a_person_relabels_a_sample_and_the_label_is_kept_with_who_gave_it(
-    with_samples: ServeProcess, browser: WebDriver
+    with_samples: ServeProcess, browser: WebDriver, artifacts: Path
 ) -> None:
     """A reward typed on the opened sample becomes its label (the list marks it, the page lists
     it with the token's name and the note), and taking it back is kept too."""
@@ -1152,6 +1171,7 @@ def test_a_person_relabels_a_sample_and_the_label_is_kept_with_who_gave_it(
     assert "by admin" in line, line
     assert "the reply is right" in line, line
     wait_for(browser, lambda d: "relabelled 0.9" in text_of(d, ".samples tbody"), "the mark")
+    shot(browser, artifacts, "16-relabelled", "#samples")
     detail = httpx.get(
         f"{serve.base_url}/reef/scenarios/{SCENARIO}/samples/{sample_id}", headers=serve.headers
     ).json()
@@ -1163,7 +1183,7 @@ def test_a_person_relabels_a_sample_and_the_label_is_kept_with_who_gave_it(
 
 
 def test_the_tag_and_time_filters_find_the_calls_of_a_round(
-    with_samples: ServeProcess, browser: WebDriver
+    with_samples: ServeProcess, browser: WebDriver, artifacts: Path
 ) -> None:
     """A round sent with a tag is found by ``name=value``; a time range before it finds none
     of it, one around it finds it (this test runs last: it adds a round)."""
@@ -1182,6 +1202,7 @@ def test_the_tag_and_time_filters_find_the_calls_of_a_round(
     click(browser, "filter-tag")
     ActionChains(browser).send_keys("team=blue", Keys.ENTER).perform()
     wait_for(browser, lambda d: text_of(d, "#samples-count") == f"{GROUP} match", "the tag")
+    shot(browser, artifacts, "18-tag-filter", "#samples")
     previews = (
         "return [...document.querySelectorAll('.samples td.preview')].map((c) => c.textContent)"
     )
@@ -1201,7 +1222,7 @@ def test_the_tag_and_time_filters_find_the_calls_of_a_round(
 
 
 def test_the_reward_of_each_artifact_is_charted_as_the_quickstart_draws_it(
-    with_samples: ServeProcess, browser: WebDriver
+    with_samples: ServeProcess, browser: WebDriver, artifacts: Path
 ) -> None:
     """The overview's artifact curve holds every artifact the route counts, numbered in the
     order they first answered, each at the mean reward of the samples it answered."""
@@ -1220,6 +1241,7 @@ def test_the_reward_of_each_artifact_is_charted_as_the_quickstart_draws_it(
     assert label.startswith(f"Mean reward per artifact: {rewards['total']} artifacts"), label
     assert rewards["artifacts"][0]["samples"] > 0
     assert 0.0 <= first <= 1.0
+    shot(browser, artifacts, "17-reward-per-artifact", ".chart-controls")
 
 
 def test_another_scenarios_trainers_are_drawn_beside_this_ones(

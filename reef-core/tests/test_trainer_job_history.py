@@ -137,6 +137,7 @@ def test_the_history_keeps_each_job_its_samples_rewards_and_what_extensions_said
     assert job.metrics == {"loss": 0.25, "objective": "sft"}
     assert (job.trained, job.consumed, job.reward_mean) == (2, 4, 0.5)
     assert job.extensions == {"audit": {"epoch": 7}}
+    assert job.artifact_id == "art-0"  # what the component published once it ended
     [retired] = history.of_sample("g1-0")
     assert retired.job.job_id == job.job_id
     assert (retired.sample.trained, retired.sample.reward) == (False, None)
@@ -174,6 +175,7 @@ def test_a_job_the_component_refuses_ends_released_and_its_samples_wait(
     jobs = JobHistory(storage_database, "s").read()
     assert jobs
     assert {j.event for j in jobs} == {"released"}
+    assert {j.artifact_id for j in jobs} == {None}  # it made no weights
     assert "no room on the accelerator" in str(jobs[0].error)
     assert samples.train_counts("c", ["g1-0", "g2-0"]) == {"g1-0": 0, "g2-0": 0}
 

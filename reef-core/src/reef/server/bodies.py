@@ -651,6 +651,9 @@ class JobSummary:
     :ivar extensions: what each extension said of the job (Agent ECC: its seal's epoch).
     :ivar number: its number in the scenario's history (1: the first job submitted).
     :ivar instruction_text: the note of the TRAIN instruction it answers, if it had one.
+    :ivar artifact_id: the artifact its weights were published as (a finished job; ``None``
+        before its publication, for a job that did not finish, and for jobs ended before the
+        history kept it).
     :ivar signal: whether it had a learning signal: ``False`` when every group of the samples
         it sent trained with one reward (advantage 0 under a group-relative objective: a loss
         of 0, the weights unmoved), ``None`` when its samples carry no reward.
@@ -672,6 +675,7 @@ class JobSummary:
     number: int = 0
     instruction_text: str | None = None
     signal: bool | None = None
+    artifact_id: str | None = None
 
 
 @attrs.frozen

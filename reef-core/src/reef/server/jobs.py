@@ -68,6 +68,7 @@ def _summaries(scenario: ServedScenario, entries: Sequence[JobEntry]) -> tuple[J
             number=job.number,
             instruction_text=None if job.instruction_id is None else notes.get(job.instruction_id),
             signal=signals.get((job.trainer, job.job_id)),
+            artifact_id=job.artifact_id,
         )
         for job in entries
     )

@@ -82,6 +82,9 @@ jobs = Table(
     Column("trained", Integer, nullable=False),
     Column("consumed", Integer, nullable=False),
     Column("reward_mean", Float, nullable=True),
+    # The artifact a finished job's weights were published as (NULL until then, and for a
+    # job that did not finish).
+    Column("artifact_id", String(400), nullable=True),
     UniqueConstraint("scenario", "trainer", "job_id"),
     Index(None, "scenario", "seq"),
     sqlite_autoincrement=True,
@@ -148,6 +151,7 @@ class JobEntry:
     :ivar reward_mean: the mean reward of the trained samples that have one.
     :ivar number: its number in the scenario's history, 1 for the first job submitted (0 where
         it was not read numbered).
+    :ivar artifact_id: the artifact its weights were published as, once they were.
     """
 
     seq: int
@@ -164,6 +168,7 @@ class JobEntry:
     consumed: int
     reward_mean: float | None
     number: int = 0
+    artifact_id: str | None = None
 
 
 @attrs.frozen
@@ -272,6 +277,13 @@ class JobHistory:
         connection.execute(update(jobs).where(*self._job(trainer, job_id)).values(**values))
         sent = connection.execute(select(jobs.c.trained).where(*self._job(trainer, job_id)))
         return int(sent.scalar_one())
+
+    def published(self, trainer: str, job_id: str, artifact_id: str) -> None:
+        """Note the artifact a finished job's weights were published as."""
+        with self._database.write() as connection:
+            connection.execute(
+                update(jobs).where(*self._job(trainer, job_id)).values(artifact_id=artifact_id)
+            )
 
     def released(self, trainer: str, job_id: str, reason: str) -> None:
         """Note that a job's data went back to the buffer before the component trained it."""
@@ -420,4 +432,5 @@ def _entry(row: Any) -> JobEntry:
         consumed=row.consumed,
         reward_mean=row.reward_mean,
         number=int(getattr(row, "number", 0) or 0),
+        artifact_id=row.artifact_id,
     )

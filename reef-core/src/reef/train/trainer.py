@@ -395,6 +395,8 @@ class Trainer:
                         outcome = component.poll(JobHandle(running.job_id, component.name))
                         if outcome is not None:
                             serving = self._end_job(pipeline, component, outcome)
+                            if outcome.event == "finished":  # the weights it made
+                                history.published(self.name, outcome.job_id, serving)
                             self._note_served(serving)
                             tracked.job_ended(outcome, serving)
                             running = None

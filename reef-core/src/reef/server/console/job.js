@@ -36,7 +36,7 @@ export function jobView(detail, actions) {
       ["TRAIN instruction", j.instruction_id ? `${j.instruction_id}${j.instruction_text ? ` · “${j.instruction_text}”` : " · no note"}` : "none (an automatic job)"],
       ["Submitted", when(j.submitted_at)],
       ["Ended", when(j.ended_at)],
-      ["Artifact made", "not in the job history: the trainer publishes after the job ends (see the served artifact above)"],
+      ["Artifact made", j.artifact_id ? h("code", { title: j.artifact_id }, short(j.artifact_id, 40)) : j.event === "finished" ? "not published yet (or before the history kept it)" : "none: only a finished job makes weights"],
     ]),
     h(
       "div",

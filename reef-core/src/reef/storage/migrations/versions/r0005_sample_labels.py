@@ -1,4 +1,4 @@
-"""Rewards people gave samples, kept as an audit trail.
+"""Rewards people gave samples, kept as an audit trail; the artifact each job made.
 
 Revision ID: 0005
 Revises: 0004
@@ -43,8 +43,13 @@ def upgrade() -> None:
             unique=False,
         )
 
+    with op.batch_alter_table("reef_jobs", schema=None) as batch_op:
+        batch_op.add_column(sa.Column("artifact_id", sa.String(length=400), nullable=True))
+
 
 def downgrade() -> None:
+    with op.batch_alter_table("reef_jobs", schema=None) as batch_op:
+        batch_op.drop_column("artifact_id")
     with op.batch_alter_table("reef_sample_labels", schema=None) as batch_op:
         batch_op.drop_index(batch_op.f("ix_reef_sample_labels_scenario_sample_id_seq"))
     op.drop_table("reef_sample_labels")
