@@ -60,7 +60,8 @@ function artifactChart(rewards) {
   });
   const shown = rewards.artifacts.length;
   const more = rewards.total > shown ? ` (the last ${number(shown)} of ${number(rewards.total)})` : "";
-  return h("div", { class: "artifact-chart" }, chart, h("p", { class: "hint" }, `Each artifact (a set of weights, numbered as they first answered) with the mean reward of the samples whose calls it answered${more}.`));
+  const hint = h("p", { class: "hint" }, `Each artifact (a set of weights, numbered as they first answered) with the mean reward of the samples whose calls it answered${more}.`);
+  return h("div", { class: "chart-row artifact-chart" }, chart, hint);
 }
 
 /** The charts of `series` (GET .../job_series) as `charting` says, with their controls;
