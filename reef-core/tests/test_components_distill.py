@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import threading
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -291,6 +293,8 @@ def test_per_token_advantages_weight_each_token() -> None:
         ({"objective": "cross_entropy", "distillation": {}}, "distillation trains a per-token"),
         ({"distillation": {"teacher": {"model_path": "a", "base_url": "http://b"}}}, "not both"),
         ({"distillation": {"teacher": {"model": "m"}}}, "set base_url"),
+        ({"distillation": {"teacher": {"api": "sglang"}}}, "set base_url"),
+        ({"distillation": {"teacher": {"base_url": "http://e", "api": "tgi"}}}, "api"),
         ({"distillation": {"teacher": {"update_rate": 1.5}}}, "update_rate"),
         ({"distillation": {"teacher": {"update_rate": -0.1}}}, "update_rate"),
         ({"distillation": {"teacher": {"update_rate": 0.1, "model_path": "m"}}}, "leave out"),
@@ -516,3 +520,76 @@ def test_a_teacher_with_another_tokenizer_fails_the_job(tmp_path: Path) -> None:
     outcome = local.wait(local.submit(JobData("d:0", [distil_sample("q", "a", None)]), parameters))
     assert outcome.event == "failed"
     assert "student's tokenizer" in (outcome.error or "")
+
+
+class _SGLangGenerate(BaseHTTPRequestHandler):
+    """A stand-in for SGLang's native ``POST /generate`` (sgl-project/sglang
+    ``python/sglang/srt/entrypoints/http_server.py`` ``generate_request``, fields of
+    ``managers/io_struct.py`` ``GenerateReqInput``), with ``return_logprob`` and
+    ``logprob_start_len``: ``meta_info.input_token_logprobs`` is one ``[logprob, token id,
+    text]`` per prompt position from ``logprob_start_len`` on, the first padded with ``None``
+    (``managers/scheduler_output_processor_mixin.py``: ``[None] + input_token_logprobs[:-1]``),
+    the text ``None`` without ``return_text_in_logprobs``
+    (``tokenizer_manager.py`` ``detokenize_logprob_tokens``); computed by a TinyGPT. A body
+    without ``input_ids`` or ``text`` gets SGLang's 400 (``GenerateReqInput._validate_inputs``'s
+    ValueError, answered by ``http_server.py`` ``_create_error_response``)."""
+
+    model: TinyGPTModel
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        assert self.path == "/generate"
+        ids = body.get("input_ids")
+        if ids is None and body.get("text") is None:
+            problem = "Either text, input_ids or input_embeds should be provided."
+            self._answer(400, {"error": {"message": problem}})  # http_server._create_error_response
+            return
+        start = body.get("logprob_start_len", -1)
+        with torch.no_grad():
+            logits = type(self).model.logits(torch.tensor([ids]), None)[0].log_softmax(-1)
+        values: list[Any] = [None] + [float(logits[j - 1, ids[j]]) for j in range(1, len(ids))]
+        entries = [[values[j], ids[j], None] for j in range(max(start, 0), len(ids))]
+        meta: dict[str, Any] = {"prompt_tokens": len(ids), "completion_tokens": 1}
+        if body.get("return_logprob"):
+            meta["input_token_logprobs"] = entries
+            meta["output_token_logprobs"] = [[-0.1, 0, None]]
+        self._answer(200, {"text": "x", "output_ids": [0], "meta_info": meta})
+
+    def _answer(self, status: int, body: dict[str, Any]) -> None:
+        payload = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, *args: Any) -> None:
+        del args
+
+
+def test_an_sglang_teacher_reads_input_token_logprobs() -> None:
+    """The engine teacher over SGLang's native API scores the student's tokens as the same
+    model run locally does; a base_url ending in /v1 (a chat client's) names the same server."""
+    handler = type("SGLang", (_SGLangGenerate,), {"model": tiny_model(5)})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        sequence = _teacher_sequence()
+        (local,) = ModelTeacher(handler.model, torch.device("cpu")).logprobs([sequence])
+        for base in ("", "/v1"):
+            url = f"http://127.0.0.1:{server.server_address[1]}{base}"
+            settings = TeacherSettings(base_url=url, api="sglang", timeout_seconds=5)
+            (values,) = EngineTeacher(settings).logprobs([sequence])
+            assert values == pytest.approx(local, abs=1e-5)
+        refused = urllib.request.Request(
+            f"http://127.0.0.1:{server.server_address[1]}/generate",
+            data=b'{"sampling_params": {}}',
+            headers={"content-type": "application/json"},
+        )
+        with pytest.raises(urllib.error.HTTPError) as answer:
+            urllib.request.urlopen(refused, timeout=5)
+        assert answer.value.code == 400
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -12,7 +12,7 @@ in any install of reef-core. What the samples of a job mean is in
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import attrs
 
@@ -68,8 +68,13 @@ class TeacherSettings(PluginSettings):
     )
     base_url: str | None = config_option(
         None,
-        help="an OpenAI-compatible engine's base URL (ending in /v1) that answers "
-        "prompt_logprobs, as vLLM does",
+        help="an engine's base URL: vLLM's OpenAI-compatible one (ending in /v1), which "
+        "answers prompt_logprobs, or with api: sglang an SGLang server's",
+    )
+    api: Literal["vllm", "sglang"] = config_option(
+        "vllm",
+        help="how the base_url engine scores a sequence: vLLM's /v1/completions with "
+        "prompt_logprobs, or SGLang's native /generate with return_logprob",
     )
     model: str | None = config_option(None, help="the engine's model name (with base_url)")
     api_key: str | None = config_option(
@@ -100,6 +105,8 @@ class TeacherSettings(PluginSettings):
             )
         if self.base_url is None and (self.model is not None or self.api_key is not None):
             raise ValueError("model and api_key name an engine's model: set base_url")
+        if self.base_url is None and self.api != "vllm":
+            raise ValueError("api names how an engine scores: set base_url")
 
 
 @attrs.frozen

@@ -57,12 +57,17 @@ def marked_values(sequence: RenderedSequence, values: Sequence[float]) -> list[f
 
 
 class EngineTeacher:
-    """A teacher behind an OpenAI-compatible engine that returns prompt log probabilities.
+    """A teacher behind an engine that returns the log probabilities of a prompt's tokens.
 
-    Each teacher sequence is one ``POST {base_url}/completions`` with ``prompt`` the token ids,
-    ``max_tokens: 1`` and ``prompt_logprobs: 0``; the answer's ``choices[0].prompt_logprobs``
-    holds, for each prompt position after the first, the log probability of the token there
-    (keyed by its id). A call that fails or times out is tried again, up to ``attempts``.
+    vLLM (``api: vllm``): each teacher sequence is one ``POST {base_url}/completions`` with
+    ``prompt`` the token ids, ``max_tokens: 1`` and ``prompt_logprobs: 0``; the answer's
+    ``choices[0].prompt_logprobs`` holds, for each prompt position after the first, the log
+    probability of the token there (keyed by its id). SGLang (``api: sglang``): one ``POST
+    {server}/generate`` (the native API; a ``/v1`` ending of ``base_url`` is dropped) with
+    ``input_ids``, ``return_logprob`` and ``logprob_start_len: 0``; the answer's
+    ``meta_info.input_token_logprobs`` holds ``[logprob, token id, text]`` for every prompt
+    position, the first ``[null, ...]`` (``scheduler_output_processor_mixin.py`` pads it so).
+    A call that fails or times out is tried again, up to ``attempts``.
 
     :param settings: the teacher's settings (``base_url`` set).
     """
@@ -71,7 +76,11 @@ class EngineTeacher:
         if settings.base_url is None:
             raise ValueError("an engine teacher needs a base_url")
         self.settings = settings
-        self.url = settings.base_url.rstrip("/") + "/completions"
+        base = settings.base_url.rstrip("/")
+        if settings.api == "sglang":
+            self.url = base.removesuffix("/v1") + "/generate"
+        else:
+            self.url = base + "/completions"
 
     def _post(self, body: dict[str, Any]) -> dict[str, Any]:
         headers = {"content-type": "application/json"}
@@ -105,6 +114,8 @@ class EngineTeacher:
 
     def _score(self, sequence: RenderedSequence) -> list[float]:
         ids = list(sequence.token_ids)
+        if self.settings.api == "sglang":
+            return marked_values(sequence, self._sglang_values(ids))
         body: dict[str, Any] = {
             "prompt": ids,
             "max_tokens": 1,
@@ -135,6 +146,35 @@ class EngineTeacher:
                 )
             values.append(float(value))
         return marked_values(sequence, values)
+
+    def _sglang_values(self, ids: list[int]) -> list[float]:
+        """The log probability of each token of ``ids`` after the first, from SGLang."""
+        body: dict[str, Any] = {
+            "input_ids": ids,
+            "sampling_params": {"max_new_tokens": 1, "temperature": 0.0},
+            "return_logprob": True,
+            "logprob_start_len": 0,
+        }
+        answer = self._post(body)
+        meta = answer.get("meta_info")
+        entries = meta.get("input_token_logprobs") if isinstance(meta, dict) else None
+        if not isinstance(entries, list) or len(entries) != len(ids):
+            raise TeacherError(
+                f"the teacher engine at {self.url} returned no input_token_logprobs for the "
+                f"{len(ids)} prompt tokens: it must answer return_logprob (SGLang does)"
+            )
+        values: list[float] = []
+        for position in range(1, len(ids)):
+            entry = entries[position]
+            named = isinstance(entry, list) and len(entry) >= 2 and entry[1] == ids[position]
+            value = entry[0] if named else None
+            if not isinstance(value, int | float):
+                raise TeacherError(
+                    f"the teacher engine's input_token_logprobs[{position}] is not token "
+                    f"{ids[position]}'s log probability: {entry!r}"
+                )
+            values.append(float(value))
+        return values
 
     def logprobs(self, samples: Sequence[RenderedSample]) -> list[list[float]]:
         """See :class:`TeacherScorer`; one engine call per sequence."""
