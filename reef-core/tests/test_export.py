@@ -5,6 +5,7 @@ uploaded trajectories, round trip equal. On SQLite (and PostgreSQL with REEF_TES
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -256,6 +257,16 @@ def test_the_admin_route_exports_a_selection_in_its_order_or_refuses_it_whole(
         assert parquet.headers["content-disposition"].endswith('s-selection.parquet"')
         (tmp_path / "got.parquet").write_bytes(parquet.content)
         assert list(read_export(tmp_path / "got.parquet")) == expected
+
+        zipped = client.post(
+            route, json={"sample_ids": selection, "format": "hf"}, headers=admin.headers
+        )
+        assert zipped.status_code == 200, zipped.text
+        assert zipped.headers["content-type"] == "application/zip"
+        assert zipped.headers["content-disposition"].endswith('s-selection.hf.zip"')
+        (tmp_path / "got.zip").write_bytes(zipped.content)
+        shutil.unpack_archive(tmp_path / "got.zip", tmp_path / "unzipped")
+        assert list(read_export(tmp_path / "unzipped" / "s-selection")) == expected
 
         refused = client.post(
             route, json={"sample_ids": ["up", "gone", "a-task"]}, headers=admin.headers

@@ -424,7 +424,8 @@ class ExportSelection:
 
     :ivar sample_ids: the trajectory samples, by id, in the order the file holds them (1 to
         10,000).
-    :ivar format: ``jsonl`` (JSON Lines) or ``parquet`` (needs the ``export`` extra).
+    :ivar format: ``jsonl`` (JSON Lines), ``parquet``, or ``hf`` (a Hugging Face ``datasets``
+        folder, zipped); the last two need the ``export`` extra.
     """
 
     sample_ids: tuple[str, ...] = attrs.field(
@@ -434,7 +435,7 @@ class ExportSelection:
             attrs.validators.deep_iterable(_optional_text(400)),
         ]
     )
-    format: Literal["jsonl", "parquet"] = "jsonl"
+    format: Literal["jsonl", "parquet", "hf"] = "jsonl"
 
 
 @attrs.frozen

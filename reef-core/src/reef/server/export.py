@@ -254,18 +254,19 @@ def _attachment(scenario: str, suffix: str) -> dict[str, str]:
 
 async def export_selection(request: Request) -> Response:
     """``POST /reef/scenarios/{scenario}/export``: the samples of a selection, in its order, as
-    a JSON Lines or Parquet file; a selection naming a sample that is not a stored trajectory
-    is refused whole."""
+    a JSON Lines or Parquet file, or a Hugging Face ``datasets`` folder in a zip file; a
+    selection naming a sample that is not a stored trajectory is refused whole."""
     service = service_of(request)
     _, scenario = service.authorised(request, "admin")
     selection = structure(await read_json(request, service.options.max_body_bytes), ExportSelection)
-    if selection.format == "parquet" and importlib.util.find_spec("pyarrow") is None:
+    needed = _SELECTION_NEEDS.get(selection.format)
+    if needed is not None and importlib.util.find_spec(needed[0]) is None:
         raise ApiError.one(
             400,
             "invalid_request",
             "$.format",
-            "a Parquet export needs pyarrow, which this service lacks: install reef-core[export]"
-            " where it runs, or ask for jsonl",
+            f"{needed[1]} export needs {needed[0]}, which this service lacks: install"
+            " reef-core[export] where it runs, or ask for jsonl",
         )
     database, name = scenario.samples.database, scenario.name
     ids = list(dict.fromkeys(selection.sample_ids))
@@ -277,27 +278,52 @@ async def export_selection(request: Request) -> Response:
             lines, media_type="application/x-ndjson", headers=_attachment(name, "jsonl")
         )
     folder = Path(tempfile.mkdtemp(prefix="reef-selection-"))
-    output = folder / "selection.parquet"
-    try:
-        await anyio.to_thread.run_sync(
-            lambda: write_export(export_rows(database, name, sample_ids=ids), "parquet", output)
+    fmt: ExportFormat = selection.format
+
+    def write() -> Path:
+        rows = export_rows(database, name, sample_ids=ids)
+        if fmt == "parquet":
+            write_export(rows, "parquet", folder / "selection.parquet")
+            return folder / "selection.parquet"
+        # A datasets folder travels as one file: zipped, the folder at its root.
+        write_export(rows, "hf", folder / f"{name}-selection")
+        archive = shutil.make_archive(
+            str(folder / "selection"), "zip", root_dir=folder, base_dir=f"{name}-selection"
         )
+        return Path(archive)
+
+    try:
+        output = await anyio.to_thread.run_sync(write)
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
         raise
+    media, suffix = _SELECTION_FILES[fmt]
     return FileResponse(
         output,
-        media_type="application/vnd.apache.parquet",
-        headers=_attachment(name, "parquet"),
+        media_type=media,
+        headers=_attachment(name, suffix),
         background=BackgroundTask(shutil.rmtree, folder, ignore_errors=True),
     )
+
+
+#: The library each file format of a selection needs, and the format as an error names it.
+_SELECTION_NEEDS: Final = {
+    "parquet": ("pyarrow", "a Parquet"),
+    "hf": ("datasets", "a Hugging Face"),
+}
+#: The media type and file name ending of each file format of a selection.
+_SELECTION_FILES: Final = {
+    "parquet": ("application/vnd.apache.parquet", "parquet"),
+    "hf": ("application/zip", "hf.zip"),
+}
 
 
 ROUTES: Final = (
     ApiRoute(
         "POST",
         "/reef/scenarios/{scenario}/export",
-        "a selection of trajectory samples, by id, as a JSON Lines or Parquet file",
+        "a selection of trajectory samples, by id, as a JSON Lines, Parquet or zipped datasets"
+        " file",
         export_selection,
         ExportSelection,
         {200: None},

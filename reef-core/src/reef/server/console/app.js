@@ -339,7 +339,7 @@ const actions = {
       link.download = filename;
       link.click();
       setTimeout(() => URL.revokeObjectURL(link.href), 60000);
-    }, `Exported ${ids.length} sample${ids.length === 1 ? "" : "s"} (${format === "parquet" ? "Parquet" : "JSON Lines"}): your browser saves the file.`),
+    }, `Exported ${ids.length} sample${ids.length === 1 ? "" : "s"} (${{ parquet: "Parquet", hf: "a Hugging Face datasets folder, zipped" }[format] || "JSON Lines"}): your browser saves the file.`),
   clear: () => {
     state.browsing.selected.clear();
     draw();

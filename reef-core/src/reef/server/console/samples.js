@@ -242,7 +242,7 @@ export function sampleBrowser(scenario, browsing, page, buffers, actions) {
         h(
           "select",
           { id: "export-format", "data-key": "export-format", "aria-label": "Export format", onchange: (event) => actions.exportFormat(event.target.value) },
-          [["jsonl", "JSON Lines"], ["parquet", "Parquet"]].map(([value, label]) =>
+          [["jsonl", "JSON Lines"], ["parquet", "Parquet"], ["hf", "Hugging Face (zip)"]].map(([value, label]) =>
             h("option", { value, selected: value === browsing.exportFormat }, label),
           ),
         ),
