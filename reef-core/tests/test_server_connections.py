@@ -33,7 +33,7 @@ HEADERS = {"authorization": f"Bearer {TOKEN}"}
 DEPLOYMENT = f"""
 storage: {{url: "%(url)s"}}
 serving: {{engine: "%(engine)s/v1"}}
-auth: {{tokens: {{agent: {{token: {TOKEN}, scopes: [infer, feedback, admin]}}}}}}
+auth: {{tokens: {{agent: {{token: {TOKEN}, scopes: [infer, feedback, admin, metrics]}}}}}}
 scenarios:
   support:
     recipe: servicetest
@@ -105,6 +105,21 @@ def read_until_closed(conn: socket.socket) -> bytes:
     return received
 
 
+def dropped(url: str) -> dict[str, float]:
+    """``reef_connections_dropped_total`` of the service at ``url``, by reason."""
+    pytest.importorskip("prometheus_client", reason="the service's metrics (its metrics extra)")
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(f"{url}/metrics", headers=HEADERS, timeout=PATIENCE).text
+    return {
+        sample.labels["reason"]: sample.value
+        for family in text_string_to_metric_families(text)
+        if family.name == "reef_connections_dropped"
+        for sample in family.samples
+        if sample.name == "reef_connections_dropped_total"
+    }
+
+
 def close_all(connections: list[socket.socket]) -> None:
     for conn in connections:
         conn.close()
@@ -131,6 +146,7 @@ def test_idle_and_slow_connections_do_not_shut_out_authenticated_calls(
             assert set(answered(url, 5)) == {200}
             first = read_until_closed(idle[0])
             assert first.startswith(b"HTTP/1.1 408"), first
+            assert dropped(url).get("evicted", 0) >= 1
         finally:
             close_all(held)
 
@@ -149,6 +165,7 @@ def test_a_head_that_does_not_arrive_in_time_gets_408(
                 assert answer.startswith(b"HTTP/1.1 408 Request Timeout"), answer
                 assert b'"error": "timeout"' in answer
             assert set(answered(url, 1)) == {200}
+            assert dropped(url) == {"header_timeout": 2.0}  # counted, though never a request
         finally:
             close_all([silent, partial])
 
@@ -163,6 +180,7 @@ def test_a_body_that_does_not_arrive_in_time_is_broken_off(
             assert read_until_closed(slow) == b""
             # A body that arrives at once is not affected by the limit.
             assert set(answered(url, 2)) == {200}
+            assert dropped(url) == {"body_timeout": 1.0}
         finally:
             slow.close()
 

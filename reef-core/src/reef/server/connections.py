@@ -14,9 +14,12 @@ with :class:`GuardedProtocol`, which adds, per connection:
   one); when every open connection is working on a request, the new one is closed instead.
 
 The limits are the deployment's ``service`` section (:class:`~reef.core.deployment.ServiceSection`,
-defaults in ``docs/configuration.md``). At start :func:`raise_open_file_limit` raises the
-process's soft limit of open files to its hard limit where the system allows, so the cap, not
-the file table, is what bounds the connections.
+defaults in ``docs/configuration.md``). Each connection a limit ends is counted by reason in the
+application's metrics, where it has them (``reef_connections_dropped_total``: ``header_timeout``,
+``body_timeout``, ``evicted`` for an idle one closed to make room, ``busy`` for a new one closed
+at the cap): these never reach the application, so its request counts cannot see them. At
+start :func:`raise_open_file_limit` raises the process's soft limit of open files to its hard
+limit where the system allows, so the cap, not the file table, is what bounds the connections.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import collections
 import json
 import logging
 import resource
+from collections.abc import Callable
 from typing import Any, Final
 
 import uvicorn
@@ -52,10 +56,16 @@ _TIMEOUT_ANSWER: Final = (
 
 
 class ConnectionGuard:
-    """The open connections of one server and its limits (see the module docstring)."""
+    """The open connections of one server and its limits (see the module docstring).
 
-    def __init__(self, limits: ServiceSection) -> None:
+    :param dropped: told the reason of each connection a limit ends (the metrics').
+    """
+
+    def __init__(
+        self, limits: ServiceSection, dropped: Callable[[str], None] | None = None
+    ) -> None:
         self.limits = limits
+        self.dropped = dropped or (lambda reason: None)
         self.open: set[GuardedProtocol] = set()
         #: The connections waiting for a request head, the longest-waiting first.
         self.waiting: collections.OrderedDict[GuardedProtocol, None] = collections.OrderedDict()
@@ -66,10 +76,11 @@ class ConnectionGuard:
         if len(self.open) >= self.limits.max_connections:
             if not self.waiting:
                 _log.warning("%d connections are busy: a new one is refused", len(self.open))
+                self.dropped("busy")
                 return False
             idle, _ = self.waiting.popitem(last=False)
             _log.warning("at %d connections: the longest-idle one is closed", len(self.open))
-            idle.expire()
+            idle.expire("evicted")
         self.open.add(connection)
         return True
 
@@ -105,10 +116,12 @@ class GuardedProtocol(HttpToolsProtocol):
         self.guard.waiting[self] = None
         self._wait(self.guard.limits.header_timeout, self.expire)
 
-    def expire(self) -> None:
-        """The head did not come in time, or room is needed: answer 408 and close."""
+    def expire(self, reason: str = "header_timeout") -> None:
+        """The head did not come in time, or room is needed (``evicted``): answer 408 and
+        close."""
         self._stop_waiting()
         if not self.transport.is_closing():
+            self.guard.dropped(reason)
             self.transport.write(_TIMEOUT_ANSWER)
             self.transport.close()
 
@@ -116,6 +129,7 @@ class GuardedProtocol(HttpToolsProtocol):
         self._timer = None
         if not self.transport.is_closing():
             _log.info("a request body did not arrive in time: the connection is closed")
+            self.guard.dropped("body_timeout")
             self.transport.close()
 
     # -- uvicorn's protocol ---------------------------------------------------------------------
@@ -150,11 +164,17 @@ class GuardedProtocol(HttpToolsProtocol):
 
 
 class GuardedConfig(uvicorn.Config):
-    """A uvicorn configuration whose connections follow ``limits`` (the module docstring)."""
+    """A uvicorn configuration whose connections follow ``limits`` (the module docstring);
+    the metrics of ``app`` (an application of :func:`reef.server.create_app`), where it has
+    them, count the connections the limits end."""
 
     def __init__(self, app: Any, *, limits: ServiceSection, **kwargs: Any) -> None:
         super().__init__(app, http=GuardedProtocol, **kwargs)
-        self.guard = ConnectionGuard(limits)
+        service = getattr(getattr(app, "state", None), "service", None)
+        metrics = getattr(service, "metrics", None)
+        self.guard = ConnectionGuard(
+            limits, None if metrics is None else metrics.connection_dropped
+        )
 
 
 def raise_open_file_limit(limits: ServiceSection) -> int:

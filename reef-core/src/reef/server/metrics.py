@@ -157,6 +157,11 @@ class ServiceMetrics:
             "route",
             "reason",
         )
+        self.connections_dropped = counter(
+            "reef_connections_dropped",
+            "Connections the service's limits ended before a request reached it, by reason",
+            "reason",
+        )
         self.store_write_seconds = histogram(
             "reef_store_write_duration_seconds",
             "Seconds of each transaction of a scenario's ledger (calls and reports)",
@@ -218,6 +223,11 @@ class ServiceMetrics:
         else the error's code)."""
         route = getattr(request.scope.get("route"), "path", "")
         self.refusals.labels(route, getattr(error, "reason", error.code)).inc()
+
+    def connection_dropped(self, reason: str) -> None:
+        """A connection a limit ended (:mod:`reef.server.connections`): ``header_timeout``,
+        ``body_timeout``, ``evicted`` or ``busy``."""
+        self.connections_dropped.labels(reason).inc()
 
     def stream_cut(self, scenario: str, api_format: str, reason: str) -> None:
         """A streamed answer of ``api_format`` (a record's) broken off: ``engine_error`` (the
@@ -369,6 +379,7 @@ METRIC_NAMES: Final = frozenset(
         "reef_overhead_seconds",
         "reef_stream_cuts_total",
         "reef_refusals_total",
+        "reef_connections_dropped_total",
         "reef_store_write_duration_seconds",
         "reef_store_write_failures_total",
         "reef_jobs_total",
