@@ -184,15 +184,29 @@ def test_grouped_rl_sft_and_distillation_train_on_responses_and_messages_calls(
                 )
                 assert answer.status_code == 201, answer.text
             reported[scenario] = ids
-        # A text-only model cannot take an image: the engine refuses it, naming the part.
+        # The local engine takes no image: refused before it is asked, naming the part in
+        # the caller's own request, in each format.
         claude = anthropic.Anthropic(base_url=f"{serve.base_url}/scenarios/sft", api_key="unused")
         image = {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}
         content: list[Any] = [{"type": "text", "text": "What is this?"}]
         content.append({"type": "image", "source": image})
-        with pytest.raises(anthropic.BadRequestError, match=r"content\[1\].*image_url"):
+        with pytest.raises(anthropic.BadRequestError, match=r"text only") as refused:
             claude.messages.create(
                 model="local", max_tokens=3, messages=[{"role": "user", "content": content}]
             )
+        assert "$.messages[0].content[1]" in refused.value.message
+        gpt = openai.OpenAI(
+            base_url=f"{serve.base_url}/scenarios/sft/v1", api_key="unused", max_retries=0
+        )
+        parts: list[Any] = [
+            {"type": "input_text", "text": "What is this?"},
+            {"type": "input_image", "image_url": "data:image/png;base64,iVBORw0KGgo="},
+        ]
+        with pytest.raises(openai.BadRequestError) as refused_too:
+            gpt.responses.create(
+                model="local", input=[{"role": "user", "content": parts}], max_output_tokens=3
+            )
+        assert refused_too.value.body["param"] == "$.input[0].content[1]"  # type: ignore[index]
         wait(
             lambda: all(any(j["event"] for j in jobs(serve.base_url, s)) for s in SCENARIOS),
             "a job of each scenario to end",

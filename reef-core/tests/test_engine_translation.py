@@ -16,7 +16,7 @@ from hypothesis import given, settings, strategies as st
 # The chunks of a whole answer come from the service's engine module (the server extra).
 pytest.importorskip("anyio")
 
-from reef.core.api_formats import MESSAGES, RESPONSES, chat_reply
+from reef.core.api_formats import MESSAGES, RESPONSES, chat_reply, image_parts
 from reef.engines.interface import chunks_of
 from reef.engines.translation import translate_completion, translator_for
 
@@ -151,3 +151,35 @@ def test_a_stop_string_the_engine_names_is_the_stop_sequence() -> None:
     }
     message = whole(MESSAGES, {"choices": [choice]})
     assert (message["stop_reason"], message["stop_sequence"]) == ("stop_sequence", "END")
+
+
+def test_the_image_parts_of_a_request_are_named_in_its_own_format() -> None:
+    """Where a Responses or Messages request holds images, as the paths its client would
+    read in a refusal: message content, a function call's output, a tool result's content."""
+    png = "data:image/png;base64,iVBORw0KGgo="
+    responses = {
+        "input": [
+            {"role": "user", "content": [{"type": "input_text", "text": "hi"}]},
+            {"role": "user", "content": [{"type": "input_text", "text": "see"},
+                                         {"type": "input_image", "image_url": png}]},
+            {"type": "function_call_output", "call_id": "c",
+             "output": [{"type": "input_image", "image_url": png}]},
+        ]
+    }  # fmt: skip
+    assert image_parts(RESPONSES, responses) == ["$.input[1].content[1]", "$.input[2].output[0]"]
+    assert image_parts(RESPONSES, {"input": "just text"}) == []
+    source = {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}
+    messages = {
+        "messages": [
+            {"role": "user", "content": [{"type": "image", "source": source}]},
+            {"role": "assistant", "content": "a picture"},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t",
+                                          "content": [{"type": "text", "text": "x"},
+                                                      {"type": "image", "source": source}]}]},
+        ]
+    }  # fmt: skip
+    assert image_parts(MESSAGES, messages) == [
+        "$.messages[0].content[0]",
+        "$.messages[2].content[0].content[1]",
+    ]
+    assert image_parts("chat.completions", {"messages": []}) == []

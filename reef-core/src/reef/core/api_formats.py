@@ -217,6 +217,41 @@ def chat_request(api_format: str, request: Mapping[str, Any]) -> JSON:
     return dict(request)
 
 
+def image_parts(api_format: str, request: Mapping[str, Any]) -> list[str]:
+    """Where ``request`` (as its client sent it) holds an image, as JSON paths in its own
+    format, in order: a Responses ``input_image`` part of an item's ``content`` or of a
+    function call's ``output``; a Messages ``image`` block of a message's ``content`` or of a
+    ``tool_result``'s."""
+    found: list[str] = []
+    nested: tuple[str, ...]
+    if api_format == RESPONSES:
+        items, root, image, nested = (
+            request.get("input"),
+            "$.input",
+            "input_image",
+            ("content", "output"),
+        )
+    elif api_format == MESSAGES:
+        items, root, image, nested = request.get("messages"), "$.messages", "image", ("content",)
+    else:
+        return found
+    for position, item in enumerate(items if isinstance(items, list) else []):
+        for key in nested:
+            parts = item.get(key) if isinstance(item, Mapping) else None
+            for index, part in enumerate(parts if isinstance(parts, list) else []):
+                at = f"{root}[{position}].{key}[{index}]"
+                kind = part.get("type") if isinstance(part, Mapping) else None
+                if kind == image:
+                    found.append(at)
+                elif kind == "tool_result" and isinstance(part.get("content"), list):
+                    found += [
+                        f"{at}.content[{k}]"
+                        for k, inner in enumerate(part["content"])
+                        if isinstance(inner, Mapping) and inner.get("type") == image
+                    ]
+    return found
+
+
 def _chat_base(
     request: Mapping[str, Any],
     own: frozenset[str],

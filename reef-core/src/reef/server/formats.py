@@ -27,7 +27,7 @@ from sqlalchemy.exc import OperationalError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from reef.core.api_formats import MESSAGES, RESPONSES, FormatError, chat_request
+from reef.core.api_formats import MESSAGES, RESPONSES, FormatError, chat_request, image_parts
 from reef.core.records import JSON, TAG_HEADER_PREFIX, InferenceRecord
 from reef.engines.interface import ChunkAssembler, EngineError
 from reef.engines.publisher import EngineRoute, Publisher
@@ -135,6 +135,17 @@ async def _answer(request: Request, api_format: str) -> Response:
         forwarded = chat_request(api_format, complete)
     except FormatError as exc:
         raise ApiError.one(400, "invalid_request", exc.path, exc.reason) from None
+    images = image_parts(api_format, raw) if scenario.text_only else []
+    if images:
+        # The engine would refuse the translated request naming its chat path; the client
+        # is told the path of its own request.
+        raise ApiError.one(
+            400,
+            "invalid_request",
+            images[0],
+            "an image cannot be sent to this scenario's engine: the local engine takes text"
+            " only (serve the scenario with an engine whose model takes images)",
+        )
     # An answer that cannot be recorded is not asked for
     # (docs/service.md#when-the-store-cannot-write).
     await scenario.health.require_writable()

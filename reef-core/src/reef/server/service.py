@@ -106,6 +106,7 @@ class ServedScenario:
     :ivar served_trainer: the trainer whose artifacts its engine answers with; ``None`` when
         the engine takes no trained weights (``Deployment.served_training``).
     :ivar serving_model: the model its serving section names, if any (``GET /v1/models``).
+    :ivar text_only: its engine takes no image (the local engine renders text alone).
     :ivar evaluations: its artifacts' evaluation results and gate decisions, when it has
         ``evals``; ``gate`` its ``serve_if``.
     :ivar response_chains: what resolves its Responses calls' ``previous_response_id``
@@ -126,6 +127,7 @@ class ServedScenario:
     served_trainer: str | None = None
     serving_model: str | None = None
     response_chains: ResponseChains | None = None
+    text_only: bool = False
     evaluations: ArtifactEvaluations | None = None
     gate: ServeIfSection | None = None
 
@@ -181,6 +183,7 @@ class Service:
                 serving_model=None if serving is None else serving.model,
                 evaluations=ArtifactEvaluations(database, name) if section.evals else None,
                 gate=section.serve_if,
+                text_only=serving is not None and serving.engine == LOCAL_ENGINE,
             )
             if serving is not None:
                 self.scenarios[name].engine = self._engine(name, serving)
