@@ -314,7 +314,22 @@ def test_bad_distillation_parameters_are_refused(parameters: dict[str, Any], key
 # -- the engine teacher, against a stand-in ----------------------------------------------------
 
 
-class _PromptLogprobsEngine(BaseHTTPRequestHandler):
+class _JsonHandler(BaseHTTPRequestHandler):
+    """A loopback server's handler that answers JSON and logs nothing."""
+
+    def _answer(self, status: int, body: dict[str, Any]) -> None:
+        payload = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, *args: Any) -> None:
+        del args
+
+
+class _PromptLogprobsEngine(_JsonHandler):
     """A stand-in for vLLM's OpenAI-compatible server, implementing exactly one documented
     endpoint: ``POST /v1/completions`` with ``prompt`` as token ids and ``prompt_logprobs: 0``,
     answering ``choices[0].prompt_logprobs`` (``null`` first, then ``{token id: {logprob,
@@ -353,15 +368,7 @@ class _PromptLogprobsEngine(BaseHTTPRequestHandler):
             }
             for j in range(1, len(ids))
         ]
-        payload = json.dumps({"choices": [{"text": "", "prompt_logprobs": entries}]}).encode()
-        self.send_response(200)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def log_message(self, *args: Any) -> None:
-        del args
+        self._answer(200, {"choices": [{"text": "", "prompt_logprobs": entries}]})
 
 
 @pytest.fixture
@@ -522,7 +529,7 @@ def test_a_teacher_with_another_tokenizer_fails_the_job(tmp_path: Path) -> None:
     assert "student's tokenizer" in (outcome.error or "")
 
 
-class _SGLangGenerate(BaseHTTPRequestHandler):
+class _SGLangGenerate(_JsonHandler):
     """A stand-in for SGLang's native ``POST /generate`` (sgl-project/sglang
     ``python/sglang/srt/entrypoints/http_server.py`` ``generate_request``, fields of
     ``managers/io_struct.py`` ``GenerateReqInput``), with ``return_logprob`` and
@@ -554,17 +561,6 @@ class _SGLangGenerate(BaseHTTPRequestHandler):
             meta["input_token_logprobs"] = entries
             meta["output_token_logprobs"] = [[-0.1, 0, None]]
         self._answer(200, {"text": "x", "output_ids": [0], "meta_info": meta})
-
-    def _answer(self, status: int, body: dict[str, Any]) -> None:
-        payload = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def log_message(self, *args: Any) -> None:
-        del args
 
 
 def test_an_sglang_teacher_reads_input_token_logprobs() -> None:

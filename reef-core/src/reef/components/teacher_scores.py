@@ -23,7 +23,7 @@ import json
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from reef.components.job_parameters import TeacherSettings
@@ -129,22 +129,12 @@ class EngineTeacher:
         entries = (
             choices[0].get("prompt_logprobs") if isinstance(choices, list) and choices else None
         )
-        if not isinstance(entries, list) or len(entries) != len(ids):
-            raise TeacherError(
-                f"the teacher engine at {self.url} returned no prompt_logprobs for the "
-                f"{len(ids)} prompt tokens: it must answer prompt_logprobs (vLLM does)"
-            )
-        values: list[float] = []
-        for position in range(1, len(ids)):
-            entry = entries[position]
-            found = entry.get(str(ids[position])) if isinstance(entry, dict) else None
-            value = found.get("logprob") if isinstance(found, dict) else found
-            if not isinstance(value, int | float):
-                raise TeacherError(
-                    f"the teacher engine's prompt_logprobs[{position}] lacks token "
-                    f"{ids[position]}'s log probability"
-                )
-            values.append(float(value))
+
+        def read(entry: Any, token: int) -> Any:  # {token id: {logprob, ...}} or a number
+            found = entry.get(str(token)) if isinstance(entry, dict) else None
+            return found.get("logprob") if isinstance(found, dict) else found
+
+        values = self._per_token(entries, ids, read, "prompt_logprobs", "(vLLM does)")
         return marked_values(sequence, values)
 
     def _sglang_values(self, ids: list[int]) -> list[float]:
@@ -158,20 +148,38 @@ class EngineTeacher:
         answer = self._post(body)
         meta = answer.get("meta_info")
         entries = meta.get("input_token_logprobs") if isinstance(meta, dict) else None
+
+        def read(entry: Any, token: int) -> Any:  # [logprob, token id, text]
+            named = isinstance(entry, list) and len(entry) >= 2 and entry[1] == token
+            return entry[0] if named else None
+
+        return self._per_token(entries, ids, read, "input_token_logprobs", "(SGLang does)")
+
+    def _per_token(
+        self,
+        entries: Any,
+        ids: Sequence[int],
+        read: Callable[[Any, int], Any],
+        field: str,
+        who: str,
+    ) -> list[float]:
+        """The log probability ``read`` finds in the engine's ``field`` for each token of
+        ``ids`` after the first (the engine's ``entries``, one per token).
+
+        :raises TeacherError: naming ``field`` when it is missing, short, or lacks a token.
+        """
         if not isinstance(entries, list) or len(entries) != len(ids):
             raise TeacherError(
-                f"the teacher engine at {self.url} returned no input_token_logprobs for the "
-                f"{len(ids)} prompt tokens: it must answer return_logprob (SGLang does)"
+                f"the teacher engine at {self.url} returned no {field} for the {len(ids)} "
+                f"prompt tokens: it must answer them {who}"
             )
         values: list[float] = []
         for position in range(1, len(ids)):
-            entry = entries[position]
-            named = isinstance(entry, list) and len(entry) >= 2 and entry[1] == ids[position]
-            value = entry[0] if named else None
+            value = read(entries[position], ids[position])
             if not isinstance(value, int | float):
                 raise TeacherError(
-                    f"the teacher engine's input_token_logprobs[{position}] is not token "
-                    f"{ids[position]}'s log probability: {entry!r}"
+                    f"the teacher engine's {field}[{position}] lacks token {ids[position]}'s "
+                    "log probability"
                 )
             values.append(float(value))
         return values

@@ -70,7 +70,7 @@ import traceback
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Final
 
 import attrs
 from tinker import types
@@ -139,6 +139,18 @@ def checkpoint_artifact_id(checkpoint: str) -> str:
     """The artifact id of the weights held by the Tinker training checkpoint ``checkpoint``
     (its ``tinker://`` path; see the module's documentation)."""
     return f"sha256:{hashlib.sha256(f'tinker-checkpoint:{checkpoint}'.encode()).hexdigest()}"
+
+
+#: The teachers only a component holding the weights runs, each with why Tinker does not.
+_LOCAL_TEACHERS: Final = {
+    "model_path": "Tinker runs the model on its service, so this component cannot run a local "
+    "model folder as the teacher: give the teacher a base_url (an engine that answers "
+    "prompt_logprobs with the student's tokenizer, such as vLLM), or no teacher (the student "
+    "itself at the job's start weights), or train with the local component",
+    "update_rate": "Tinker keeps the student's weights on its service, so this component cannot "
+    "keep a moving average of them as the teacher: leave update_rate out (the student at the "
+    "job's start weights) or train with the local component",
+}
 
 
 class TinkerComponent:
@@ -280,24 +292,12 @@ class TinkerComponent:
             type(self), ("cross_entropy", "importance_sampling", "ppo", "task_group")
         )
         job.refuse_local_loss_options(type(self))
-        if job.distillation is not None and job.distillation.teacher.model_path is not None:
-            raise PluginConfigError(
-                type(self).__name__,
-                "$.parameters.distillation.teacher.model_path",
-                "Tinker runs the model on its service, so this component cannot run a local "
-                "model folder as the teacher: give the teacher a base_url (an engine that "
-                "answers prompt_logprobs with the student's tokenizer, such as vLLM), or no "
-                "teacher (the student itself at the job's start weights), or train with the "
-                "local component",
-            )
-        if job.distillation is not None and job.distillation.teacher.update_rate is not None:
-            raise PluginConfigError(
-                type(self).__name__,
-                "$.parameters.distillation.teacher.update_rate",
-                "Tinker keeps the student's weights on its service, so this component cannot "
-                "keep a moving average of them as the teacher: leave update_rate out (the "
-                "student at the job's start weights) or train with the local component",
-            )
+        teacher = None if job.distillation is None else job.distillation.teacher
+        for key, reason in _LOCAL_TEACHERS.items():
+            if teacher is not None and getattr(teacher, key) is not None:
+                raise PluginConfigError(
+                    type(self).__name__, f"$.parameters.distillation.teacher.{key}", reason
+                )
         return self.jobs.submit(data.id, lambda: self._run(data, job))
 
     def poll(self, handle: JobHandle) -> JobOutcome | None:
