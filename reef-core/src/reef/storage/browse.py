@@ -423,17 +423,12 @@ class SampleBrowser:
         ``extra.reef.records``), the artifacts in the order they first answered: the last
         ``limit`` of them, and how many there are. One aggregate query over the scenario's
         rewarded trajectory samples: a scan, so the console asks it only when a job ended."""
-        if self._database.dialect == "postgresql":
-            listed = cast(samples.c.body, JSONB)["trajectory"]["extra"]["reef"]["records"]
-            safe = case((func.jsonb_typeof(listed) == "array", listed), else_=None)
-            calls = func.jsonb_array_elements(safe).table_valued("value").alias("calls")
-            artifact: ColumnElement[Any] = func.jsonb_extract_path_text(
-                calls.c.value, "artifact_id"
-            )
-        else:
-            path = "$.trajectory.extra.reef.records"
-            calls = func.json_each(samples.c.body, path).table_valued("value").alias("calls")
-            artifact = func.json_extract(calls.c.value, "$.artifact_id")
+        calls = self._body_array(("trajectory", "extra", "reef", "records"), "calls")
+        artifact: ColumnElement[Any] = (
+            func.jsonb_extract_path_text(calls.c.value, "artifact_id")
+            if self._database.dialect == "postgresql"
+            else func.json_extract(calls.c.value, "$.artifact_id")
+        )
         reward = _reward()
         pairs = (
             select(samples.c.seq, artifact.label("artifact"), reward.label("reward"))
@@ -465,13 +460,7 @@ class SampleBrowser:
     def _made_from_a_call(self, *conditions: ColumnElement[bool]) -> ColumnElement[bool]:
         """Whether a call the sample was made from (an id of its ``source_record_ids``) meets
         ``conditions``: a correlated ``EXISTS`` over the ids in its body."""
-        if self._database.dialect == "postgresql":
-            body = cast(samples.c.body, JSONB)["source_record_ids"]
-            listed = case((func.jsonb_typeof(body) == "array", body), else_=None)
-            ids = func.jsonb_array_elements_text(listed).table_valued("value")
-        else:
-            ids = func.json_each(samples.c.body, "$.source_record_ids").table_valued("value")
-        source = ids.alias("source_ids")
+        source = self._body_array(("source_record_ids",), "source_ids", text=True)
         found = (
             select(literal(1))
             .select_from(source)
@@ -481,6 +470,20 @@ class SampleBrowser:
             .where(*conditions)
         )
         return found.exists()
+
+    def _body_array(self, path: tuple[str, ...], name: str, *, text: bool = False) -> Any:
+        """The elements of the JSON array at ``path`` of the sample's body, as a table ``name``
+        with one column ``value`` (the element's text with ``text``, else its JSON), to join to
+        each sample: ``json_each`` on SQLite, ``jsonb_array_elements`` on PostgreSQL (no rows
+        where the body holds no array there)."""
+        if self._database.dialect == "postgresql":
+            listed: Any = cast(samples.c.body, JSONB)
+            for key in path:
+                listed = listed[key]
+            array = case((func.jsonb_typeof(listed) == "array", listed), else_=None)
+            elements = func.jsonb_array_elements_text if text else func.jsonb_array_elements
+            return elements(array).table_valued("value").alias(name)
+        return func.json_each(samples.c.body, _sqlite_path(path)).table_valued("value").alias(name)
 
     def _tag(self, name: str) -> ColumnElement[Any]:
         """The value of the call's tag ``name`` (its body's ``tags``), as bound parameters."""
