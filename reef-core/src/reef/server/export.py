@@ -259,13 +259,13 @@ async def export_selection(request: Request) -> Response:
     service = service_of(request)
     _, scenario = service.authorised(request, "admin")
     selection = structure(await read_json(request, service.options.max_body_bytes), ExportSelection)
-    needed = _SELECTION_NEEDS.get(selection.format)
-    if needed is not None and importlib.util.find_spec(needed[0]) is None:
+    file = _SELECTION_FILES.get(selection.format)
+    if file is not None and importlib.util.find_spec(file.library) is None:
         raise ApiError.one(
             400,
             "invalid_request",
             "$.format",
-            f"{needed[1]} export needs {needed[0]}, which this service lacks: install"
+            f"{file.named} export needs {file.library}, which this service lacks: install"
             " reef-core[export] where it runs, or ask for jsonl",
         )
     database, name = scenario.samples.database, scenario.name
@@ -297,24 +297,30 @@ async def export_selection(request: Request) -> Response:
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
         raise
-    media, suffix = _SELECTION_FILES[fmt]
+    assert file is not None  # jsonl streamed above
     return FileResponse(
         output,
-        media_type=media,
-        headers=_attachment(name, suffix),
+        media_type=file.media_type,
+        headers=_attachment(name, file.suffix),
         background=BackgroundTask(shutil.rmtree, folder, ignore_errors=True),
     )
 
 
-#: The library each file format of a selection needs, and the format as an error names it.
-_SELECTION_NEEDS: Final = {
-    "parquet": ("pyarrow", "a Parquet"),
-    "hf": ("datasets", "a Hugging Face"),
-}
-#: The media type and file name ending of each file format of a selection.
+@attrs.frozen
+class _SelectionFile:
+    """A file format of a selection: the library that writes it, its name in an error, its
+    media type and file name ending."""
+
+    library: str
+    named: str
+    media_type: str
+    suffix: str
+
+
+#: The file formats of a selection other than JSON Lines (streamed as it is read).
 _SELECTION_FILES: Final = {
-    "parquet": ("application/vnd.apache.parquet", "parquet"),
-    "hf": ("application/zip", "hf.zip"),
+    "parquet": _SelectionFile("pyarrow", "a Parquet", "application/vnd.apache.parquet", "parquet"),
+    "hf": _SelectionFile("datasets", "a Hugging Face", "application/zip", "hf.zip"),
 }
 
 
