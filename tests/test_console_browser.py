@@ -703,6 +703,7 @@ _DRAW_CHART = (CHECKS / "draw_chart.js").read_text(encoding="utf-8")
 _DRAW_OVERVIEW = (CHECKS / "draw_overview.js").read_text(encoding="utf-8")
 _DRAW_FAILED_JOB = (CHECKS / "draw_failed_job.js").read_text(encoding="utf-8")
 _DRAW_COMPARE = (CHECKS / "draw_compare.js").read_text(encoding="utf-8")
+_DRAW_EVALUATIONS = (CHECKS / "draw_evaluations.js").read_text(encoding="utf-8")
 
 #: Every element a person can reach with Tab, as the page draws it.
 FOCUSABLE = (
@@ -1290,3 +1291,51 @@ def test_another_scenarios_trainers_are_drawn_beside_this_ones(
     assert drawn["artifacts"].startswith("Mean reward per artifact: 2 artifacts"), drawn
     assert "artifact 1" in drawn["axis"], drawn
     assert "artifact 2" in drawn["axis"], drawn
+
+
+def test_the_eval_curve_draws_each_set_beside_the_reward_and_marks_what_was_held_back(
+    served: tuple[ServeProcess, str], browser: WebDriver
+) -> None:
+    """The overview's eval curve (what GET .../evaluations answers: the route is tested on a
+    gated run in reef-core's test_evals_gate.py): a line per eval set and one of the mean
+    reward, matched by artifact id; the artifact the gate held back drawn hollow, said so."""
+    serve = served[0]
+    browser.get(f"{serve.base_url}/reef/console/")
+    wait_for(browser, lambda d: d.find_element(By.ID, "token").is_displayed(), "the page")
+    status = httpx.get(f"{serve.base_url}/reef/status", headers=serve.headers).json()
+    series = {"scenario": SCENARIO, "trainers": {}, "jobs": {}, "no_signal": {}, "metrics": []}
+    rewards = {
+        "scenario": SCENARIO,
+        "artifacts": [
+            {"artifact_id": "w1", "number": 1, "samples": 4, "mean_reward": 0.25},
+            {"artifact_id": "w2", "number": 2, "samples": 4, "mean_reward": 0.5},
+        ],
+        "total": 2,
+    }
+    evaluated = [("w1", 0.3, 1.0, True), ("w2", 0.6, 1.0, True), ("w3", 0.1, 0.5, False)]
+    evaluations = {
+        "scenario": SCENARIO,
+        "sets": ["held_out", "format"],
+        "artifacts": [
+            {
+                "trainer": "local", "artifact_id": a, "number": n, "evaluated_at": 1000.0 + n,
+                "scores": {"held_out": held_out, "format": fmt}, "served": served_,
+                "reason": None if served_ else "held_out: 0.1000 < 0.5800",
+            }
+            for n, (a, held_out, fmt, served_) in enumerate(evaluated, 1)
+        ],
+        "total": 3,
+    }  # fmt: skip
+    drawn = browser.execute_async_script(
+        _DRAW_EVALUATIONS, status["scenarios"][0], series, rewards, evaluations
+    )
+    assert "error" not in drawn, drawn
+    assert drawn["lines"] == 3, drawn
+    assert drawn["label"].startswith("Eval score per artifact: "), drawn
+    # The mean reward ends at w2 (w3 never answered); each set at w3.
+    assert "held_out last 0.1 (artifact 3)" in drawn["label"], drawn
+    assert "mean reward last 0.5 (artifact 2)" in drawn["label"], drawn
+    assert drawn["dots"] == 3 + 3 + 2, drawn
+    assert len(drawn["hollow"]) == 2, drawn
+    assert all("artifact 3" in t and "(held back by the gate)" in t for t in drawn["hollow"])
+    assert "1 held back by the gate" in drawn["hint"], drawn

@@ -442,11 +442,35 @@ def test_a_deployment_gates_what_its_local_engine_serves_and_status_says_why(
     )
     with TestClient(app, base_url="http://127.0.0.1", client=("127.0.0.1", 50000)) as client:
         document = client.get("/reef/status").json()
+        curve = client.get(f"/reef/scenarios/{SCENARIO}/evaluations").json()
+        exported = client.get(f"/reef/scenarios/{SCENARIO}/evaluations/export")
+        unknown = client.get(f"/reef/scenarios/{SCENARIO}/evaluations", params={"trainer": "x"})
     status = document["scenarios"][0]["evaluations"]
     assert status["gate"]["served_artifact"] == better.artifact_id
     assert [d["served"] for d in status["gate"]["decisions"]] == [True, True, False]
     assert "0.0000 < 0.9800" in status["gate"]["decisions"][-1]["reason"]
     assert [r["score"] for r in status["results"]] == [0.0, 1.0, 0.0]
+    # The console's curve: each artifact in the order evaluated, with the gate's decision.
+    assert curve["sets"] == ["letters"]
+    assert curve["total"] == 3
+    points = [(a["number"], a["scores"], a["served"]) for a in curve["artifacts"]]
+    assert points == [
+        (1, {"letters": 0.0}, True),
+        (2, {"letters": 1.0}, True),
+        (3, {"letters": 0.0}, False),
+    ]
+    assert curve["artifacts"][1]["artifact_id"] == better.artifact_id
+    assert "0.0000 < 0.9800" in curve["artifacts"][2]["reason"]
+    # The export: every result with its items and the decision.
+    assert exported.status_code == 200
+    rows = [json.loads(line) for line in exported.text.splitlines()]
+    assert [(r["artifact_id"], r["score"], r["served"]) for r in rows] == [
+        (a["artifact_id"], a["scores"]["letters"], a["served"]) for a in curve["artifacts"]
+    ]
+    assert [item["reply"] for item in rows[1]["items"]] == ["r"] * len(PROMPTS)
+    assert rows[1]["sampling"]["max_tokens"] == 1
+    assert unknown.status_code == 400
+    assert "no trainer 'x'" in unknown.text
     component.close()
 
 

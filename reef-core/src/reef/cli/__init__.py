@@ -16,7 +16,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import attrs
 
@@ -344,6 +344,12 @@ def _configure_export(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("deployment", type=flags.deployment_file, help="the deployment file (YAML)")
     parser.add_argument("scenario", type=flags.name, help="the scenario whose samples to export")
     parser.add_argument(
+        "--evaluations",
+        action="store_true",
+        help="export the scenario's evaluation results (each artifact's score on each eval set,"
+        " every item's outcome, the gate's decision) instead of its samples",
+    )
+    parser.add_argument(
         "--format",
         choices=["jsonl", "parquet", "hf"],
         default="jsonl",
@@ -374,7 +380,10 @@ def _configure_export(parser: argparse.ArgumentParser) -> None:
         "--untrained", dest="trained", action="store_const", const=False, help="untrained only"
     )
     parser.add_argument(
-        "--trainer", type=flags.name, help="the trainer --trained and --untrained ask about"
+        "--trainer",
+        type=flags.name,
+        help="the trainer --trained and --untrained ask about; with --evaluations, that"
+        " trainer's results only",
     )
     parser.add_argument("--reward-min", type=flags.finite_number, help="a reward at least this")
     parser.add_argument("--reward-max", type=flags.finite_number, help="a reward at most this")
@@ -405,11 +414,31 @@ def _open_scenario(command: str, args: argparse.Namespace) -> tuple[Any, Any] | 
     return open_databases(deployment)[url], export
 
 
+#: The flags of ``reef export`` that choose samples, which an export of evaluations refuses.
+_SAMPLE_FLAGS: Final = ("since", "until", "tag", "trained", "reward_min", "reward_max")
+
+
 def _run_export(args: argparse.Namespace) -> int:
+    if args.evaluations:
+        given = [
+            f"--{n.replace('_', '-')}" for n in _SAMPLE_FLAGS if getattr(args, n) not in (None, [])
+        ]
+        if given:
+            print(
+                f"reef export: {', '.join(given)} choose samples; --evaluations exports every"
+                " evaluation result (of --trainer, if given): leave them out",
+                file=sys.stderr,
+            )
+            return 2
     opened = _open_scenario("export", args)
     if opened is None:
         return 1
     database, export = opened
+    if args.evaluations:
+        rows = export.evaluation_rows(database, args.scenario, args.trainer)
+        written = export.write_export(rows, args.format, args.output, export.EVALUATIONS)
+        print(f"exported {written} evaluation results of scenario {args.scenario} to {args.output}")
+        return 0
     where = export.ExportFilter(
         since=args.since,
         until=args.until,

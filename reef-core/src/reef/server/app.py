@@ -43,6 +43,7 @@ from starlette.routing import Route
 from reef.core.deployment import Deployment
 from reef.plugins import Plugins
 from reef.server import (
+    evaluations,
     export,
     formats,
     generator,
@@ -86,6 +87,7 @@ API_ROUTES: Final[tuple[ApiRoute, ...]] = (
     *scenarios.ROUTES,
     *samples.ROUTES,
     *export.ROUTES,
+    *evaluations.ROUTES,
     *jobs.ROUTES,
     *status.ROUTES,
     *generator.ROUTES,

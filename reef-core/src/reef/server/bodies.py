@@ -30,6 +30,7 @@ from reef.pipeline_context import TrainingMode
 from reef.server.errors import ApiError, ErrorBody, ErrorDetail
 from reef.server.names import valid_name
 from reef.storage.browse import ArtifactReward
+from reef.storage.evaluations import EvaluatedArtifact
 from reef.storage.labels import SampleLabel
 
 JSONObject = dict[str, Any]
@@ -776,6 +777,42 @@ class ArtifactRewards:
 
     scenario: str
     artifacts: tuple[ArtifactReward, ...]
+    total: int
+
+
+@attrs.frozen
+class EvaluationsQuery:
+    """The query of ``GET /reef/scenarios/{scenario}/evaluations``.
+
+    :ivar limit: the most artifacts, the last evaluated first (1 to 2000).
+    :ivar trainer: one trainer's artifacts (default: every trainer's).
+    """
+
+    limit: int = attrs.field(
+        default=500, validator=[attrs.validators.ge(1), attrs.validators.le(2000)]
+    )
+    trainer: str | None = attrs.field(default=None, validator=valid_name)
+
+
+@attrs.frozen
+class EvaluationsExportQuery:
+    """The query of ``GET /reef/scenarios/{scenario}/evaluations/export``.
+
+    :ivar trainer: one trainer's results (default: every trainer's).
+    """
+
+    trainer: str | None = attrs.field(default=None, validator=valid_name)
+
+
+@attrs.frozen
+class EvaluationCurve:
+    """Each evaluated artifact's score on each of the scenario's eval sets (``sets``) and the
+    gate's decision on it, in the order the artifacts were first evaluated: the last ``limit``
+    of them, and how many there are (``total``)."""
+
+    scenario: str
+    sets: tuple[str, ...]
+    artifacts: tuple[EvaluatedArtifact, ...]
     total: int
 
 

@@ -8,7 +8,9 @@ the calls it was made from. :func:`write_export` writes rows as JSON Lines, Parq
 than one batch, so an export of any size runs in bounded memory. ``reef export``, the admin
 route ``GET /reef/scenarios/{scenario}/export`` (JSON Lines, streamed) and
 ``POST /reef/scenarios/{scenario}/export`` (a selection of sample ids, the console's, as JSON
-Lines or Parquet) call these.
+Lines, Parquet or a zipped ``datasets`` folder) call these. :func:`evaluation_rows` reads a
+scenario's evaluation results the same way, each with every item's outcome and the gate's
+decision (``reef export --evaluations``, ``GET /reef/scenarios/{scenario}/evaluations/export``).
 
 :func:`import_file` reads such a file back and stores each row's trajectory, with its reward
 and feedback, as an uploaded trajectory of another deployment's scenario (P-UP-1), under the
@@ -50,8 +52,10 @@ from reef.server.openapi import ApiRoute
 from reef.server.request_json import read_json
 from reef.server.service import check_trainer, service_of
 from reef.storage import (
+    ArtifactEvaluations,
     BrowsedSample,
     Database,
+    GateDecision,
     NewSample,
     Position,
     RecordStore,
@@ -61,11 +65,15 @@ from reef.storage import (
 )
 
 __all__ = [
+    "EVALUATIONS",
     "EXPORT_FORMATS",
     "ROUTES",
+    "SAMPLES",
     "ExportFilter",
+    "ExportTable",
     "ImportError_",
     "ImportResult",
+    "evaluation_rows",
     "export_rows",
     "import_file",
     "read_export",
@@ -77,8 +85,6 @@ ExportFormat = Literal["jsonl", "parquet", "hf"]
 EXPORT_FORMATS: Final[tuple[ExportFormat, ...]] = ("jsonl", "parquet", "hf")
 #: Samples read from the store at a time, and rows written at a time.
 BATCH: Final = 500
-#: The columns a Parquet or Hugging Face export holds nested values in as JSON text.
-_JSON_COLUMNS: Final = ("trajectory", "train_counts", "tags")
 
 
 class ImportError_(ReefError, ValueError):
@@ -147,6 +153,35 @@ def export_rows(
             row = _row(browsed, records)
             if where.keeps(row):
                 yield row
+
+
+def evaluation_rows(
+    database: Database, scenario: str, trainer: str | None = None
+) -> Iterator[JSON]:
+    """Every evaluation result of ``scenario`` (of ``trainer``, else of every trainer), oldest
+    first, as an export row: the artifact, the set, the score, how many items got no reply,
+    every item's outcome, the sampling settings, and the gate's decision on the artifact
+    (``served`` null: the scenario has no gate, or it took none)."""
+    evaluations = ArtifactEvaluations(database, scenario)
+    # An artifact's sets are measured one after another: its decision is read once for them.
+    decided: dict[tuple[str, str], GateDecision | None] = {}
+    for result in evaluations.every_result(trainer):
+        key = (result.trainer, result.artifact_id)
+        if key not in decided:
+            decided = {key: evaluations.decision(*key)}
+        decision = decided[key]
+        yield {
+            "trainer": result.trainer,
+            "artifact_id": result.artifact_id,
+            "eval": result.eval,
+            "score": result.score,
+            "errors": result.errors,
+            "items": [item.to_json() for item in result.items],
+            "sampling": dict(result.sampling),
+            "measured_at": result.at,
+            "served": None if decision is None else decision.served,
+            "gate_reason": None if decision is None else decision.reason,
+        }
 
 
 def _pages(
@@ -353,33 +388,74 @@ ROUTES: Final = (
 # --------------------------------------------------------------------------------------------
 
 
-def _schema() -> Any:
-    import pyarrow as pa
+@attrs.frozen
+class ExportTable:
+    """The columns of an export's rows in a Parquet or ``datasets`` file.
 
-    return pa.schema(
-        [
-            ("sample_id", pa.string()),
-            ("origin", pa.string()),
-            ("trainer", pa.string()),
-            ("group_id", pa.string()),
-            ("reward", pa.float64()),
-            ("feedback", pa.string()),
-            ("train_counts", pa.string()),
-            ("artifacts", pa.list_(pa.string())),
-            ("tags", pa.string()),
-            ("recorded_at", pa.float64()),
-            ("trajectory", pa.string()),
-        ]
-    )
+    :ivar columns: each column's name and type: ``string``, ``float64``, ``int64``, ``bool`` or
+        ``strings`` (a list of text).
+    :ivar json_columns: the columns holding nested values, written as JSON text.
+    """
+
+    columns: tuple[tuple[str, str], ...]
+    json_columns: tuple[str, ...]
+
+    def schema(self) -> Any:
+        import pyarrow as pa
+
+        types = {
+            "string": pa.string(),
+            "float64": pa.float64(),
+            "int64": pa.int64(),
+            "bool": pa.bool_(),
+            "strings": pa.list_(pa.string()),
+        }
+        return pa.schema([(name, types[kind]) for name, kind in self.columns])
+
+    def flat(self, row: Mapping[str, Any]) -> JSON:
+        """``row`` with its nested values as JSON text, for a columnar file."""
+        return {
+            k: json.dumps(v, sort_keys=True) if k in self.json_columns else v
+            for k, v in row.items()
+        }
+
+    def nested(self, row: Mapping[str, Any]) -> JSON:
+        return {k: json.loads(v) if k in self.json_columns else v for k, v in row.items()}
 
 
-def _flat(row: Mapping[str, Any]) -> JSON:
-    """A row with its nested values as JSON text, for a columnar file."""
-    return {k: json.dumps(v, sort_keys=True) if k in _JSON_COLUMNS else v for k, v in row.items()}
-
-
-def _nested(row: Mapping[str, Any]) -> JSON:
-    return {k: json.loads(v) if k in _JSON_COLUMNS else v for k, v in row.items()}
+#: The rows of a samples export (:func:`export_rows`).
+SAMPLES: Final = ExportTable(
+    (
+        ("sample_id", "string"),
+        ("origin", "string"),
+        ("trainer", "string"),
+        ("group_id", "string"),
+        ("reward", "float64"),
+        ("feedback", "string"),
+        ("train_counts", "string"),
+        ("artifacts", "strings"),
+        ("tags", "string"),
+        ("recorded_at", "float64"),
+        ("trajectory", "string"),
+    ),
+    ("trajectory", "train_counts", "tags"),
+)
+#: The rows of an evaluations export (:func:`evaluation_rows`).
+EVALUATIONS: Final = ExportTable(
+    (
+        ("trainer", "string"),
+        ("artifact_id", "string"),
+        ("eval", "string"),
+        ("score", "float64"),
+        ("errors", "int64"),
+        ("items", "string"),
+        ("sampling", "string"),
+        ("measured_at", "float64"),
+        ("served", "bool"),
+        ("gate_reason", "string"),
+    ),
+    ("items", "sampling"),
+)
 
 
 def _batches(rows: Iterable[JSON]) -> Iterator[list[JSON]]:
@@ -393,9 +469,11 @@ def _batches(rows: Iterable[JSON]) -> Iterator[list[JSON]]:
         yield batch
 
 
-def write_export(rows: Iterable[JSON], export_format: ExportFormat, output: Path) -> int:
-    """Write ``rows`` to ``output`` (a file; a folder for ``hf``), one batch at a time; how
-    many rows were written.
+def write_export(
+    rows: Iterable[JSON], export_format: ExportFormat, output: Path, table: ExportTable = SAMPLES
+) -> int:
+    """Write ``rows`` (of ``table``: samples unless told) to ``output`` (a file; a folder for
+    ``hf``), one batch at a time; how many rows were written.
 
     :raises FileExistsError: when ``output`` exists (an export never overwrites).
     """
@@ -409,28 +487,28 @@ def write_export(rows: Iterable[JSON], export_format: ExportFormat, output: Path
                 written += 1
         return written
     if export_format == "parquet":
-        return _write_parquet(rows, output)
+        return _write_parquet(rows, output, table)
     # A datasets folder: Parquet beside it first, which datasets reads memory-mapped.
     from datasets import Dataset
 
     with tempfile.TemporaryDirectory(dir=output.parent, prefix=".reef-export-") as work:
-        parquet = Path(work) / "samples.parquet"
-        written = _write_parquet(rows, parquet)
+        parquet = Path(work) / "rows.parquet"
+        written = _write_parquet(rows, parquet, table)
         dataset = Dataset.from_parquet(str(parquet), cache_dir=str(Path(work) / "cache"))
         assert isinstance(dataset, Dataset)
         dataset.save_to_disk(str(output))
     return written
 
 
-def _write_parquet(rows: Iterable[JSON], output: Path) -> int:
+def _write_parquet(rows: Iterable[JSON], output: Path, table: ExportTable) -> int:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    schema = _schema()
+    schema = table.schema()
     written = 0
     with pq.ParquetWriter(str(output), schema) as writer:
         for batch in _batches(rows):
-            writer.write_table(pa.Table.from_pylist([_flat(r) for r in batch], schema=schema))
+            writer.write_table(pa.Table.from_pylist([table.flat(r) for r in batch], schema=schema))
             written += len(batch)
     return written
 
@@ -446,14 +524,14 @@ def read_export(path: Path) -> Iterator[JSON]:
         dataset: Any = load_from_disk(str(path))
         for start in range(0, len(dataset), BATCH):
             for row in _rows_of(dataset[start : start + BATCH]):
-                yield _nested(row)
+                yield SAMPLES.nested(row)
         return
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
 
         for batch in pq.ParquetFile(str(path)).iter_batches(batch_size=BATCH):
             for row in batch.to_pylist():
-                yield _nested(row)
+                yield SAMPLES.nested(row)
         return
     with path.open(encoding="utf-8") as lines:
         for number, line in enumerate(lines, 1):

@@ -108,7 +108,7 @@ class ServedScenario:
     :ivar serving_model: the model its serving section names, if any (``GET /v1/models``).
     :ivar text_only: its engine takes no image (the local engine renders text alone).
     :ivar evaluations: its artifacts' evaluation results and gate decisions, when it has
-        ``evals``; ``gate`` its ``serve_if``.
+        ``evals`` (``eval_sets`` their names); ``gate`` its ``serve_if``.
     :ivar response_chains: what resolves its Responses calls' ``previous_response_id``
         (:class:`~reef.server.response_chains.ResponseChains`), made at its first such call.
     """
@@ -129,6 +129,7 @@ class ServedScenario:
     response_chains: ResponseChains | None = None
     text_only: bool = False
     evaluations: ArtifactEvaluations | None = None
+    eval_sets: tuple[str, ...] = ()
     gate: ServeIfSection | None = None
 
 
@@ -182,6 +183,7 @@ class Service:
                 served_trainer=None if served is None else served.trainer,
                 serving_model=None if serving is None else serving.model,
                 evaluations=ArtifactEvaluations(database, name) if section.evals else None,
+                eval_sets=tuple(section.evals),
                 gate=section.serve_if,
                 text_only=serving is not None and serving.engine == LOCAL_ENGINE,
             )

@@ -37,7 +37,7 @@ from reef.storage.errors import (
     UnknownSampleError,
     UnknownTrainerError,
 )
-from reef.storage.evaluations import ArtifactEvaluations, GateDecision
+from reef.storage.evaluations import ArtifactEvaluations, EvaluatedArtifact, GateDecision
 from reef.storage.job_history import JobEntry, JobHistory, JobSampleEntry, SampleOfJob
 from reef.storage.labels import SampleLabel, SampleLabels
 from reef.storage.leases import FencedDatabase, Lease, LeaseLostError, TrainerLeases
@@ -57,6 +57,7 @@ __all__ = [
     "ConflictError",
     "Database",
     "DropCounters",
+    "EvaluatedArtifact",
     "FencedDatabase",
     "GateDecision",
     "Instruction",

@@ -11,7 +11,8 @@ artifacts, the one decided ``served`` last (:meth:`ArtifactEvaluations.served_ar
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Iterator, Mapping
+from typing import Any, Final
 
 import attrs
 from sqlalchemy import (
@@ -22,12 +23,14 @@ from sqlalchemy import (
     Index,
     Integer,
     PrimaryKeyConstraint,
+    RowMapping,
     String,
     Table,
     Text,
     UniqueConstraint,
     select,
     true,
+    tuple_,
 )
 
 from reef.core.evals import EvalResult, ItemOutcome
@@ -36,7 +39,16 @@ from reef.storage.database import Database
 from reef.storage.tables import metadata
 from reef.storage.upserts import insert_or_ignore
 
-__all__ = ["ArtifactEvaluations", "GateDecision", "artifact_evals", "gate_decisions"]
+__all__ = [
+    "ArtifactEvaluations",
+    "EvaluatedArtifact",
+    "GateDecision",
+    "artifact_evals",
+    "gate_decisions",
+]
+
+#: Results read from the store at a time when every one is read (an export).
+_PAGE: Final = 200
 
 artifact_evals = Table(
     "reef_artifact_evals",
@@ -85,6 +97,27 @@ class GateDecision:
         return attrs.asdict(self)
 
 
+@attrs.frozen
+class EvaluatedArtifact:
+    """One artifact's scores, as a curve of eval score per artifact draws them.
+
+    :ivar number: its place among the scenario's evaluated artifacts, in the order they were
+        first evaluated (1: the first).
+    :ivar scores: its score on each set it was evaluated on.
+    :ivar evaluated_at: when its first result was measured.
+    :ivar served: the gate's decision (``None``: the scenario has no gate, or it took none).
+    :ivar reason: the decision's reason, if any.
+    """
+
+    trainer: str
+    artifact_id: str
+    number: int
+    scores: Mapping[str, float]
+    evaluated_at: float
+    served: bool | None
+    reason: str | None
+
+
 class ArtifactEvaluations:
     """One scenario's evaluation results and gate decisions."""
 
@@ -123,6 +156,63 @@ class ArtifactEvaluations:
         where = true() if trainer is None else artifact_evals.c.trainer == trainer
         return self._results(where, limit=limit)
 
+    def every_result(self, trainer: str | None = None) -> Iterator[EvalResult]:
+        """Every result (of ``trainer``, else of every trainer), oldest first, read a page at a
+        time: what an export writes, in memory that does not grow with the store."""
+        table = artifact_evals.c
+        keys = (table.measured_at, table.trainer, table.artifact_id, table.eval)
+        where = true() if trainer is None else table.trainer == trainer
+        after: tuple[Any, ...] | None = None
+        while True:
+            query = select(artifact_evals).where(table.scenario == self.scenario, where)
+            if after is not None:
+                query = query.where(tuple_(*keys) > tuple_(*after))
+            with self._database.read() as connection:
+                rows = list(connection.execute(query.order_by(*keys).limit(_PAGE)).mappings())
+            yield from (self._result(row) for row in rows)
+            if len(rows) < _PAGE:
+                return
+            after = tuple(rows[-1][key.name] for key in keys)
+
+    def artifacts(
+        self, trainer: str | None = None, *, limit: int
+    ) -> tuple[list[EvaluatedArtifact], int]:
+        """The evaluated artifacts (of ``trainer``, else of every trainer), in the order they
+        were first evaluated, each with its score on each set and the gate's decision: the last
+        ``limit`` of them, and how many there are. Reads the results without their items."""
+        table = artifact_evals.c
+        where = true() if trainer is None else table.trainer == trainer
+        query = (
+            select(table.trainer, table.artifact_id, table.eval, table.score, table.measured_at)
+            .where(table.scenario == self.scenario, where)
+            .order_by(table.measured_at, table.eval)
+        )
+        decided = select(
+            gate_decisions.c.trainer,
+            gate_decisions.c.artifact_id,
+            gate_decisions.c.served,
+            gate_decisions.c.reason,
+        ).where(
+            gate_decisions.c.scenario == self.scenario,
+            true() if trainer is None else gate_decisions.c.trainer == trainer,
+        )
+        with self._database.read() as connection:
+            rows = list(connection.execute(query))
+            decisions = {(t, a): (s, r) for t, a, s, r in connection.execute(decided)}
+        scores: dict[tuple[str, str], dict[str, float]] = {}
+        first: dict[tuple[str, str], float] = {}
+        for row_trainer, artifact_id, eval_name, score, at in rows:
+            key = (row_trainer, artifact_id)
+            scores.setdefault(key, {})[eval_name] = score
+            first.setdefault(key, at)
+        found = [
+            EvaluatedArtifact(
+                key[0], key[1], number, scores[key], first[key], *decisions.get(key, (None, None))
+            )
+            for number, key in enumerate(scores, 1)
+        ]
+        return found[-limit:], len(found)
+
     def _results(self, where: Any, *, limit: int = 100) -> list[EvalResult]:
         table = artifact_evals.c
         query = (
@@ -133,19 +223,19 @@ class ArtifactEvaluations:
         )
         with self._database.read() as connection:
             rows = list(connection.execute(query).mappings())
-        return [
-            EvalResult(
-                scenario=self.scenario,
-                trainer=row["trainer"],
-                artifact_id=row["artifact_id"],
-                eval=row["eval"],
-                score=row["score"],
-                items=tuple(ItemOutcome(**item) for item in json_values.load(row["items"])),
-                sampling=json_values.load(row["sampling"]),
-                at=row["measured_at"],
-            )
-            for row in reversed(rows)
-        ]
+        return [self._result(row) for row in reversed(rows)]
+
+    def _result(self, row: RowMapping) -> EvalResult:
+        return EvalResult(
+            scenario=self.scenario,
+            trainer=row["trainer"],
+            artifact_id=row["artifact_id"],
+            eval=row["eval"],
+            score=row["score"],
+            items=tuple(ItemOutcome(**item) for item in json_values.load(row["items"])),
+            sampling=json_values.load(row["sampling"]),
+            at=row["measured_at"],
+        )
 
     # -- the gate's decisions --------------------------------------------------------------
 

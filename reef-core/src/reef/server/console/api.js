@@ -89,6 +89,7 @@ export const api = {
   job: (scenario, trainer, id) =>
     call("GET", `${scenarioPath(scenario)}/jobs/${encodeURIComponent(trainer)}/${encodeURIComponent(id)}`),
   artifactRewards: (scenario) => call("GET", `${scenarioPath(scenario)}/artifact_rewards${query({ limit: 500 })}`),
+  evaluations: (scenario) => call("GET", `${scenarioPath(scenario)}/evaluations${query({ limit: 500 })}`),
   series: (scenario, points) => call("GET", `${scenarioPath(scenario)}/job_series${query({ points })}`),
   sample: (scenario, id) =>
     call("GET", `${scenarioPath(scenario)}/samples/${encodeURIComponent(id)}`),

@@ -30,6 +30,8 @@ const state = {
   series: null,
   seriesFor: null, // the jobs ended when the series was read
   rewards: null, // each artifact's mean reward, read with the series
+  evaluations: null, // each evaluated artifact's scores, read when a new result was measured
+  evaluatedFor: null,
   compared: null, // the series of the scenario charted beside, read when its jobs ended
   comparedFor: null,
   charting: new Charting(),
@@ -52,6 +54,8 @@ function readLocation() {
     state.series = null;
     state.seriesFor = null;
     state.rewards = null;
+    state.evaluations = null;
+    state.evaluatedFor = null;
     state.compared = null;
     state.comparedFor = null;
     state.charting.compare = "";
@@ -140,7 +144,10 @@ async function refresh() {
     const beside = names.includes(state.charting.compare) ? state.charting.compare : "";
     const besideEnded = beside ? JSON.stringify([beside, state.status.scenarios.find((s) => s.scenario === beside).trainers.map((t) => t.jobs_ended)]) : null;
     const fresh = state.seriesFor !== ended;
-    const [jobs, page, buffers, detail, job, series, rewards, compared] = await Promise.all([
+    // The eval curve is read again when the status shows a result newer than it.
+    const evaluated = current().evaluations;
+    const evaluatedFor = evaluated ? JSON.stringify((evaluated.results || []).slice(-1)) : null;
+    const [jobs, page, buffers, detail, job, series, rewards, compared, evaluations] = await Promise.all([
       api.jobs(name, { limit: 12 }),
       api.samples(name, browsing.parameters()),
       api.buffer(name),
@@ -149,6 +156,7 @@ async function refresh() {
       fresh ? api.series(name, CHART_POINTS) : state.series,
       fresh || !state.rewards ? api.artifactRewards(name) : state.rewards,
       !beside ? null : state.comparedFor === besideEnded ? state.compared : api.series(beside, CHART_POINTS),
+      !evaluated ? null : state.evaluatedFor === evaluatedFor ? state.evaluations : api.evaluations(name),
     ]);
     state.jobs = jobs.jobs;
     state.page = page;
@@ -158,6 +166,8 @@ async function refresh() {
     state.rewards = rewards;
     state.compared = compared;
     state.comparedFor = besideEnded;
+    state.evaluations = evaluations;
+    state.evaluatedFor = evaluatedFor;
     browsing.counted(page, asked);
     browsing.cursor = Math.min(browsing.cursor, Math.max(0, page.samples.length - 1));
     browsing.saw(page.samples);
@@ -239,7 +249,7 @@ function draw() {
   const steady = { ...scenario, trainers: scenario.trainers.map((t) => ({ ...t, snapshot_at: null })) };
   const charting = state.charting;
   const others = state.status.scenarios.map((s) => s.scenario).filter((n) => n !== state.scenario);
-  const charted = { others, compared: charting.compare ? state.compared : null, rewards: state.rewards };
+  const charted = { others, compared: charting.compare ? state.compared : null, rewards: state.rewards, evaluations: state.evaluations };
   section("overview", [steady, state.series, charting.choice(), charted], () => overview(scenario, state.series, charting, actions, charted));
   section("jobs", [state.jobs, state.series && state.series.jobs], () => jobsTable(state.jobs, state.series, actions));
   const browsing = state.browsing;

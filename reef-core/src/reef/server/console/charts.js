@@ -45,10 +45,11 @@ const usable = (value) => typeof value === "number" && Number.isFinite(value);
 
 /**
  * A chart titled `title` of `lines` ([{name, points: [{x: job number, t: wall time, y, low,
- * high, first, last, label: job id}]}]), against the job number (`options.x` "job") or the
+ * high, first, last, label: job id, note}]}]), against the job number (`options.x` "job") or the
  * wall time ("time"), smoothed by `options.smoothing`. Points without a number are left out;
  * with none left, the chart says so (`options.empty`) instead of drawing an empty frame.
- * `options.unit` names what the x axis counts ("job" unless told: "artifact").
+ * `options.unit` names what the x axis counts ("job" unless told: "artifact"). A point with a
+ * `note` is drawn hollow, the note in its tooltip.
  */
 export function lineChart(title, lines, options = {}) {
   const axis = options.x === "time" ? "t" : "x";
@@ -97,7 +98,11 @@ export function lineChart(title, lines, options = {}) {
     if (line.points.length <= DOTS) {
       parts.push(
         line.points.map((p) =>
-          h("svg:circle", { cx: px(p[axis]), cy: py(p.y), r: 3, class: `dot tone-${line.index}` }, h("svg:title", {}, `${line.name} · ${jobs(p)}: ${number(p.y)}`)),
+          h(
+            "svg:circle",
+            { cx: px(p[axis]), cy: py(p.y), r: 3, class: `dot tone-${line.index}${p.note ? " marked" : ""}` },
+            h("svg:title", {}, `${line.name} · ${jobs(p)}: ${number(p.y)}${p.note ? ` (${p.note})` : ""}`),
+          ),
         ),
       );
     }

@@ -64,10 +64,43 @@ function artifactChart(rewards) {
   return h("div", { class: "chart-row artifact-chart" }, chart, hint);
 }
 
+/** The eval curve: each evaluated artifact's score on each set (GET .../evaluations), in the
+ * order they were evaluated, beside the mean reward of the samples it answered (`rewards`); an
+ * artifact the gate held back is drawn hollow (it never answered, so it has no reward). */
+function evaluationChart(evaluations, rewards) {
+  const trainers = new Set(evaluations.artifacts.map((a) => a.trainer));
+  const named = (trainer, name) => (trainers.size > 1 ? `${trainer} · ${name}` : name);
+  const note = (a) => (a.served === false ? "held back by the gate" : null);
+  const lines = [];
+  for (const trainer of trainers) {
+    const own = evaluations.artifacts.filter((a) => a.trainer === trainer);
+    for (const set of evaluations.sets) {
+      lines.push({ name: named(trainer, set), points: own.map((a) => ({ x: a.number, y: a.scores[set], label: a.artifact_id, note: note(a) })) });
+    }
+    const reward = new Map((rewards ? rewards.artifacts : []).map((r) => [r.artifact_id, r.mean_reward]));
+    lines.push({ name: named(trainer, "mean reward"), points: own.map((a) => ({ x: a.number, y: reward.get(a.artifact_id), label: a.artifact_id })) });
+  }
+  const chart = lineChart("Eval score per artifact", lines, {
+    unit: "artifact",
+    empty: "No artifact has been evaluated yet: each is when the trainer publishes it.",
+  });
+  const held = evaluations.artifacts.filter((a) => a.served === false).length;
+  const shown = evaluations.artifacts.length;
+  const more = evaluations.total > shown ? ` (the last ${number(shown)} of ${number(evaluations.total)})` : "";
+  const hint = h(
+    "p",
+    { class: "hint" },
+    `Each artifact numbered as it was evaluated${more}, its score on each eval set beside the mean reward of the samples it answered` +
+      (held ? `; ${number(held)} held back by the gate (hollow: never served, so no reward).` : "."),
+  );
+  return h("div", { class: "chart-row evaluation-chart" }, chart, hint);
+}
+
 /** The charts of `series` (GET .../job_series) as `charting` says, with their controls;
  * `others` the other scenarios the token sees, `compared` the series of the one chosen to
- * draw beside it, `rewards` each artifact's mean reward. */
-function charts(series, charting, actions, others, compared, rewards) {
+ * draw beside it, `rewards` each artifact's mean reward, `evaluations` each evaluated
+ * artifact's scores (null: the scenario has no evals). */
+function charts(series, charting, actions, others, compared, rewards, evaluations) {
   if (!series) return [];
   const names = [...new Set([...series.metrics, ...(compared ? compared.metrics : [])])];
   if (!names.length) names.push("loss");
@@ -102,17 +135,18 @@ function charts(series, charting, actions, others, compared, rewards) {
       charting.metrics.map((metric) => lineChart(`${metricName(metric)} per job`, lines(metric), { x: charting.x, smoothing: charting.smoothing })),
     ),
     rewards ? artifactChart(rewards) : null,
+    evaluations ? evaluationChart(evaluations, rewards) : null,
   ];
 }
 
 /**
  * The overview of `scenario` (an entry of GET /reef/status) with its `series` (GET
  * .../job_series) charted as `charting` says, beside `charted.compared` (another scenario's
- * series, or null; `charted.others` the scenarios it may be), and `charted.rewards` (GET
- * .../artifact_rewards). `actions.setMode(mode)` and `actions.train(note)` change it through
+ * series, or null; `charted.others` the scenarios it may be), `charted.rewards` (GET
+ * .../artifact_rewards) and `charted.evaluations` (GET .../evaluations, null without evals). `actions.setMode(mode)` and `actions.train(note)` change it through
  * the API; `actions.chart(name, value)` the charts.
  */
-export function overview(scenario, series, charting, actions, charted = { others: [], compared: null, rewards: null }) {
+export function overview(scenario, series, charting, actions, charted = { others: [], compared: null, rewards: null, evaluations: null }) {
   const manual = scenario.training_mode === "manual";
   const modes = new Set(scenario.trainers.flatMap((t) => t.supported_training_modes));
   const pending = scenario.trainers.reduce((n, t) => n + (t.pending_instructions || 0), 0);
@@ -181,7 +215,7 @@ export function overview(scenario, series, charting, actions, charted = { others
       { class: "glance" },
       scenario.trainers.map((t) => trainerCard(t, series, manual)),
     ),
-    charts(series, charting, actions, charted.others, charted.compared, charted.rewards),
+    charts(series, charting, actions, charted.others, charted.compared, charted.rewards, charted.evaluations),
     h("div", { class: "columns" }, notTrained(scenario), lastErrors(scenario)),
   ];
 }
