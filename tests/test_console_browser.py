@@ -1247,6 +1247,16 @@ def test_the_reward_of_each_artifact_is_charted_as_the_quickstart_draws_it(
     shot(browser, artifacts, "17-reward-per-artifact", ".chart-controls")
 
 
+def artifact_rewards(*means: tuple[str, float]) -> dict[str, Any]:
+    """An answer of GET .../artifact_rewards: each artifact with its mean reward, numbered in
+    the order given, four samples each."""
+    artifacts = [
+        {"artifact_id": a, "number": n, "samples": 4, "mean_reward": m}
+        for n, (a, m) in enumerate(means, 1)
+    ]
+    return {"scenario": SCENARIO, "artifacts": artifacts, "total": len(artifacts)}
+
+
 def test_another_scenarios_trainers_are_drawn_beside_this_ones(
     served: tuple[ServeProcess, str], browser: WebDriver
 ) -> None:
@@ -1272,14 +1282,7 @@ def test_another_scenarios_trainers_are_drawn_beside_this_ones(
         "metrics": ["loss"],
     }
     other = {**series, "scenario": "other"}
-    rewards = {
-        "scenario": SCENARIO,
-        "artifacts": [
-            {"artifact_id": "first-weights", "number": 1, "samples": 4, "mean_reward": 0.25},
-            {"artifact_id": "second-weights", "number": 2, "samples": 4, "mean_reward": 0.75},
-        ],
-        "total": 2,
-    }
+    rewards = artifact_rewards(("first-weights", 0.25), ("second-weights", 0.75))
     drawn = browser.execute_async_script(
         _DRAW_COMPARE, status["scenarios"][0], series, other, rewards
     )
@@ -1304,14 +1307,7 @@ def test_the_eval_curve_draws_each_set_beside_the_reward_and_marks_what_was_held
     wait_for(browser, lambda d: d.find_element(By.ID, "token").is_displayed(), "the page")
     status = httpx.get(f"{serve.base_url}/reef/status", headers=serve.headers).json()
     series = {"scenario": SCENARIO, "trainers": {}, "jobs": {}, "no_signal": {}, "metrics": []}
-    rewards = {
-        "scenario": SCENARIO,
-        "artifacts": [
-            {"artifact_id": "w1", "number": 1, "samples": 4, "mean_reward": 0.25},
-            {"artifact_id": "w2", "number": 2, "samples": 4, "mean_reward": 0.5},
-        ],
-        "total": 2,
-    }
+    rewards = artifact_rewards(("w1", 0.25), ("w2", 0.5))
     evaluated = [("w1", 0.3, 1.0, True), ("w2", 0.6, 1.0, True), ("w3", 0.1, 0.5, False)]
     evaluations = {
         "scenario": SCENARIO,

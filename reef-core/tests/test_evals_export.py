@@ -16,6 +16,7 @@ pytest.importorskip("starlette", reason="export is the service's (its server ext
 from reef.core.evals import EvalResult, ItemOutcome
 from reef.server.export import EVALUATIONS, evaluation_rows, write_export
 from reef.storage import ArtifactEvaluations, Database, open_database
+from reef.testing.service import grouped_deployment
 
 SCENARIO = "s"
 
@@ -136,22 +137,13 @@ def test_each_format_holds_the_rows(
     assert read == rows
 
 
-def _deployment(tmp_path: Path) -> Path:
-    path = tmp_path / "d.yaml"
-    path.write_text(
-        f'storage: {{url: "sqlite:///{tmp_path}/d.db"}}\nscenarios:\n  s: {{recipe: grouped}}\n',
-        encoding="utf-8",
-    )
-    return path
-
-
 def test_reef_export_writes_the_evaluations_of_a_trainer(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from reef.cli import main
 
-    source = _deployment(tmp_path)
-    database = open_database(f"sqlite:///{tmp_path}/d.db")
+    source = grouped_deployment(tmp_path, "s")
+    database = open_database(f"sqlite:///{tmp_path}/s.db")
     _run(database)
     expected = list(evaluation_rows(database, SCENARIO, "t"))
     database.dispose()
@@ -167,11 +159,11 @@ def test_reef_export_of_evaluations_refuses_the_sample_filters(
 ) -> None:
     from reef.cli import main
 
-    source = _deployment(tmp_path)
+    source = grouped_deployment(tmp_path, "s")
     out = tmp_path / "evals.jsonl"
     argv = ["export", str(source), "s", "--evaluations", "--output", str(out)]
     assert main([*argv, "--tag", "team=a", "--reward-min", "0.5"]) == 2
     error = capsys.readouterr().err
     assert "--tag, --reward-min choose samples; --evaluations exports every evaluation" in error
     assert not out.exists()
-    assert not (tmp_path / "d.db").exists()
+    assert not (tmp_path / "s.db").exists()

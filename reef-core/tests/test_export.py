@@ -27,6 +27,7 @@ from reef.server.export import (
 )
 from reef.storage import Database, NewSample, RecordStore, TrainerSamples
 from reef.testing.records import call
+from reef.testing.service import grouped_deployment
 
 pytest.importorskip("pyarrow")
 
@@ -289,23 +290,13 @@ def test_the_admin_route_exports_a_selection_in_its_order_or_refuses_it_whole(
         )
 
 
-def _deployment(tmp_path: Path, name: str) -> Path:
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(
-        f'storage: {{url: "sqlite:///{tmp_path}/{name}.db"}}\n'
-        f"scenarios:\n  {name}: {{recipe: grouped}}\n",
-        encoding="utf-8",
-    )
-    return path
-
-
 def test_reef_export_and_reef_import_move_a_selection_between_deployments(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from reef.cli import main
     from reef.storage import open_database
 
-    source, target = _deployment(tmp_path, "s"), _deployment(tmp_path, "t")
+    source, target = grouped_deployment(tmp_path, "s"), grouped_deployment(tmp_path, "t")
     database = open_database(f"sqlite:///{tmp_path}/s.db")
     _scenario(database)
     database.dispose()
@@ -337,7 +328,7 @@ def test_reef_export_refuses_a_bad_flag_before_opening_anything(
 ) -> None:
     from reef.cli import main
 
-    source = _deployment(tmp_path, "s")
+    source = grouped_deployment(tmp_path, "s")
     argv = ["export", str(source), "s", "--output", str(tmp_path / "o.jsonl"), *extra]
     with pytest.raises(SystemExit) as done:
         main(argv)

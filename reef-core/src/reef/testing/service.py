@@ -20,6 +20,7 @@ import contextlib
 import socket
 import threading
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any, ClassVar
 
 import attrs
@@ -49,6 +50,7 @@ __all__ = [
     "UploadingJobData",
     "auth_section",
     "free_port",
+    "grouped_deployment",
     "serve_on_loopback",
     "served_scenario",
     "service_app",
@@ -90,6 +92,18 @@ def served_scenario(storage_url: str, engine_url: str, auth: str, scenario: str 
         f'storage: {{url: "{storage_url}"}}\nserving: {{engine: "{engine_url}"}}\n{auth}\n'
         f"scenarios:\n  {scenario}:\n    recipe: servicetest\n    training: {{component: noop}}\n"
     )
+
+
+def grouped_deployment(folder: Path, name: str) -> Path:
+    """A deployment file ``<folder>/<name>.yaml`` of one scenario ``name`` of the built-in
+    ``grouped`` recipe, storing in ``<folder>/<name>.db`` (SQLite): what a CLI test opens."""
+    path = folder / f"{name}.yaml"
+    path.write_text(
+        f'storage: {{url: "sqlite:///{folder}/{name}.db"}}\n'
+        f"scenarios:\n  {name}: {{recipe: grouped}}\n",
+        encoding="utf-8",
+    )
+    return path
 
 
 def auth_section(*tokens: ServiceToken) -> str:
