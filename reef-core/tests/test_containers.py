@@ -28,7 +28,7 @@ from reef.containers import (
     run_verifier,
 )
 from reef.containers.docker import DockerBackend, environment_tag
-from reef.core.deployment import ContainerSettings
+from reef.core.container_settings import ContainerSettings
 from reef.core.harbor import HarborTask, HarborTaskError
 
 pytestmark = pytest.mark.skipif(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -51,6 +52,24 @@ def letter_set(tmp_path: Path, letter: str = "r") -> EvalSet:
     data = tmp_path / "letters.jsonl"
     data.write_text("".join(json.dumps({"prompt": p, "expected": letter}) + "\n" for p in PROMPTS))
     section = EvalSetSection(data=str(data), sampling=EvalSamplingSection(max_tokens=1))
+    return load_eval_set("letters", section)
+
+
+def letter_tasks(tmp_path: Path, letter: str = "r") -> EvalSet:
+    """The same prompts as Harbor tasks in a folder: each task's verifier rewards the answer
+    file holding ``letter``, run in the bubblewrap sandbox."""
+    folder = tmp_path / "letter-tasks"
+    test = (
+        f'if [ "$(cat /app/answer.txt)" = "{letter}" ]; then echo 1; else echo 0; fi'
+        " > /logs/verifier/reward.txt\n"
+    )
+    for k, prompt in enumerate(PROMPTS):
+        task = folder / f"letter-{k}"
+        (task / "tests").mkdir(parents=True)
+        (task / "task.toml").write_text('version = "1.0"\n\n[verifier]\ntimeout_sec = 10.0\n')
+        (task / "instruction.md").write_text(prompt)
+        (task / "tests" / "test.sh").write_text(test)
+    section = EvalSetSection(tasks=str(folder), sampling=EvalSamplingSection(max_tokens=1))
     return load_eval_set("letters", section)
 
 
@@ -158,6 +177,33 @@ def test_a_worse_artifact_is_never_served_and_a_better_one_is_across_a_restart(
     # The resume_from default: the trainer goes on from its trained (worse) weights.
     assert restarted.component.publish().artifact_id == trained.artifact_id
     restarted.close()
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+def test_harbor_tasks_gate_what_is_served_scored_by_their_own_verifiers(
+    storage_database: Database, tmp_path: Path
+) -> None:
+    """The same run with the eval set a folder of Harbor tasks: each reply is left in the
+    task's /app and its tests/test.sh scores it in the sandbox."""
+    state = tmp_path / "state"
+    eval_set = letter_tasks(tmp_path)
+    gate = ServeIfSection(eval="letters", not_worse_than=0.02)
+    component, _ = gated(state, storage_database, eval_set, gate)
+    evaluations = ArtifactEvaluations(storage_database, SCENARIO)
+    first = component.publish()
+    train(component, "better", "r")
+    better = component.publish()
+    result = evaluations.result(TRAINER, better.artifact_id, "letters")
+    assert result is not None
+    assert [(i.item_id, i.score, i.reply) for i in result.items] == [
+        (f"letter-{k}", 1.0, "r") for k in range(len(PROMPTS))
+    ]
+    assert evaluations.result(TRAINER, first.artifact_id, "letters").score == 0.0
+    train(component, "worse", "x")
+    assert component.publish().artifact_id == better.artifact_id
+    assert served_reply(state, storage_database) == "r"
+    assert [d.served for d in evaluations.decisions(TRAINER)] == [True, True, False]
+    component.close()
 
 
 def test_resume_from_served_puts_the_served_weights_back(

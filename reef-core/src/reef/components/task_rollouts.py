@@ -38,7 +38,7 @@ from reef.containers.interface import ContainerError
 from reef.containers.staging import StagingError, TaskStaging
 from reef.containers.verify import run_verifier
 from reef.core.config import config_option
-from reef.core.deployment import ContainerSettings
+from reef.core.container_settings import ContainerSettings
 from reef.core.harbor import HarborTask, HarborTaskError
 from reef.core.job_data import JobData, TaskSample
 from reef.core.plugins import PluginSettings

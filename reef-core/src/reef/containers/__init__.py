@@ -5,7 +5,7 @@
 - :mod:`reef.containers.sandbox`: the backend that runs here, in Linux namespaces (bubblewrap);
 - :mod:`reef.containers.docker`: the backend for production, on a Docker daemon;
 - :mod:`reef.containers.backends`: :func:`open_backend`, from
-  :class:`~reef.core.deployment.ContainerSettings`;
+  :class:`~reef.core.container_settings.ContainerSettings`;
 - :mod:`reef.containers.staging`: tasks staged by name under a tasks root;
 - :mod:`reef.containers.verify`: a task's verifier on an attempt, and its oracle solution.
 """

@@ -9,28 +9,15 @@ task the same way.
 
 from __future__ import annotations
 
-import re
-from typing import Any, Final
-
 import attrs
 
 from reef.core.config import config_option
+from reef.core.container_settings import positive
+from reef.core.harbor import answer_file_name
 from reef.core.plugins import PluginSettings
 from reef.core.records import JSON
 
 __all__ = ["AnswerAgent"]
-
-_FILE: Final = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
-
-
-def _file_name(_: object, __: attrs.Attribute[Any], value: str) -> None:
-    if not _FILE.fullmatch(value):
-        raise ValueError(f"answer_file {value!r} must be a plain file name, such as answer.txt")
-
-
-def _positive(_: object, attribute: attrs.Attribute[Any], value: float) -> None:
-    if value <= 0:
-        raise ValueError(f"{attribute.name} must be positive, got {value!r}")
 
 
 @attrs.frozen
@@ -38,9 +25,9 @@ class AnswerAgent(PluginSettings):
     """A single-turn agent (see the module's documentation)."""
 
     answer_file: str = config_option(
-        "answer.txt", help="the file in /app the reply is written to", validator=_file_name
+        "answer.txt", help="the file in /app the reply is written to", validator=answer_file_name
     )
-    max_tokens: int = config_option(64, help="the longest reply, in tokens", validator=_positive)
+    max_tokens: int = config_option(64, help="the longest reply, in tokens", validator=positive)
     temperature: float = config_option(
         1.0,
         help="the policy's sampling temperature (0 is greedy)",

@@ -1,4 +1,5 @@
-"""Opening the container backend that :class:`~reef.core.deployment.ContainerSettings` names.
+"""Opening the container backend that
+:class:`~reef.core.container_settings.ContainerSettings` names.
 
 The same settings configure the generator service (the deployment's ``generator`` section)
 and a task job's rollouts (``rollout.sandbox``).
@@ -9,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from reef.containers.interface import ContainerBackend
-from reef.core.deployment import ContainerSettings
+from reef.core.container_settings import ContainerSettings
 
 __all__ = ["open_backend"]
 

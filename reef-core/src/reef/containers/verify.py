@@ -8,10 +8,10 @@ The oracle run first runs ``bash /solution/solve.sh`` (under ``[agent].timeout_s
 same container, then the verifier.
 
 Each is one run of a :class:`~reef.containers.interface.ContainerBackend`, limited by the
-caller's :class:`~reef.core.deployment.ContainerSettings` as well as by the task's own settings
-(the smaller wins): time, memory (``/tmp`` counts against it) and disk. A run that reaches its
-memory or disk limit gives no reward, like one past its time: writes failed under it, so what
-its verifier wrote does not say how the attempt did. Its verdict names the limit
+caller's :class:`~reef.core.container_settings.ContainerSettings` as well as by the task's own
+settings (the smaller wins): time, memory (``/tmp`` counts against it) and disk. A run that
+reaches its memory or disk limit gives no reward, like one past its time: writes failed under
+it, so what its verifier wrote does not say how the attempt did. Its verdict names the limit
 (:attr:`Verdict.limit`, and the output's last line).
 """
 
@@ -27,7 +27,7 @@ import attrs
 
 from reef.containers.interface import ContainerBackend, RunSpec
 from reef.containers.staging import StagedTask
-from reef.core.deployment import ContainerSettings
+from reef.core.container_settings import ContainerSettings
 
 __all__ = ["REWARD_JSON", "REWARD_TXT", "Verdict", "run_oracle", "run_verifier"]
 

@@ -21,6 +21,7 @@ import attrs
 import yaml
 
 from reef.core.config import config_option
+from reef.core.container_settings import ContainerSettings, positive
 from reef.core.evals import EvalSetSection, ServeIfSection, gate_problems
 from reef.core.plugins import PluginConfigError, PluginSettings
 from reef.errors import ReefError
@@ -167,11 +168,6 @@ class ServingSection(PluginSettings):
             )
 
 
-def _positive(_: object, attribute: attrs.Attribute[Any], value: float) -> None:
-    if value <= 0:
-        raise ValueError(f"{attribute.name} must be positive, got {value!r}")
-
-
 # A Host header's value as the service compares it: a host name, an IPv4 address or a bracketed
 # IPv6 one, with an optional port.
 _HOST = re.compile(r"(?:[A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?")
@@ -195,39 +191,6 @@ def _origin(_: object, attribute: attrs.Attribute[Any], value: str) -> None:
 
 
 @attrs.frozen
-class ContainerSettings(PluginSettings):
-    """Where a task's solution and verifier run (:mod:`reef.containers`), and their limits:
-    the generator section's ``containers`` and a task job's ``rollout.sandbox``."""
-
-    backend: Literal["sandbox", "docker"] = config_option(
-        "sandbox",
-        help="sandbox (bubblewrap namespaces on this machine) or docker (a Docker daemon)",
-    )
-    docker_url: str = config_option(
-        "unix:///var/run/docker.sock", help="the Docker daemon's socket or http://host:port"
-    )
-    default_image: str = config_option(
-        "python:3.12-slim", help="docker: the image of a task whose task.toml names none"
-    )
-    timeout_seconds: float = config_option(
-        120.0,
-        help="the longest a solution or a verifier may run (a task's own lower limit wins)",
-        validator=_positive,
-    )
-    memory_mb: int = config_option(
-        1024,
-        help="the memory a run may take, /tmp (RAM) included (a task's own lower limit wins)",
-        validator=_positive,
-    )
-    disk_mb: int = config_option(
-        256,
-        help="the disk a run may write: /app and /logs each, sandbox; the container's layer, "
-        "docker (a task's own lower [environment].storage_mb wins)",
-        validator=_positive,
-    )
-
-
-@attrs.frozen
 class GeneratorSection(PluginSettings):
     """The generator service that ``reef serve`` starts: it stages tasks and runs their
     verifiers and hint plays for task generators (``docs/generator-service.md``)."""
@@ -237,7 +200,7 @@ class GeneratorSection(PluginSettings):
         factory=ContainerSettings, help="where runs happen (backend) and their limits"
     )
     max_parallel_runs: int = config_option(
-        2, help="runs (verifiers, plays) at the same time", validator=_positive
+        2, help="runs (verifiers, plays) at the same time", validator=positive
     )
 
 
@@ -306,17 +269,17 @@ class ServiceSection(PluginSettings):
     header_timeout: float = config_option(
         default=10.0,
         help="seconds a connection may take to send a request's head (408 and closed after)",
-        validator=_positive,
+        validator=positive,
     )
     body_timeout: float = config_option(
         default=30.0,
         help="seconds a request's body may take to arrive after its head (closed after)",
-        validator=_positive,
+        validator=positive,
     )
     max_connections: int = config_option(
         default=1000,
         help="connections open at once; beyond, the longest-idle one is closed",
-        validator=_positive,
+        validator=positive,
     )
     allowed_hosts: tuple[str, ...] | None = config_option(
         default=None,

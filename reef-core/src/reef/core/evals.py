@@ -22,6 +22,8 @@ from typing import Any, Final, Literal
 import attrs
 
 from reef.core.config import config_option
+from reef.core.container_settings import ContainerSettings
+from reef.core.harbor import answer_file_name
 from reef.core.plugins import PluginSettings
 from reef.core.records import JSON
 from reef.errors import ReefError
@@ -152,13 +154,29 @@ def judged_score(text: str) -> float:
     return float(found.group(1))
 
 
+def _optional_verifier(_: object, attribute: attrs.Attribute[Any], value: str | None) -> None:
+    if value is not None:
+        _verifier(_, attribute, value)
+
+
 @attrs.frozen
 class EvalSetSection(PluginSettings):
-    """One evaluation set of a scenario (``evals.<name>``)."""
+    """One evaluation set of a scenario (``evals.<name>``): the items of a JSONL file
+    (``data``) scored by ``verifier``, or the Harbor tasks of a folder (``tasks``), each played
+    once and scored by its own verifier."""
 
-    data: str = config_option(help="a JSONL file of items: messages or prompt, and expected")
-    verifier: str = config_option(
-        "exact", help="exact, regex, or a Python function module:name", validator=_verifier
+    data: str | None = config_option(
+        None, help="a JSONL file of items: messages or prompt, and expected"
+    )
+    tasks: str | None = config_option(
+        None,
+        help="a folder of Harbor tasks (task.toml, instruction.md, tests/test.sh each), scored"
+        " by their own verifiers",
+    )
+    verifier: str | None = config_option(
+        None,
+        help="data: exact (the default), regex, judge, or a Python function module:name",
+        validator=_optional_verifier,
     )
     pattern: str | None = config_option(
         None, help="regex: the pattern of an item that sets none", validator=_pattern
@@ -169,10 +187,33 @@ class EvalSetSection(PluginSettings):
     judge: JudgeSection | None = config_option(
         None, help="judge: the model that grades each reply (url, model, api_key, prompt)"
     )
+    answer_file: str = config_option(
+        "answer.txt",
+        help="tasks: the file in /app the reply is written to, where the verifier reads it",
+        validator=answer_file_name,
+    )
+    sandbox: ContainerSettings = config_option(
+        factory=ContainerSettings,
+        help="tasks: where each verifier runs (backend sandbox or docker) and its limits",
+    )
 
     def __attrs_post_init__(self) -> None:
+        if (self.data is None) == (self.tasks is None):
+            raise ValueError(
+                "give data (a JSONL file of items) or tasks (a folder of Harbor tasks): one"
+            )
+        if self.tasks is not None and (self.verifier, self.judge, self.pattern) != (None,) * 3:
+            raise ValueError(
+                "tasks are scored by their own verifiers (tests/test.sh): leave verifier,"
+                " judge and pattern out"
+            )
         if (self.verifier == "judge") != (self.judge is not None):
             raise ValueError("verifier judge and a judge section go together: give both or neither")
+
+    @property
+    def scored_by(self) -> str:
+        """The verifier of a ``data`` set: ``verifier``, ``exact`` when unset."""
+        return self.verifier or "exact"
 
 
 @attrs.frozen
@@ -232,9 +273,9 @@ def _item(line: int, body: Any, section: EvalSetSection) -> EvalItem:
         or not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages)
     ):
         raise EvalItemError(f"{where}: messages is a non-empty list of {{role, content}} objects")
-    if section.verifier == "exact" and not isinstance(body.get("expected"), str):
+    if section.scored_by == "exact" and not isinstance(body.get("expected"), str):
         raise EvalItemError(f"{where}: the exact verifier compares with expected, a string")
-    if section.verifier == "regex":
+    if section.scored_by == "regex":
         pattern = body.get("pattern", section.pattern)
         if not isinstance(pattern, str):
             raise EvalItemError(
@@ -278,7 +319,7 @@ def parse_eval_lines(text: str, section: EvalSetSection) -> tuple[EvalItem, ...]
 
 def verify_builtin(section: EvalSetSection, item: EvalItem, reply: str) -> float:
     """The score in [0, 1] of ``reply`` by the ``exact`` or ``regex`` verifier."""
-    if section.verifier == "exact":
+    if section.scored_by == "exact":
         return 1.0 if reply.strip() == str(item.fields["expected"]).strip() else 0.0
     pattern = item.fields.get("pattern", section.pattern)
     assert isinstance(pattern, str)  # parse_eval_lines checked it

@@ -39,6 +39,7 @@ __all__ = [
     "REQUIRED_FILES",
     "HarborTask",
     "HarborTaskError",
+    "answer_file_name",
     "read_task_toml",
 ]
 
@@ -55,6 +56,16 @@ MAX_FILES: Final = 256
 # A task's name is one folder name: it is staged as `<tasks root>/<name>/`.
 _NAME: Final = re.compile(r"[a-z0-9][a-z0-9._-]{0,127}")
 _SEGMENT: Final = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,254}")
+
+
+#: A file an agent leaves its answer in, in ``/app``: a plain name.
+_ANSWER_FILE: Final = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
+
+
+def answer_file_name(_: object, __: attrs.Attribute[Any], value: str) -> None:
+    """An attrs validator: ``value`` is a plain file name (an agent's ``answer_file``)."""
+    if not _ANSWER_FILE.fullmatch(value):
+        raise ValueError(f"answer_file {value!r} must be a plain file name, such as answer.txt")
 
 
 class HarborTaskError(ReefError, ValueError):

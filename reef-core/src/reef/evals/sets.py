@@ -5,12 +5,15 @@
 is a problem of the deployment); :meth:`EvalSet.evaluate` runs every item through a completion
 function (the artifact under evaluation, :mod:`reef.evals.targets`) and scores the replies. A
 ``judge`` verifier asks the judge model to grade each reply; a judge that does not answer leaves
-the evaluation unfinished.
+the evaluation unfinished. A set of Harbor tasks (``tasks``) asks each task's instruction as
+the task jobs' agent does and scores the reply with the task's own verifier, in the sandbox
+or the Docker backend its ``sandbox`` names (:mod:`reef.containers`).
 """
 
 from __future__ import annotations
 
 import importlib
+import tempfile
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -18,6 +21,11 @@ from typing import Any
 
 import attrs
 
+from reef.containers.agent import AnswerAgent
+from reef.containers.backends import open_backend
+from reef.containers.interface import ContainerError
+from reef.containers.staging import StagingError, TaskStaging
+from reef.containers.verify import run_verifier
 from reef.core.evals import (
     BUILTIN_VERIFIERS,
     EvalItem,
@@ -31,10 +39,18 @@ from reef.core.evals import (
     parse_eval_lines,
     verify_builtin,
 )
+from reef.core.harbor import HarborTask, HarborTaskError
 from reef.core.records import JSON
 from reef.errors import ReefError
 
-__all__ = ["EvalIncomplete", "EvalSet", "EvalSetError", "Verifier", "load_eval_set"]
+__all__ = [
+    "EvalIncomplete",
+    "EvalSet",
+    "EvalSetError",
+    "Verifier",
+    "load_eval_set",
+    "read_task_folder",
+]
 
 #: A verifier: the score in [0, 1] of a reply to an item.
 Verifier = Callable[[str, EvalItem], float]
@@ -149,12 +165,89 @@ def _judge_verifier(name: str, judge: JudgeSection) -> Verifier:
     return verify
 
 
+def read_task_folder(name: str, folder: Path) -> list[HarborTask]:
+    """The Harbor tasks of ``folder``: each folder in it (but hidden ones) is one task, named
+    after its folder, holding every file under it as text.
+
+    :raises EvalSetError: naming the task and what is wrong: a folder that is no task, a link,
+        a file that is not UTF-8 text, a task Reef cannot use, or a folder without tasks.
+    """
+    if not folder.is_dir():
+        raise EvalSetError(f"eval {name}: tasks {folder} is not a folder of Harbor tasks")
+    tasks: list[HarborTask] = []
+    for task_folder in sorted(p for p in folder.iterdir() if not p.name.startswith(".")):
+        if task_folder.is_symlink() or not task_folder.is_dir():
+            raise EvalSetError(
+                f"eval {name}: {task_folder} is not a task folder: every entry of {folder} is"
+                " one task's folder (task.toml, instruction.md, tests/test.sh)"
+            )
+        files: dict[str, str] = {}
+        for path in sorted(task_folder.rglob("*")):
+            if path.is_symlink():
+                raise EvalSetError(f"eval {name}: {path} is a link: a task holds its own files")
+            if not path.is_file():
+                continue
+            try:
+                files[path.relative_to(task_folder).as_posix()] = path.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                raise EvalSetError(f"eval {name}: cannot read {path} as text ({exc})") from exc
+        try:
+            task = HarborTask(task_folder.name, files)
+            task.toml()
+        except HarborTaskError as exc:
+            raise EvalSetError(f"eval {name}: {task_folder}: {exc}") from exc
+        tasks.append(task)
+    if not tasks:
+        raise EvalSetError(f"eval {name}: {folder} holds no task folder")
+    return tasks
+
+
+def _task_verifier(
+    name: str, section: EvalSetSection, tasks: Mapping[str, HarborTask], agent: AnswerAgent
+) -> Verifier:
+    """A task's own verifier run on the reply, left in ``/app`` as the task jobs' agent leaves
+    it, in a folder of its own that is removed after the run. A verifier that cannot run (the
+    sandbox or the Docker daemon is away) leaves the evaluation unfinished; one that timed out
+    or wrote no reward gives the item no score, said in its outcome."""
+
+    def verify(reply: str, item: EvalItem) -> float:
+        with tempfile.TemporaryDirectory(prefix="reef-eval-") as work:
+            try:
+                staged = TaskStaging(Path(work) / "tasks").stage(tasks[item.item_id])
+                backend = open_backend(section.sandbox, Path(work) / "runs")
+                verdict = run_verifier(backend, staged, agent.attempt(reply), section.sandbox)
+            except (ContainerError, StagingError) as exc:
+                raise EvalIncomplete(
+                    f"eval {name}: task {item.item_id}: its verifier could not run: {exc}"
+                ) from exc
+        if verdict.timed_out:
+            raise ValueError("the task's verifier ran past its timeout")
+        if verdict.reward is None:
+            reason = verdict.limit or f"exit {verdict.exit_code}: {verdict.output[-200:]}"
+            raise ValueError(f"the task's verifier wrote no reward ({reason})")
+        return verdict.reward
+
+    return verify
+
+
+def _task_set(name: str, section: EvalSetSection) -> EvalSet:
+    assert section.tasks is not None
+    tasks = read_task_folder(name, Path(section.tasks))
+    agent = AnswerAgent(answer_file=section.answer_file)
+    items = tuple(EvalItem(t.name, tuple(agent.messages(t.instruction)), {}) for t in tasks)
+    verify = _task_verifier(name, section, {t.name: t for t in tasks}, agent)
+    return EvalSet(name, section, items, verify)
+
+
 def load_eval_set(name: str, section: EvalSetSection) -> EvalSet:
     """The eval set ``name`` of ``section``: its file read, its items checked, its verifier
-    imported.
+    imported; or, for ``tasks``, every task of its folder read.
 
     :raises EvalSetError: naming the file and the line or the verifier that is wrong.
     """
+    if section.tasks is not None:
+        return _task_set(name, section)
+    assert section.data is not None
     path = Path(section.data)
     try:
         text = path.read_text(encoding="utf-8")
@@ -167,10 +260,10 @@ def load_eval_set(name: str, section: EvalSetSection) -> EvalSet:
         raise EvalSetError(f"eval {name}: {path}: {exc}") from exc
     if section.judge is not None:
         return EvalSet(name, section, items, _judge_verifier(name, section.judge))
-    if section.verifier in BUILTIN_VERIFIERS:
+    if section.scored_by in BUILTIN_VERIFIERS:
 
         def verify(reply: str, item: EvalItem) -> float:
             return verify_builtin(section, item, reply)
 
         return EvalSet(name, section, items, verify)
-    return EvalSet(name, section, items, _function_verifier(section.verifier))
+    return EvalSet(name, section, items, _function_verifier(section.scored_by))
