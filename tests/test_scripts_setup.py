@@ -109,6 +109,7 @@ def test_setup_says_what_it_installs_and_how_far_it_is(workspace: Path) -> None:
         "step 3 of 3: installing the workspace's distributions (editable, with their extras)"
         " and the development tools: minutes the first time (transformers, swebench,"
         " datasets, ...)",
+        "compiling the installed packages to bytecode, on every core",
         "the workspace is installed in .venv",
     ]
     assert all(re.match(r"setup \[\d+ s\]: ", line) for line in lines if "step" in line)
