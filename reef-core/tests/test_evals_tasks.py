@@ -20,8 +20,7 @@ from reef.core.evals import EvalSetSection
 from reef.core.records import JSON
 from reef.evals.sets import EvalIncomplete, EvalSetError, load_eval_set
 from reef.plugins.scenarios import load_deployment
-from reef.testing.service import service_test_plugins
-from reef.testing.task_engines import arithmetic_task
+from reef.testing.tasks import arithmetic_task
 
 needs_bwrap = pytest.mark.skipif(
     shutil.which("bwrap") is None, reason="bubblewrap is not installed (scripts/setup does)"
@@ -154,6 +153,9 @@ scenarios:
 
 
 def test_a_deployment_names_what_is_wrong_with_a_task_set(tmp_path: Path) -> None:
+    pytest.importorskip("uvicorn", reason="the service-test recipe is the service's (server extra)")
+    from reef.testing.service import service_test_plugins
+
     folder = task_folder(tmp_path / "tasks", arithmetic_task("right", 2, 2))
     data = tmp_path / "items.jsonl"
     data.write_text(json.dumps({"prompt": "a", "expected": "b"}) + "\n")

@@ -22,7 +22,8 @@ from reef.server import ServiceConfigError
 from reef.storage import Database, RecordStore, TaskStorage
 from reef.testing import pipeline_context, training_pipeline
 from reef.testing.service import ServiceToken, auth_section, serve_on_loopback, service_app
-from reef.testing.task_engines import arithmetic_task, hint_policy
+from reef.testing.task_engines import hint_policy
+from reef.testing.tasks import arithmetic_task
 
 pytestmark = pytest.mark.skipif(
     shutil.which("bwrap") is None, reason="bubblewrap is not installed (scripts/setup does)"

@@ -26,7 +26,8 @@ from reef.core.records import InferenceRecord
 from reef.server.app import API_ROUTES
 from reef.storage import Database
 from reef.testing.service import ServiceToken, auth_section, serve_on_loopback, service_app
-from reef.testing.task_engines import arithmetic_task, hint_policy
+from reef.testing.task_engines import hint_policy
+from reef.testing.tasks import arithmetic_task
 
 ADMIN_TOKEN = ServiceToken("admin", ("infer", "feedback", "admin"))
 ALPHA_TOKEN = ServiceToken("alpha-admin", ("infer", "feedback", "admin"), ("alpha",))

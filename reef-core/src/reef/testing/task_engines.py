@@ -38,10 +38,10 @@ from reef.core.records import JSON
 from reef.plugins.scenarios import load_deployment
 from reef.server import ServerOptions, create_app, open_databases
 from reef.testing.service import serve_on_loopback, service_test_plugins
+from reef.testing.tasks import arithmetic_task
 
 __all__ = [
     "COIN_VERIFIER",
-    "arithmetic_task",
     "coin_task",
     "designed_sum_task",
     "generator_service",
@@ -120,28 +120,6 @@ def designed_sum_task(
         ),
         "solve_sh": f"echo {a + b if oracle is None else oracle} > /app/answer.txt\n",
         "hint": hint or f"carry the digits: {a + b}",
-    }
-
-
-def arithmetic_task(name: str, a: int, b: int, *, answer_file: str = "answer.txt") -> JSON:
-    """The JSON form of a Harbor task that asks for ``a + b`` in ``answer_file``, with its
-    verifier and oracle solution."""
-    test = (
-        f'if [ "$(tr -d "[:space:]" < /app/{answer_file} 2>/dev/null)" = "{a + b}" ]; then\n'
-        "  echo 1 > /logs/verifier/reward.txt\n"
-        "else\n"
-        "  echo 0 > /logs/verifier/reward.txt\n"
-        "fi\n"
-    )
-    return {
-        "name": name,
-        "files": {
-            "task.toml": 'version = "1.0"\n\n[verifier]\ntimeout_sec = 10.0\n',
-            "instruction.md": f"What is {a} + {b}? Answer with the number only.",
-            "tests/test.sh": test,
-            "solution/solve.sh": f"echo {a + b} > /app/{answer_file}\n",
-        },
-        "source_agent_record_ids": [],
     }
 
 
