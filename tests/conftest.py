@@ -15,3 +15,10 @@ pytest_plugins = ["reef.testing"]
 def wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Every distribution's wheel, built once for the run (``fresh_venvs.built_wheels``)."""
     return built_wheels(tmp_path_factory)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The files marked ``slow`` (fresh environments, wheel builds) run first: the test script
+    spreads whole files over pytest-xdist workers in collection order, and a long file that
+    starts last keeps one worker busy after the others are done, with a core idle."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

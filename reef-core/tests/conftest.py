@@ -13,6 +13,13 @@ import pytest
 pytest_plugins = ["reef.testing"]
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The files marked ``slow`` (the SIGKILL suites) run first: the test script spreads whole
+    files over pytest-xdist workers in collection order, and a long file that starts last keeps
+    one worker busy after the others are done, with a core idle."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture(scope="session")
 def hf_model_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny Hugging Face model folder (a Llama with a trained BPE tokenizer and a ChatML
