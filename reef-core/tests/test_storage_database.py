@@ -34,7 +34,7 @@ def test_reopening_a_migrated_database_keeps_its_rows(storage_url: str) -> None:
         version = connection.execute(text("SELECT version_num FROM alembic_version")).scalar()
     second.dispose()
     assert rows == ["kept"]
-    assert version == "0005"
+    assert version == "0006"
 
 
 def test_sqlite_is_opened_with_wal_full_sync_and_foreign_keys(tmp_path: object) -> None:
@@ -67,7 +67,7 @@ def test_processes_opening_a_new_database_at_once_do_not_race(storage_url: str) 
     with database.read() as connection:
         versions = connection.execute(text("SELECT version_num FROM alembic_version")).all()
     database.dispose()
-    assert [tuple(v) for v in versions] == [("0005",)]
+    assert [tuple(v) for v in versions] == [("0006",)]
 
 
 def _scenario_row(database: Database, name: str) -> None:

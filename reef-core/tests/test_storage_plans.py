@@ -31,6 +31,8 @@ from reef.storage import (
     JobHistory,
     RecordCapacity,
     RecordStore,
+    SampleBrowser,
+    SampleFilter,
     TrainerSamples,
     open_database,
 )
@@ -239,3 +241,38 @@ def _call(name: str) -> InferenceRecord:
 
 def _entry(name: str) -> LinkEntry:
     return TrajectoryIndex().add(_call(name))
+
+
+@pytest.mark.parametrize(("newest_first", "seek"), [(False, "seq>?"), (True, "seq<?")])
+def test_a_page_of_samples_seeks_to_its_cursor(
+    database: Database, newest_first: bool, seek: str
+) -> None:
+    """The console's sample list and an export read a page at a time after the last one: each
+    page an index range from its cursor, in either order, never the scenario from its start."""
+    browser = SampleBrowser(database, SCENARIO)
+    where = SampleFilter(kind="trajectory")
+    first = browser.page(where, limit=1000, newest_first=newest_first)
+    with _sent(database, "reef_samples") as statements:
+        page = browser.page(
+            where, after=first[-1].stored.position, limit=50, newest_first=newest_first
+        )
+    assert len(page) == 50
+    order = [s.stored.position.seq for s in [*first, *page]]
+    assert order == sorted(order, reverse=newest_first)
+    pages = [(sql, parameters) for sql, parameters in statements if "ORDER BY" in sql]
+    _assert_seeks(database, pages, "reef_samples", sqlite_seek=f"commit_tx=? AND {seek}")
+
+
+def test_samples_asked_by_id_are_looked_up_by_id(database: Database) -> None:
+    """A page's samples are read back by their ids: each looked up in the (scenario, id)
+    index, never the scenario's samples walked in store order to find them."""
+    with _sent(database, "reef_samples") as statements:
+        found = TrainerSamples(database, SCENARIO).get(["s2999", "s5", "s1500"])
+    assert [s.id for s in found] == ["s5", "s1500", "s2999"]  # store order
+    for statement, parameters in statements:
+        shown = "\n".join(_plan(database, statement, parameters))
+        if database.dialect == "sqlite":
+            assert "(scenario=? AND id=?)" in shown, shown
+        else:
+            assert "Seq Scan" not in shown, shown
+            assert "id" in shown, shown

@@ -29,6 +29,7 @@ from typing import Any, Final
 import attrs
 from sqlalchemy import (
     ColumnElement,
+    CompoundSelect,
     Connection,
     Float,
     String,
@@ -41,11 +42,12 @@ from sqlalchemy import (
     select,
     true,
     tuple_,
+    union_all,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
-from sqlalchemy.sql.expression import FunctionElement
+from sqlalchemy.sql.expression import FunctionElement, Select
 
 from reef.storage import json_values
 from reef.storage.database import Database
@@ -137,6 +139,11 @@ class BrowseKey:
 
     position: Position
     reward: float | None = None
+
+    @classmethod
+    def of(cls, cursor: BrowseKey | Position) -> BrowseKey:
+        """``cursor`` as a key (a position alone is a key without a reward)."""
+        return cls(cursor) if isinstance(cursor, Position) else cursor
 
 
 @attrs.frozen
@@ -250,25 +257,50 @@ class SampleBrowser:
         conditions = self._conditions(where)
         descending = newest_first
         keys = self._order(by_reward, descending)
-        query = select(samples.c.id).where(*conditions)
         backwards = from_end or before is not None
+        # The rows are read in this direction: the page's order, reversed for a page that
+        # ends at its cursor.
+        downwards = descending != backwards
         cursor = after if after is not None else before
-        if cursor is not None:
-            key = BrowseKey(cursor) if isinstance(cursor, Position) else cursor
-            values = self._key_values(key, by_reward, descending)
+        query: Select[Any] | CompoundSelect[Any]
+        if cursor is None:
+            query = select(samples.c.id).where(*conditions)
+            query = query.order_by(*(k.desc() if downwards else k.asc() for k in keys))
+        elif not by_reward and self._database.dialect == "sqlite":
+            query = self._store_range(conditions, BrowseKey.of(cursor).position, downwards)
+        else:
+            values = self._key_values(BrowseKey.of(cursor), by_reward, descending)
             row, edge = tuple_(*keys), tuple_(*(literal(v) for v in values))
-            # In the page's order a later row is greater (ascending) or smaller (descending).
-            later = (row < edge) if descending else (row > edge)
-            earlier = (row > edge) if descending else (row < edge)
-            query = query.where(later if after is not None else earlier)
-        ascending_keys = [k.desc() if descending != backwards else k.asc() for k in keys]
-        query = query.order_by(*ascending_keys).limit(limit)
+            query = select(samples.c.id).where(
+                *conditions, (row < edge) if downwards else (row > edge)
+            )
+            query = query.order_by(*(k.desc() if downwards else k.asc() for k in keys))
         with self._database.read() as connection:
-            ids = list(connection.execute(query).scalars())
+            ids = list(connection.execute(query.limit(limit)).scalars())
         if backwards:
             ids.reverse()
         found = {s.stored.id: s for s in self._browsed(self._samples.get(ids))}
         return [found[i] for i in ids if i in found]
+
+    @staticmethod
+    def _store_range(
+        conditions: list[ColumnElement[bool]], cursor: Position, downwards: bool
+    ) -> CompoundSelect[Any]:
+        """The samples meeting ``conditions`` past ``cursor`` in store order (before it,
+        ``downwards``), as two ranges of the scenario's store-order index: the rest of the
+        cursor's commit, then the commits past it. SQLite seeks a row-value comparison on its
+        first column alone, and every SQLite row has the same ``commit_tx``: the comparison
+        would read the store from its start on every page."""
+        tx, seq = samples.c.commit_tx, samples.c.seq
+        same = (seq < cursor.seq) if downwards else (seq > cursor.seq)
+        past = (tx < cursor.commit_tx) if downwards else (tx > cursor.commit_tx)
+        both = union_all(
+            select(samples.c.id, tx, seq).where(*conditions, tx == cursor.commit_tx, same),
+            select(samples.c.id, tx, seq).where(*conditions, past),
+        )
+        order = [both.selected_columns.commit_tx, both.selected_columns.seq]
+        ranged = both.order_by(*(c.desc() if downwards else c.asc() for c in order))
+        return ranged
 
     def count(self, where: SampleFilter, *, at_most: int = COUNT_LIMIT) -> tuple[int, bool]:
         """How many samples meet ``where``, counting no further than ``at_most``: the count

@@ -110,6 +110,8 @@ samples = Table(
     # An upload whose item left the scenario: kept as a tombstone so ids and order stay stable.
     Column("removed", Boolean, nullable=False),
     UniqueConstraint("scenario", "id"),
+    # Store order within a scenario: a page of samples (the browser, an export) is a range.
+    Index(None, "scenario", "commit_tx", "seq"),
     sqlite_autoincrement=True,
 )
 

@@ -360,17 +360,17 @@ class SampleRows:
 
     def get(self, sample_ids: Sequence[str]) -> list[StoredSample]:
         """The stored samples with these ids (removed uploads excluded), in store order."""
-        query = (
-            select(samples)
-            .where(
-                samples.c.scenario == self.scenario,
-                samples.c.id.in_(list(sample_ids)),
-                samples.c.removed.is_(False),
-            )
-            .order_by(samples.c.commit_tx, samples.c.seq)
+        query = select(samples).where(
+            samples.c.scenario == self.scenario,
+            samples.c.id.in_(list(sample_ids)),
+            samples.c.removed.is_(False),
         )
         with self._database.read() as connection:
-            return [stored_sample(row) for row in connection.execute(query)]
+            found = [stored_sample(row) for row in connection.execute(query)]
+        # Sorted here, not by the database: asked to sort, SQLite walks the scenario's samples
+        # in store order to find a few ids instead of looking each up by its id.
+        found.sort(key=lambda stored: (stored.position.commit_tx, stored.position.seq))
+        return found
 
     def _positions(self, connection: Connection, ids: Sequence[str]) -> dict[str, Position]:
         if not ids:
