@@ -42,7 +42,6 @@ from sqlalchemy import (
     select,
     true,
     tuple_,
-    union_all,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.compiler import compiles
@@ -52,7 +51,7 @@ from sqlalchemy.sql.expression import FunctionElement, Select
 from reef.storage import json_values
 from reef.storage.database import Database
 from reef.storage.job_history import FAILED, RELEASED, job_samples, jobs
-from reef.storage.positions import Position
+from reef.storage.positions import Position, after_cursor, cursor_parameters
 from reef.storage.samples import StoredSample, TrainerSamples
 from reef.storage.stale_samples import StaleSamples, stale_samples
 from reef.storage.tables import instructions, manual_buffer, records, sample_trains, samples
@@ -263,44 +262,27 @@ class SampleBrowser:
         downwards = descending != backwards
         cursor = after if after is not None else before
         query: Select[Any] | CompoundSelect[Any]
-        if cursor is None:
-            query = select(samples.c.id).where(*conditions)
-            query = query.order_by(*(k.desc() if downwards else k.asc() for k in keys))
-        elif not by_reward and self._database.dialect == "sqlite":
-            query = self._store_range(conditions, BrowseKey.of(cursor).position, downwards)
-        else:
-            values = self._key_values(BrowseKey.of(cursor), by_reward, descending)
-            row, edge = tuple_(*keys), tuple_(*(literal(v) for v in values))
-            query = select(samples.c.id).where(
-                *conditions, (row < edge) if downwards else (row > edge)
+        parameters: dict[str, int] = {}
+        if cursor is not None and not by_reward:
+            # Store order: one index range from the cursor on both databases.
+            rows = select(samples.c.id, samples.c.commit_tx, samples.c.seq).where(*conditions)
+            query = after_cursor(
+                self._database.dialect, rows, samples.c.commit_tx, samples.c.seq, before=downwards
             )
+            parameters = cursor_parameters(BrowseKey.of(cursor).position)
+        else:
+            query = select(samples.c.id).where(*conditions)
+            if cursor is not None:
+                values = self._key_values(BrowseKey.of(cursor), by_reward, descending)
+                row, edge = tuple_(*keys), tuple_(*(literal(v) for v in values))
+                query = query.where((row < edge) if downwards else (row > edge))
             query = query.order_by(*(k.desc() if downwards else k.asc() for k in keys))
         with self._database.read() as connection:
-            ids = list(connection.execute(query.limit(limit)).scalars())
+            ids = list(connection.execute(query.limit(limit), parameters).scalars())
         if backwards:
             ids.reverse()
         found = {s.stored.id: s for s in self._browsed(self._samples.get(ids))}
         return [found[i] for i in ids if i in found]
-
-    @staticmethod
-    def _store_range(
-        conditions: list[ColumnElement[bool]], cursor: Position, downwards: bool
-    ) -> CompoundSelect[Any]:
-        """The samples meeting ``conditions`` past ``cursor`` in store order (before it,
-        ``downwards``), as two ranges of the scenario's store-order index: the rest of the
-        cursor's commit, then the commits past it. SQLite seeks a row-value comparison on its
-        first column alone, and every SQLite row has the same ``commit_tx``: the comparison
-        would read the store from its start on every page."""
-        tx, seq = samples.c.commit_tx, samples.c.seq
-        same = (seq < cursor.seq) if downwards else (seq > cursor.seq)
-        past = (tx < cursor.commit_tx) if downwards else (tx > cursor.commit_tx)
-        both = union_all(
-            select(samples.c.id, tx, seq).where(*conditions, tx == cursor.commit_tx, same),
-            select(samples.c.id, tx, seq).where(*conditions, past),
-        )
-        order = [both.selected_columns.commit_tx, both.selected_columns.seq]
-        ranged = both.order_by(*(c.desc() if downwards else c.asc() for c in order))
-        return ranged
 
     def count(self, where: SampleFilter, *, at_most: int = COUNT_LIMIT) -> tuple[int, bool]:
         """How many samples meet ``where``, counting no further than ``at_most``: the count

@@ -79,9 +79,11 @@ def after_cursor(
     *,
     order: tuple[str, str] = ("commit_tx", "seq"),
     limit: bool = False,
+    before: bool = False,
 ) -> Select[Any] | CompoundSelect[Any]:
     """``query``'s rows stored after a cursor, in store order, read as an index range from
-    the cursor (see the module docstring).
+    the cursor (see the module docstring); with ``before``, those stored before it, newest
+    first.
 
     The statement takes the cursor as the parameters :func:`cursor_parameters` gives, and
     ``limit`` with ``limit=True``.
@@ -92,15 +94,18 @@ def after_cursor(
     :param order: the names under which ``query``'s result holds ``commit_tx`` and ``seq``.
     """
     tx: BindParameter[int] = bindparam("cursor_tx")
-    after_seq: BindParameter[int] = bindparam("cursor_seq")
+    cursor_seq: BindParameter[int] = bindparam("cursor_seq")
     ordered: Select[Any] | CompoundSelect[Any]
     if dialect == "sqlite":
-        both = union_all(query.where(commit_tx == tx, seq > after_seq), query.where(commit_tx > tx))
-        ordered = both.order_by(*(both.selected_columns[name] for name in order))
+        same = (seq < cursor_seq) if before else (seq > cursor_seq)
+        past = (commit_tx < tx) if before else (commit_tx > tx)
+        both = union_all(query.where(commit_tx == tx, same), query.where(past))
+        columns = [both.selected_columns[name] for name in order]
+        ordered = both.order_by(*(c.desc() if before else c for c in columns))
     else:
-        ordered = query.where(tuple_(commit_tx, seq) > tuple_(tx, after_seq)).order_by(
-            commit_tx, seq
-        )
+        row, edge = tuple_(commit_tx, seq), tuple_(tx, cursor_seq)
+        ordered = query.where((row < edge) if before else (row > edge))
+        ordered = ordered.order_by(*(c.desc() if before else c for c in (commit_tx, seq)))
     return ordered.limit(bindparam("limit")) if limit else ordered
 
 
