@@ -154,11 +154,6 @@ def judged_score(text: str) -> float:
     return float(found.group(1))
 
 
-def _optional_verifier(_: object, attribute: attrs.Attribute[Any], value: str | None) -> None:
-    if value is not None:
-        _verifier(_, attribute, value)
-
-
 @attrs.frozen
 class EvalSetSection(PluginSettings):
     """One evaluation set of a scenario (``evals.<name>``): the items of a JSONL file
@@ -176,7 +171,7 @@ class EvalSetSection(PluginSettings):
     verifier: str | None = config_option(
         None,
         help="data: exact (the default), regex, judge, or a Python function module:name",
-        validator=_optional_verifier,
+        validator=attrs.validators.optional(_verifier),
     )
     pattern: str | None = config_option(
         None, help="regex: the pattern of an item that sets none", validator=_pattern

@@ -23,7 +23,7 @@ import attrs
 
 from reef.containers.agent import AnswerAgent
 from reef.containers.backends import open_backend
-from reef.containers.interface import ContainerError
+from reef.containers.interface import ContainerBackend, ContainerError
 from reef.containers.staging import StagingError, TaskStaging
 from reef.containers.verify import run_verifier
 from reef.core.evals import (
@@ -206,15 +206,18 @@ def _task_verifier(
     name: str, section: EvalSetSection, tasks: Mapping[str, HarborTask], agent: AnswerAgent
 ) -> Verifier:
     """A task's own verifier run on the reply, left in ``/app`` as the task jobs' agent leaves
-    it, in a folder of its own that is removed after the run. A verifier that cannot run (the
-    sandbox or the Docker daemon is away) leaves the evaluation unfinished; one that timed out
-    or wrote no reward gives the item no score, said in its outcome."""
+    it, in a folder of its own that is removed after the run. The backend is opened at the
+    first item and kept (opening the sandbox asks bubblewrap what it can do). A verifier that
+    cannot run (the sandbox or the Docker daemon is away) leaves the evaluation unfinished; one
+    that timed out or wrote no reward gives the item no score, said in its outcome."""
+    backend: ContainerBackend | None = None
 
     def verify(reply: str, item: EvalItem) -> float:
+        nonlocal backend
         with tempfile.TemporaryDirectory(prefix="reef-eval-") as work:
             try:
-                staged = TaskStaging(Path(work) / "tasks").stage(tasks[item.item_id])
-                backend = open_backend(section.sandbox, Path(work) / "runs")
+                staged = TaskStaging(Path(work)).stage(tasks[item.item_id])
+                backend = backend or open_backend(section.sandbox)
                 verdict = run_verifier(backend, staged, agent.attempt(reply), section.sandbox)
             except (ContainerError, StagingError) as exc:
                 raise EvalIncomplete(

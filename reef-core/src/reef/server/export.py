@@ -164,12 +164,12 @@ def evaluation_rows(
     (``served`` null: the scenario has no gate, or it took none)."""
     evaluations = ArtifactEvaluations(database, scenario)
     # An artifact's sets are measured one after another: its decision is read once for them.
-    decided: dict[tuple[str, str], GateDecision | None] = {}
+    artifact: tuple[str, str] | None = None
+    decision: GateDecision | None = None
     for result in evaluations.every_result(trainer):
-        key = (result.trainer, result.artifact_id)
-        if key not in decided:
-            decided = {key: evaluations.decision(*key)}
-        decision = decided[key]
+        if (result.trainer, result.artifact_id) != artifact:
+            artifact = (result.trainer, result.artifact_id)
+            decision = evaluations.decision(*artifact)
         yield {
             "trainer": result.trainer,
             "artifact_id": result.artifact_id,

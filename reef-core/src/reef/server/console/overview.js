@@ -71,13 +71,13 @@ function evaluationChart(evaluations, rewards) {
   const trainers = new Set(evaluations.artifacts.map((a) => a.trainer));
   const named = (trainer, name) => (trainers.size > 1 ? `${trainer} · ${name}` : name);
   const note = (a) => (a.served === false ? "held back by the gate" : null);
+  const reward = new Map((rewards ? rewards.artifacts : []).map((r) => [r.artifact_id, r.mean_reward]));
   const lines = [];
   for (const trainer of trainers) {
     const own = evaluations.artifacts.filter((a) => a.trainer === trainer);
     for (const set of evaluations.sets) {
       lines.push({ name: named(trainer, set), points: own.map((a) => ({ x: a.number, y: a.scores[set], label: a.artifact_id, note: note(a) })) });
     }
-    const reward = new Map((rewards ? rewards.artifacts : []).map((r) => [r.artifact_id, r.mean_reward]));
     lines.push({ name: named(trainer, "mean reward"), points: own.map((a) => ({ x: a.number, y: reward.get(a.artifact_id), label: a.artifact_id })) });
   }
   const chart = lineChart("Eval score per artifact", lines, {
@@ -143,8 +143,9 @@ function charts(series, charting, actions, others, compared, rewards, evaluation
  * The overview of `scenario` (an entry of GET /reef/status) with its `series` (GET
  * .../job_series) charted as `charting` says, beside `charted.compared` (another scenario's
  * series, or null; `charted.others` the scenarios it may be), `charted.rewards` (GET
- * .../artifact_rewards) and `charted.evaluations` (GET .../evaluations, null without evals). `actions.setMode(mode)` and `actions.train(note)` change it through
- * the API; `actions.chart(name, value)` the charts.
+ * .../artifact_rewards) and `charted.evaluations` (GET .../evaluations, null without evals).
+ * `actions.setMode(mode)` and `actions.train(note)` change it through the API;
+ * `actions.chart(name, value)` the charts.
  */
 export function overview(scenario, series, charting, actions, charted = { others: [], compared: null, rewards: null, evaluations: null }) {
   const manual = scenario.training_mode === "manual";
