@@ -302,6 +302,13 @@ def test_per_token_advantages_weight_each_token() -> None:
         ({"reward_baseline": "median"}, "reward_baseline must be one of"),
         ({"is_clip": 0}, "is_clip"),
         ({"objective": "ppo", "is_clip": 2.0}, "clip_low and clip_high"),
+        ({"distillation": {"full_logit": {"topk": 0}}}, "topk"),
+        ({"distillation": {"full_logit": {"alpha": 1.5}}}, "alpha"),
+        (
+            {"distillation": {"full_logit": {}, "teacher": {"base_url": "http://e/v1"}}},
+            "an engine does not return",
+        ),
+        ({"distillation": {"full_logit": {}, "kl_discount_factor": 0.9}}, "leave them out"),
     ],
 )
 def test_bad_distillation_parameters_are_refused(parameters: dict[str, Any], key: str) -> None:

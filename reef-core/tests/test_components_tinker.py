@@ -490,6 +490,10 @@ def test_an_engine_teacher_is_asked_and_a_local_model_folder_is_refused(
     with pytest.raises(PluginConfigError, match="truncated importance ratio") as refused:
         tinker.submit(data, truncated)
     assert refused.value.errors[0].key == "$.parameters.is_clip"
+    full = {"objective": "ppo", "distillation": {"full_logit": {}}}
+    with pytest.raises(PluginConfigError, match="top-k tokens is not trained here") as refused:
+        tinker.submit(data, full)
+    assert refused.value.errors[0].key == "$.parameters.distillation.full_logit"
     # An engine no one answers at: the job fails naming it, in bounded time.
     engine = {"base_url": "http://127.0.0.1:9/v1", "timeout_seconds": 0.5, "attempts": 1}
     outcome = tinker.wait(

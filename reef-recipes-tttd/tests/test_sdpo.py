@@ -89,3 +89,12 @@ def test_the_recipe_passes_the_moving_average_teachers_rate_and_the_ratio_clip()
     assert SDPORecipe.job_parameters_of(clipped)["is_clip"] == 2.0
     with pytest.raises(PluginConfigError, match="must be in"):
         SDPORecipeSettings.parse({"teacher_update_rate": 2.0}, plugin_class=SDPORecipe)
+
+
+def test_the_recipe_passes_the_authors_full_logit_form() -> None:
+    assert SDPORecipe.job_parameters_of(SDPORecipeSettings())["distillation"]["full_logit"] is None
+    settings = SDPORecipeSettings.parse({"full_logit": {}}, plugin_class=SDPORecipe)
+    full = SDPORecipe.job_parameters_of(settings)["distillation"]["full_logit"]
+    assert full == {"topk": 100, "add_tail": True, "alpha": 0.5}  # lasgroup/SDPO's actor.yaml
+    with pytest.raises(PluginConfigError, match="alpha"):
+        SDPORecipeSettings.parse({"full_logit": {"alpha": 2}}, plugin_class=SDPORecipe)

@@ -4,6 +4,7 @@ checkers and by the lazy loader alike. Add a name here, and to ``docs/plugins.md
 from .components.advantages import AdvantageSettings as AdvantageSettings
 from .components.job_parameters import (
     DistillationParameters as DistillationParameters,
+    FullLogitDistillation as FullLogitDistillation,
     TeacherSettings as TeacherSettings,
 )
 from .containers.agent import AnswerAgent as AnswerAgent

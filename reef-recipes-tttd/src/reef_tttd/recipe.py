@@ -10,6 +10,7 @@ import attrs
 
 from reef import (
     DistillationParameters,
+    FullLogitDistillation,
     PipelineSpec,
     PluginSettings,
     Recipe,
@@ -102,6 +103,13 @@ class SDPORecipeSettings(PluginSettings):
         " the ratio as it is",
         validator=attrs.validators.optional(attrs.validators.gt(0)),
     )
+    full_logit: FullLogitDistillation | None = config_option(
+        None,
+        help="distil the teacher's distribution over the student's top-k tokens with a tail"
+        " bucket and a Jensen-Shannon mix (topk, add_tail, alpha: the authors' default form,"
+        " {} for their 100, true, 0.5; the local component only); unset: the sampled token's"
+        " reverse KL (TRL's default, every component)",
+    )
 
 
 class SDPORecipe(Recipe[SDPORecipeSettings]):
@@ -129,6 +137,7 @@ class SDPORecipe(Recipe[SDPORecipeSettings]):
             teacher=TeacherSettings(update_rate=settings.teacher_update_rate),
             kl_coef=weight,
             reward_coef=1.0 - weight,
+            full_logit=settings.full_logit,
         )
         parameters: dict[str, Any] = {
             "objective": "importance_sampling",

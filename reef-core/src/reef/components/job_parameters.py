@@ -110,6 +110,38 @@ class TeacherSettings(PluginSettings):
 
 
 @attrs.frozen
+class FullLogitDistillation(PluginSettings):
+    """Distil the teacher's distribution over the student's top tokens at each trained
+    position, not the sampled token alone (lasgroup/SDPO's ``full_logit_distillation`` with
+    ``distillation_topk``, ``distillation_add_tail`` and ``alpha``).
+
+    At each trained position, the ``topk`` tokens most likely under the student at the job's
+    start weights are the support; ``add_tail`` adds one more outcome, everything else
+    (``log(1 - sum of the top-k probabilities)``), else both distributions are renormalised over
+    the top-k. The per-token loss is the generalised Jensen-Shannon divergence
+    ``(1 - alpha) * KL(S || M) + alpha * KL(T || M)`` with ``M = (1 - alpha) * S + alpha * T``
+    (``alpha`` 0: the forward KL ``KL(T || S)``; 1: the reverse KL ``KL(S || T)``).
+    """
+
+    topk: int = config_option(
+        100,
+        help="the student's most likely tokens at each position the divergence is taken over "
+        "(the authors' distillation_topk: 100)",
+        validator=attrs.validators.gt(0),
+    )
+    add_tail: bool = config_option(
+        True,
+        help="add the mass outside the top-k as one more outcome (the authors' default); "
+        "false: renormalise over the top-k",
+    )
+    alpha: float = config_option(
+        0.5,
+        help="the Jensen-Shannon mix: 0 the forward KL, 1 the reverse KL (the authors' 0.5)",
+        validator=attrs.validators.and_(attrs.validators.ge(0.0), attrs.validators.le(1.0)),
+    )
+
+
+@attrs.frozen
 class DistillationParameters(PluginSettings):
     """A distilling objective: the teacher's per-token reverse KL as the advantage.
 
@@ -117,6 +149,10 @@ class DistillationParameters(PluginSettings):
     ``-kl_coef * (log p_student(y_t) - log p_teacher(y_t))`` (the student's log probability at
     the job's start weights, the teacher's in its teacher sequence), plus
     ``reward_coef`` times the sample's reward advantage when ``reward_coef`` is not 0.
+
+    With ``full_logit`` the teacher's term is a loss instead of an advantage: ``kl_coef``
+    times the :class:`FullLogitDistillation` divergence at each trained token, beside the
+    policy loss of the reward's advantage (``local`` component only).
     """
 
     teacher: TeacherSettings = config_option(
@@ -143,6 +179,26 @@ class DistillationParameters(PluginSettings):
         help="add kl_coef times the job's mean KL to every token's term (TTT-Discover's KL "
         "penalty against the base model)",
     )
+    full_logit: FullLogitDistillation | None = config_option(
+        None,
+        help="distil the teacher's distribution over the student's top-k tokens (topk, "
+        "add_tail, alpha: SDPO's authors' default form); unset: the sampled token's reverse KL",
+    )
+
+    def __attrs_post_init__(self) -> None:
+        if self.full_logit is None:
+            return
+        if self.teacher.base_url is not None:
+            raise ValueError(
+                "full_logit reads the teacher's distribution at every trained token, which an "
+                "engine does not return: use a model_path teacher or the student itself, or "
+                "leave full_logit out"
+            )
+        if self.kl_discount_factor or self.kl_centred:
+            raise ValueError(
+                "kl_discount_factor and kl_centred shape the sampled token's KL advantage; "
+                "full_logit trains a divergence loss instead: leave them out"
+            )
 
 
 @attrs.frozen
@@ -252,11 +308,19 @@ class JobParameters(PluginSettings):
 
     def refuse_local_loss_options(self, component: type[Any]) -> None:
         """Refuse the loss shapes only the ``local`` component trains: a ``loss_aggregation``
-        other than ``token_mean`` (a component whose loss is always its step's token mean), and
-        a truncated importance ratio (``is_clip``).
+        other than ``token_mean`` (a component whose loss is always its step's token mean), a
+        truncated importance ratio (``is_clip``) and the full-logit distillation
+        (``distillation.full_logit``).
 
         :raises PluginConfigError: naming the parameter.
         """
+        if self.distillation is not None and self.distillation.full_logit is not None:
+            raise PluginConfigError(
+                component.__name__,
+                "$.parameters.distillation.full_logit",
+                "the teacher's distribution over the top-k tokens is not trained here; this "
+                "component distils the sampled token (the local component trains full_logit)",
+            )
         if self.is_clip is not None:
             raise PluginConfigError(
                 component.__name__,

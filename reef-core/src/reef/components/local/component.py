@@ -18,7 +18,9 @@ on the CPU or on CUDA where present (with bfloat16 autocast where the GPU has it
    prompt log probabilities, or the student at its start weights) for its log probabilities
    of the same tokens in each sample's teacher sequence, and trains the per-token advantage
    ``-kl_coef * (log p_student - log p_teacher)`` (the ``teacher_kl`` metric is its mean
-   reverse KL at the job's start);
+   reverse KL at the job's start); under ``distillation.full_logit`` the teacher's log
+   probabilities of the student's top-k tokens at each trained token instead, whose divergence
+   trains as a loss beside the reward's policy loss (``teacher_divergence``);
 4. cuts the rendered samples into steps of the component's batch size
    (:mod:`reef.components.scheduling`) and takes one AdamW step for each, its sequences in
    right-padded forward passes of at most ``micro_batch_size`` sequences whose gradients add up
@@ -67,15 +69,26 @@ from reef.components.local.causal_lm import CausalLM, torch_generator
 from reef.components.local.objectives import (
     batch_logprobs,
     batch_loss,
+    distillation_loss,
+    next_token_log_softmax,
+    next_token_logprobs,
     sequence_weights,
     token_batch,
+    topk_divergence,
 )
 from reef.components.local.settings import LocalComponentSettings
 from reef.components.local.task_training import RolloutBatch, model_sampler
-from reef.components.local.teacher import Teachers, distillation_rows
+from reef.components.local.teacher import (
+    FullLogitRows,
+    ModelTeacher,
+    Teachers,
+    distillation_rows,
+    full_logit_rows,
+)
 from reef.components.local.tiny_gpt import TinyGPT, TinyGPTConfig, TinyGPTModel
 from reef.components.scheduling import SequenceRef, StepPlan, plan_steps
 from reef.components.task_rollouts import roll_out_tasks, task_metrics
+from reef.components.teacher_scores import TeacherError
 from reef.core.chat_rendering import ChatRenderer, RenderedSequence, Tokenizer
 from reef.core.job_data import JobData, JobOutcome
 from reef.core.plugins import PluginSettings
@@ -301,7 +314,9 @@ class LocalComponent:
         def sequence(ref: SequenceRef) -> RenderedSequence:
             return prepared.rendered[ref[0]][1].sequences[ref[1]]
 
+        full = job.distillation.full_logit if job.distillation is not None else None
         start: dict[SequenceRef, torch.Tensor] = {}
+        start_topk: dict[SequenceRef, tuple[torch.Tensor, torch.Tensor]] = {}
         if job.objective in POLICY_OBJECTIVES:
             # The job's start weights: computed once, before the first step moves them (P-REND-3).
             # Every sequence of each sample that trains: a teacher scores whole samples.
@@ -311,20 +326,40 @@ class LocalComponent:
                 for refs in self._micro_batches(every):
                     ids = [sequence(r).token_ids for r in refs]
                     scales = [sequence(r).temperatures for r in refs]
-                    values = batch_logprobs(self.model, token_batch(ids, None, self.device, scales))
-                    for ref, row in zip(refs, values, strict=True):
-                        start[ref] = row[: len(sequence(ref).token_ids) - 1]
+                    batch = token_batch(ids, None, self.device, scales)
+                    if full is None:
+                        values = batch_logprobs(self.model, batch)
+                    else:
+                        log_softmax = next_token_log_softmax(self.model, batch)
+                        values = next_token_logprobs(log_softmax, batch)
+                        tops = log_softmax.topk(min(full.topk, log_softmax.shape[-1]), dim=-1)
+                    for row, ref in enumerate(refs):
+                        length = len(sequence(ref).token_ids) - 1
+                        start[ref] = values[row, :length]
+                        if full is not None:
+                            top = tops.values[row, :length], tops.indices[row, :length]
+                            start_topk[ref] = top
         token_rows: dict[SequenceRef, torch.Tensor] = {}
-        teacher_kl = None
+        teacher_kl = divergence = None
+        targets: FullLogitRows | None = None
         if job.distillation is not None:
-            token_rows, teacher_kl = distillation_rows(
-                prepared,
-                start,
-                self._teachers.scorer(job.distillation.teacher, self.model),
-                kl_coef=job.distillation.kl_coef,
-                kl_discount=job.distillation.kl_discount_factor,
-                kl_centred=job.distillation.kl_centred,
-            )
+            scorer = self._teachers.scorer(job.distillation.teacher, self.model)
+            if full is None:
+                token_rows, teacher_kl = distillation_rows(
+                    prepared,
+                    start,
+                    scorer,
+                    kl_coef=job.distillation.kl_coef,
+                    kl_discount=job.distillation.kl_discount_factor,
+                    kl_centred=job.distillation.kl_centred,
+                )
+            else:
+                if not isinstance(scorer, ModelTeacher):  # an engine: refused by the parameters
+                    raise TeacherError("full_logit distils from a teacher the component runs")
+                targets = full_logit_rows(
+                    prepared, start, start_topk, scorer, full, kl_coef=job.distillation.kl_coef
+                )
+                teacher_kl, divergence = targets.teacher_kl, targets.divergence
 
         def advantage_rows(refs: Sequence[SequenceRef]) -> torch.Tensor | None:
             if job.objective not in POLICY_OBJECTIVES:
@@ -335,9 +370,9 @@ class LocalComponent:
             return torch.tensor(values, dtype=torch.float32, device=self.device)
 
         step_losses, trained_tokens, step_tokens, moved = self._optimize(
-            job, plan, sequence, job.objective, start, advantage_rows
+            job, plan, sequence, job.objective, start, advantage_rows, targets
         )
-        return job_metrics(
+        metrics = job_metrics(
             prepared,
             plan,
             losses=step_losses,
@@ -346,6 +381,9 @@ class LocalComponent:
             optimizer_steps=moved,
             teacher_kl=teacher_kl,
         )
+        if targets is not None:
+            metrics["teacher_divergence"] = divergence
+        return metrics
 
     def _train_tasks(self, data: JobData, job: JobParameters) -> JSON:
         """A task job (:mod:`reef.components.task_rollouts`): roll its tasks out at the start
@@ -397,10 +435,11 @@ class LocalComponent:
         loss_family: str,
         start: Mapping[SequenceRef, torch.Tensor],
         advantage_rows: Callable[[Sequence[SequenceRef]], torch.Tensor | None],
+        full_logit: FullLogitRows | None = None,
     ) -> tuple[list[float], int, list[dict[int, int]], int]:
-        """One AdamW step per planned step, under ``loss_family``: each step's loss, the
-        tokens trained, each step's trained tokens by unit, and the steps that moved the
-        weights."""
+        """One AdamW step per planned step, under ``loss_family`` (plus the full-logit
+        distillation loss toward ``full_logit``'s teacher rows): each step's loss, the tokens
+        trained, each step's trained tokens by unit, and the steps that moved the weights."""
         learning_rate = job.learning_rate or self.settings.learning_rate
         for group in self._optimizer.param_groups:
             group["lr"] = learning_rate
@@ -421,7 +460,8 @@ class LocalComponent:
             if tokens == 0:
                 continue
             rows = advantage_rows(refs)
-            if rows is not None and moves_no_weight(rows.tolist()):
+            taught = full_logit is not None and any(r[0] in full_logit.taught for r in refs)
+            if rows is not None and not taught and moves_no_weight(rows.tolist()):
                 # No signal: counted, no AdamW step (see moves_no_weight).
                 step_tokens.append(loss_tokens)
                 losses.append(torch.zeros((), device=self.device))
@@ -444,20 +484,40 @@ class LocalComponent:
                     self.device,
                     [s.temperatures for s in sequences],
                 )
+                row_weights = torch.tensor([weights.get(r, 0.0) for r in chunk], device=self.device)
+                start_logprobs = _padded_rows([start[r] for r in chunk]) if start else None
                 with self._autocast():
-                    logprobs = batch_logprobs(self.model, batch)
+                    if full_logit is None:
+                        logprobs = batch_logprobs(self.model, batch)
+                    else:
+                        log_softmax = next_token_log_softmax(self.model, batch)
+                        logprobs = next_token_logprobs(log_softmax, batch)
                 loss = batch_loss(
                     loss_family,
                     logprobs,
                     batch.loss_mask,
-                    start_logprobs=_padded_rows([start[r] for r in chunk]) if start else None,
+                    start_logprobs=start_logprobs,
                     advantages=advantage_rows(chunk),
                     clip=(job.clip_low, job.clip_high),
                     is_clip=job.is_clip,
-                    row_weights=torch.tensor(
-                        [weights.get(r, 0.0) for r in chunk], device=self.device
-                    ),
+                    row_weights=row_weights,
                 )
+                if full_logit is not None and start_logprobs is not None:
+                    indices = _padded_rows([full_logit.indices[r] for r in chunk])
+                    divergence = topk_divergence(
+                        log_softmax.gather(-1, indices),
+                        _padded_rows([full_logit.teacher[r] for r in chunk]),
+                        add_tail=full_logit.settings.add_tail,
+                        alpha=full_logit.settings.alpha,
+                    )
+                    loss = loss + full_logit.kl_coef * distillation_loss(
+                        divergence,
+                        batch.loss_mask,
+                        row_weights=row_weights,
+                        logprobs=logprobs,
+                        start_logprobs=start_logprobs,
+                        is_clip=job.is_clip,
+                    )
                 loss.backward()  # type: ignore[no-untyped-call]
                 total = total + loss.detach()
             torch.nn.utils.clip_grad_norm_(self.model.trainable_parameters(), 1.0)
@@ -477,6 +537,6 @@ def _trained_tokens(sequence: RenderedSequence) -> int:
 
 
 def _padded_rows(rows: Sequence[torch.Tensor]) -> torch.Tensor:
-    """Per-sequence value rows (of ``len(sequence) - 1``), padded with 0 to the longest: the
-    shape of the batch's log probabilities."""
+    """Per-sequence value rows (of ``len(sequence) - 1``, each value a number or a row of
+    ``k``), padded with 0 to the longest: the shape of the batch's log probabilities."""
     return torch.nn.utils.rnn.pad_sequence(list(rows), batch_first=True, padding_value=0.0)

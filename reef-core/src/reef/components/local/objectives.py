@@ -13,6 +13,9 @@
 
 Either policy objective takes one advantage per sample or one per token: a distilling
 objective's advantage is per token (the teacher's reverse KL, :mod:`reef.components.local.teacher`).
+The full-logit distillation adds a loss instead (:func:`topk_divergence`,
+:func:`distillation_loss`): the divergence of the student's distribution over its top-k tokens
+from the teacher's at each trained token, as lasgroup/SDPO trains it.
 
 The policy's log probability of a token is that of the distribution it was sampled from: the
 logits divided by the token's sampling temperature (the request's, kept by the rendering), as
@@ -110,6 +113,84 @@ def batch_logprobs(model: CausalLM, batch: TokenBatch) -> torch.Tensor:
         logits.reshape(rows * length, vocabulary), targets.reshape(-1), reduction="none"
     )
     return -nll.view(rows, length)[:, :-1]
+
+
+def next_token_log_softmax(model: CausalLM, batch: TokenBatch) -> torch.Tensor:
+    """``(batch, longest - 1, vocabulary)``: the log distribution of each next token given the
+    tokens before it, at its sampling temperature (what :func:`batch_logprobs` gathers from;
+    the full-logit distillation reads it whole)."""
+    logits = model.logits(batch.ids, batch.attention_mask).float()[:, :-1]
+    if batch.temperatures is not None:
+        logits = logits / batch.temperatures[:, :-1, None]
+    return logits.log_softmax(-1)
+
+
+def next_token_logprobs(log_softmax: torch.Tensor, batch: TokenBatch) -> torch.Tensor:
+    """The log probability of each next token (``(batch, longest - 1)``), read from
+    :func:`next_token_log_softmax`."""
+    return log_softmax.gather(-1, batch.ids[:, 1:, None])[..., 0]
+
+
+def topk_divergence(
+    student: torch.Tensor, teacher: torch.Tensor, *, add_tail: bool, alpha: float
+) -> torch.Tensor:
+    """The generalised Jensen-Shannon divergence of the student's from the teacher's
+    distribution over the same ``k`` tokens at each position, as lasgroup/SDPO's
+    ``compute_self_distillation_loss`` takes it (``verl/trainer/ppo/core_algos.py``).
+
+    :param student: ``(..., k)`` the student's log probabilities of the tokens.
+    :param teacher: ``(..., k)`` the teacher's, of the same tokens.
+    :param add_tail: add the mass outside the ``k`` tokens, ``log(1 - sum p)``, as one more
+        outcome (the sum clamped just under 1); else renormalise over the ``k``.
+    :param alpha: ``(1 - alpha) * KL(S || M) + alpha * KL(T || M)``, ``M = (1 - alpha) * S +
+        alpha * T``; 0 is ``KL(T || S)``, 1 is ``KL(S || T)``.
+    :returns: ``(...)``, one divergence per position.
+    """
+
+    def support(values: torch.Tensor) -> torch.Tensor:
+        total = torch.logsumexp(values, dim=-1, keepdim=True)
+        if not add_tail:
+            return values - total
+        tail = torch.log(-torch.expm1(torch.clamp(total, max=-1e-7)))
+        return torch.cat([values, tail], dim=-1)
+
+    s, t = support(student), support(teacher)
+
+    def kl(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:  # KL(P || Q) from logs
+        return (p.exp() * (p - q)).sum(-1)
+
+    if alpha == 0.0:
+        return kl(t, s)
+    if alpha == 1.0:
+        return kl(s, t)
+    # log M = log((1 - alpha) e^s + alpha e^t), taken from the larger of the two logs so that
+    # no exponent is positive, and so that M is exactly S where the teacher equals the student
+    # (a sample without teacher context then has a divergence of exactly 0, as the sampled form).
+    mix = torch.where(
+        t <= s,
+        s + torch.log1p(alpha * torch.expm1(torch.clamp(t - s, max=0.0))),
+        t + torch.log1p((1.0 - alpha) * torch.expm1(torch.clamp(s - t, max=0.0))),
+    )
+    return (1.0 - alpha) * kl(s, mix) + alpha * kl(t, mix)
+
+
+def distillation_loss(
+    divergence: torch.Tensor,
+    loss_mask: torch.Tensor,
+    *,
+    row_weights: torch.Tensor,
+    logprobs: torch.Tensor,
+    start_logprobs: torch.Tensor,
+    is_clip: float | None,
+) -> torch.Tensor:
+    """The summed full-logit distillation loss of a batch: each trained token's
+    ``divergence`` (``(batch, longest - 1)``) times its row's weight and, with ``is_clip``, the
+    ratio ``p / q`` truncated at ``is_clip`` and not differentiated (as the authors weigh it)."""
+    terms = divergence * loss_mask * row_weights[:, None]
+    if is_clip is not None:
+        ratio = torch.exp(((logprobs - start_logprobs) * loss_mask).detach())
+        terms = terms * torch.clamp(ratio, max=is_clip)
+    return terms.sum()
 
 
 def token_logprobs(

@@ -28,13 +28,20 @@ import copy
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import attrs
 import torch
 
-from reef.components.job_parameters import TeacherSettings
+from reef.components.job_parameters import FullLogitDistillation, TeacherSettings
 from reef.components.job_samples import PreparedJob
 from reef.components.local.artifacts import load_model_folder
 from reef.components.local.causal_lm import CausalLM
-from reef.components.local.objectives import token_logprobs
+from reef.components.local.objectives import (
+    next_token_log_softmax,
+    next_token_logprobs,
+    token_batch,
+    token_logprobs,
+    topk_divergence,
+)
 from reef.components.scheduling import SequenceRef
 from reef.components.teacher_scores import (
     EngineTeacher,
@@ -80,6 +87,46 @@ class ModelTeacher:
                         values += marked_values(sequence, row.float().tolist())
                     scored.append(values)
             return scored
+        finally:
+            if was_training:
+                self.model.module.train()
+
+    def topk_logprobs(
+        self, sample: RenderedSample, indices: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The teacher's log probabilities, at each marked token of ``sample``'s sequences in
+        order, of that token (``(n,)``) and of the tokens ``indices`` names there
+        (``(n, k)``), from one forward pass per sequence without gradient (full-logit
+        distillation: the indices are the student's top-k at the same reply token)."""
+        was_training = self.model.module.training
+        self.model.module.eval()
+        try:
+            sampled: list[torch.Tensor] = []
+            rows: list[torch.Tensor] = []
+            with torch.no_grad():
+                for sequence in sample.sequences:
+                    if sequence.loss_mask and sequence.loss_mask[0]:
+                        raise TeacherError(
+                            "a teacher sequence cannot score its first token: nothing precedes it"
+                        )
+                    scales = [sequence.temperatures] if self.sampling_temperature else None
+                    batch = token_batch([sequence.token_ids], None, self.device, scales)
+                    log_softmax = next_token_log_softmax(self.model, batch)[0]
+                    marked = torch.tensor(
+                        [j - 1 for j in range(1, len(sequence.token_ids)) if sequence.loss_mask[j]],
+                        dtype=torch.long,
+                        device=self.device,
+                    )
+                    sampled.append(next_token_logprobs(log_softmax[None], batch)[0][marked])
+                    rows.append(log_softmax[marked])
+            every = torch.cat(rows)
+            if every.shape[0] != indices.shape[0]:
+                raise TeacherError(
+                    f"the teacher scored {every.shape[0]} tokens of a reply of "
+                    f"{indices.shape[0]} trained tokens: its sequence does not hold the "
+                    "student's reply"
+                )
+            return torch.cat(sampled), every.gather(-1, indices.to(self.device))
         finally:
             if was_training:
                 self.model.module.train()
@@ -163,3 +210,92 @@ def distillation_rows(
         for ref, values in rows.items()
     }
     return tensors, kl
+
+
+@attrs.frozen
+class FullLogitRows:
+    """What a full-logit distilling job trains against, computed at its start weights.
+
+    :ivar indices: by sequence, ``(len - 1, k)``: the student's top-k tokens at each position.
+    :ivar teacher: by sequence, ``(len - 1, k)``: the teacher's log probabilities of them at
+        each trained position (0 elsewhere: nothing trains there).
+    :ivar settings: the divergence's settings.
+    :ivar kl_coef: its weight in the loss.
+    :ivar teacher_kl: the mean sampled reverse KL over the trained tokens (the ``teacher_kl``
+        metric, as the sampled form reports it).
+    :ivar divergence: the mean divergence the loss starts from (``teacher_divergence``).
+    :ivar taught: the samples (by position) with a trained token whose divergence is not 0 at
+        the start weights: a step of none of them has no signal from the teacher.
+    """
+
+    indices: Mapping[SequenceRef, torch.Tensor]
+    teacher: Mapping[SequenceRef, torch.Tensor]
+    settings: FullLogitDistillation
+    kl_coef: float
+    teacher_kl: float | None
+    divergence: float | None
+    taught: frozenset[int]
+
+
+def full_logit_rows(
+    job: PreparedJob,
+    start: Mapping[SequenceRef, torch.Tensor],
+    start_topk: Mapping[SequenceRef, tuple[torch.Tensor, torch.Tensor]],
+    teacher: ModelTeacher,
+    settings: FullLogitDistillation,
+    *,
+    kl_coef: float,
+) -> FullLogitRows:
+    """The teacher's log probabilities of the student's top-k tokens at every trained token of
+    the job, one teacher pass per sample.
+
+    :param start: the student's log probability of each token at the start weights, by
+        sequence (``len - 1``).
+    :param start_topk: the student's top-k at each position at the start weights, by
+        sequence: their log probabilities and the tokens, each ``(len - 1, k)``.
+    """
+    rows: dict[SequenceRef, torch.Tensor] = {}
+    differences: list[torch.Tensor] = []
+    divergences: list[torch.Tensor] = []
+    taught: set[int] = set()
+    for position in sorted({ref[0] for ref in start}):
+        sequences = job.rendered[position][1].sequences
+        refs = [(position, k) for k in range(len(sequences))]
+        marks = [
+            torch.tensor(
+                [j - 1 for j in range(1, len(s.token_ids)) if s.loss_mask[j]],
+                dtype=torch.long,
+                device=start[ref].device,
+            )
+            for ref, s in zip(refs, sequences, strict=True)
+        ]
+        sampled, values = teacher.topk_logprobs(
+            job.teachers[job.rendered[position][0]],
+            torch.cat([start_topk[r][1][m] for r, m in zip(refs, marks, strict=True)]),
+        )
+        offset = 0
+        for ref, mark in zip(refs, marks, strict=True):
+            student = start_topk[ref][0]
+            mine = values[offset : offset + len(mark)].to(student.device)
+            rows[ref] = torch.zeros_like(student).index_copy(0, mark, mine)
+            differences.append(
+                start[ref][mark].float() - sampled[offset : offset + len(mark)].to(student.device)
+            )
+            divergence = topk_divergence(
+                student[mark], mine, add_tail=settings.add_tail, alpha=settings.alpha
+            )
+            if bool((divergence != 0).any()):
+                taught.add(position)
+            divergences.append(divergence)
+            offset += len(mark)
+    kl = torch.cat(differences) if differences else torch.zeros(0)
+    every = torch.cat(divergences) if divergences else torch.zeros(0)
+    return FullLogitRows(
+        {ref: indices for ref, (_, indices) in start_topk.items()},
+        rows,
+        settings,
+        kl_coef,
+        float(kl.mean()) if kl.numel() else None,
+        float(every.mean()) if every.numel() else None,
+        frozenset(taught),
+    )
