@@ -195,7 +195,8 @@ def test_full_logit_distillation_moves_the_student_toward_the_teacher(tmp_path: 
     parameters = full_logit_parameters(teacher_folder)
     divergences = []
     for number in range(6):
-        outcome = local.wait(local.submit(JobData(f"d:{number}", tuple(SAMPLES)), parameters), timeout=120)
+        data = JobData(f"d:{number}", tuple(SAMPLES))
+        outcome = local.wait(local.submit(data, parameters), timeout=120)
         assert outcome.event == "finished", outcome.error
         divergences.append(outcome.metrics["teacher_divergence"])
     assert divergences[-1] < 0.8 * divergences[0]

@@ -204,3 +204,61 @@ def test_distillation_is_refused_with_the_reason_and_what_to_use(tmp_path: Path)
         reef.submit(job(0), parameters)
     assert refused.value.errors[0].key == "$.parameters.distillation"
     reef.close()
+
+
+def test_slime_trains_samples_only_at_the_temperature_they_were_sampled_at(
+    tmp_path: Path,
+) -> None:
+    """Slime divides every rollout's logits by its ``--rollout-temperature``
+    (``slime/backends/megatron_utils/loss.py``): a job of samples sampled at another is refused
+    before slime trains a group of it, naming the flag; a job of two temperatures, which slime
+    cannot score, names the components that can."""
+
+    def sampled(number: int, temperatures: list[float]) -> JobData:
+        return JobData(
+            f"s:data:{number}",
+            tuple(
+                TrajectorySample(
+                    exchange(f"q{number}.{i}", f"answer {i}", temperature=t),
+                    reward=float(i % 2),
+                    sample_id=f"{number}.{i}",
+                    group_id=f"g{number}",
+                )
+                for i, t in enumerate(temperatures)
+            ),
+        )
+
+    reef = component(tmp_path)
+    submit_all(reef, [sampled(0, [0.6, 0.6])], objective="importance_sampling")
+    args = SlimeRun(tmp_path).args
+    for temperature in (None, 1.0):
+        at = SimpleNamespace(**{**vars(args), "rollout_temperature": temperature or 1.0})
+        source = ReefDataSource(at, sample_class=Sample)
+        source.load(-1)
+        with pytest.raises(
+            ReefDataSourceError,
+            match=r"sampled at temperature 0.6, but slime scores them at --rollout-temperature"
+            r" 1.0: start slime with --rollout-temperature 0.6",
+        ):
+            source.get_samples(1)
+    right = SimpleNamespace(**{**vars(args), "rollout_temperature": 0.6})
+    source = ReefDataSource(right, sample_class=Sample)
+    source.load(-1)
+    assert len(source.get_samples(1)[0]) == 2
+
+    mixed = tmp_path / "mixed"
+    reef = component(mixed)
+    submit_all(reef, [sampled(0, [0.6, 1.0])], objective="importance_sampling")
+    args = SlimeRun(mixed).args
+    source = ReefDataSource(args, sample_class=Sample)
+    source.load(-1)
+    with pytest.raises(ReefDataSourceError, match="at one temperature"):
+        source.get_samples(1)
+    # Supervised samples have no sampling temperature to match.
+    plain = tmp_path / "plain"
+    reef = component(plain)
+    submit_all(reef, [sampled(0, [0.6, 0.6])])
+    args = SlimeRun(plain).args
+    source = ReefDataSource(args, sample_class=Sample)
+    source.load(-1)
+    assert len(source.get_samples(1)[0]) == 2

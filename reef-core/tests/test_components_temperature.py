@@ -97,3 +97,19 @@ def test_the_student_scores_its_tokens_at_their_sampling_temperature(tmp_path: P
         assert _teacher_kl(local, "self", _sampled_at(0.5), {}) == 0.0
     finally:
         local.close()
+
+
+def test_the_local_component_trains_every_sample_at_its_own_temperature(tmp_path: Path) -> None:
+    local = tiny_local_component(tmp_path)
+    samples = tuple(
+        TrajectorySample(
+            exchange("colour?", "blue red", temperature=t),
+            reward=float(i),
+            sample_id=f"s{i}",
+            group_id="g",
+        )
+        for i, t in enumerate((0.6, 1.3))
+    )
+    outcome = local.wait(local.submit(JobData("d:0", samples), {"objective": "ppo"}), timeout=120)
+    assert outcome.event == "finished", outcome.error
+    assert outcome.metrics["untempered_samples"] == 0

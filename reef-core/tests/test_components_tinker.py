@@ -148,6 +148,30 @@ def test_one_forward_backward_and_one_optim_step_per_batch(
     assert training == ["forward"] + ["forward_backward", "optim_step"] * 3
 
 
+def test_samples_sampled_at_another_temperature_are_counted_as_trained_at_one(
+    tmp_path: Path, service: TinkerStandIn
+) -> None:
+    """Tinker's losses take the policy's log probabilities at temperature 1: a job's samples
+    sampled at another are counted (untempered_samples), for status to show."""
+    tinker = component(tmp_path, service)
+    rewarded = tuple(
+        TrajectorySample(
+            exchange(f"colour {i}", "red", temperature=0.6 if i < 3 else None),
+            reward=float(i % 2),
+            sample_id=f"s{i}",
+            group_id="g",
+        )
+        for i in range(4)
+    )
+    for objective, counted in (("importance_sampling", 3), ("cross_entropy", 0)):
+        outcome = tinker.wait(
+            tinker.submit(JobData(f"j:data:{objective}", rewarded), {"objective": objective}),
+            timeout=60,
+        )
+        assert outcome.event == "finished", outcome.error
+        assert outcome.metrics["untempered_samples"] == counted
+
+
 def scored(rewards: list[float], group: str, first: int = 0) -> tuple[TrajectorySample, ...]:
     """Samples with ``rewards``, all in ``group``, numbered from ``first``."""
     return tuple(

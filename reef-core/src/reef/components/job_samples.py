@@ -20,8 +20,10 @@ samples *mean* is the same everywhere, so it is computed here once:
   (under a distilling objective, with ``teacher_kl`` and :func:`samples_without_teacher`),
   among them what the engine's tokens said of the samples: ``retokenized_samples`` (a reply
   rendered from its text, the engine having given no token ids), ``prompt_mismatch_samples``
-  (the rendered prompt differs from the engine's, whose tokens trained) and
-  ``truncated_samples`` (a reply cut at its token limit).
+  (the rendered prompt differs from the engine's, whose tokens trained),
+  ``truncated_samples`` (a reply cut at its token limit) and ``untempered_samples`` (trained at
+  temperature 1 though sampled at another, where a component cannot score at the sampling
+  temperature).
 
 The job parameters these read are in :mod:`reef.components.job_parameters`. Nothing here
 needs PyTorch; rendering needs jinja2 (the ``render`` extra).
@@ -78,6 +80,21 @@ class PreparedJob:
     def advantage_of(self, position: int) -> float:
         """The advantage of the sample at ``position`` of :attr:`rendered` (0 without one)."""
         return self.advantages.get(self.rendered[position][0], 0.0)
+
+    def trained_temperatures(self) -> frozenset[float]:
+        """The temperatures the trained tokens of a policy objective's samples were sampled at
+        (none under ``cross_entropy``, whose likelihood has no sampling temperature)."""
+        if self.objective not in POLICY_OBJECTIVES:
+            return frozenset()
+        return frozenset(t for _, sample in self.rendered for t in _trained_temperatures(sample))
+
+    def untempered_samples(self) -> int:
+        """The samples of a policy objective with a trained token sampled at a temperature
+        other than 1: what a component whose log probabilities are at 1 trains off the policy
+        that sampled them."""
+        if self.objective not in POLICY_OBJECTIVES:
+            return 0
+        return sum(1 for _, sample in self.rendered if _trained_temperatures(sample) - {1.0})
 
     def counted(self, what: str) -> int:
         """The training samples with at least one reply of ``what``: ``retokenized_replies``,
@@ -202,6 +219,15 @@ def consumed_lines(step: int, loss_tokens: Mapping[int, int], job: PreparedJob) 
     ]
 
 
+def _trained_temperatures(sample: RenderedSample) -> set[float]:
+    found: set[float] = set()
+    for sequence in sample.sequences:
+        temperatures = sequence.temperatures or (1.0,) * len(sequence.token_ids)
+        marked = zip(temperatures, sequence.loss_mask, strict=True)
+        found.update(t for t, trained in marked if trained)
+    return found
+
+
 def moves_no_weight(advantages: Iterable[float | Sequence[float]]) -> bool:
     """Whether a step of a policy objective whose sequences train with ``advantages`` (one per
     sequence, or one per token under a distilling objective) has no signal, so that it must move
@@ -238,6 +264,7 @@ def job_metrics(
     step_tokens: Sequence[Mapping[int, int]],
     optimizer_steps: int | None,
     teacher_kl: float | None = None,
+    tempered: bool = True,
 ) -> JSON:
     """The metrics of a finished job, under the names every component reports.
 
@@ -247,6 +274,8 @@ def job_metrics(
         :func:`moves_no_weight`); 0 says the job trained nothing and its weights are its start
         weights. ``None`` where the component cannot know (slime steps on its own).
     :param teacher_kl: a distilling job's mean KL to its teacher at the start weights.
+    :param tempered: whether the component scores each token at its sampling temperature;
+        where it does not, ``untempered_samples`` counts the samples it trained off-policy.
     """
     rewards = [r for i, _ in job.rendered if (r := sample_reward(job.samples[i])) is not None]
     metrics: JSON = {
@@ -261,6 +290,7 @@ def job_metrics(
         "retokenized_samples": job.counted("retokenized_replies"),
         "prompt_mismatch_samples": job.counted("prompt_mismatches"),
         "truncated_samples": job.counted("truncated_replies"),
+        "untempered_samples": 0 if tempered else job.untempered_samples(),
         "tokens": sum(s.num_tokens for _, s in job.rendered),
         "trained_tokens": trained_tokens,
         "mean_reward": sum(rewards) / len(rewards) if rewards else None,

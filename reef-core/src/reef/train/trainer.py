@@ -95,8 +95,13 @@ logger = logging.getLogger(__name__)
 _LAST_ERRORS: Final = 10
 #: The job metrics a trainer sums over its tenure for status: samples whose replies trained
 #: from their text, not the engine's tokens; whose prompt differed from the engine's; cut at
-#: their token limit.
-COUNTED_METRICS: Final = ("retokenized_samples", "prompt_mismatch_samples", "truncated_samples")
+#: their token limit; trained at temperature 1 though sampled at another.
+COUNTED_METRICS: Final = (
+    "retokenized_samples",
+    "prompt_mismatch_samples",
+    "truncated_samples",
+    "untempered_samples",
+)
 #: How many of the artifacts served last the status snapshot keeps (``served_artifacts``).
 _SERVED_KEPT: Final = 64
 

@@ -205,6 +205,10 @@ class SlimeComponent:
         if job.objective == "ppo":
             # Slime's PPO loss clips with its own arguments: its data source checks them.
             body["clip"] = [job.clip_low, job.clip_high]
+        if temperatures := prepared.trained_temperatures():
+            # Slime scores every rollout at its --rollout-temperature: its data source checks
+            # that the samples were sampled at it.
+            body["temperatures"] = sorted(temperatures)
         self.exchange.add_job(data.id, body)
 
     def poll(self, handle: JobHandle) -> JobOutcome | None:

@@ -254,6 +254,7 @@ class ReefDataSource:
             if job is None:
                 break
             self._check_clip(job)
+            self._check_temperatures(job)
             for index, group in enumerate(job["groups"]):
                 key = (seq, index)
                 if key not in self._trained and key not in self._handed:
@@ -278,6 +279,29 @@ class ReefDataSource:
                 f" {high}, but slime clips the ratio with --eps-clip {slime_low} --eps-clip-high"
                 f" {slime_high}: start slime with --eps-clip {low} --eps-clip-high {high}"
             )
+
+    def _check_temperatures(self, job: dict[str, Any]) -> None:
+        """Refuse a policy job whose samples were sampled at a temperature that is not slime's:
+        slime divides every rollout's logits by ``--rollout-temperature``
+        (``slime/backends/megatron_utils/loss.py``), so a sample sampled at another trains off
+        the policy that sampled it."""
+        sampled = [float(t) for t in job.get("temperatures", [])]
+        slime = float(getattr(self.args, "rollout_temperature", 1.0))
+        others = [t for t in sampled if not math.isclose(t, slime)]
+        if not others:
+            return
+        if len(sampled) == 1:
+            fix = f"start slime with --rollout-temperature {sampled[0]}"
+        else:
+            fix = (
+                "slime scores every rollout at one temperature: have the agents sample at one, or"
+                " train this scenario with the local component, which scores each token at its own"
+            )
+        raise ReefDataSourceError(
+            f"Reef's job {job['job_id']} trains tokens sampled at temperature"
+            f" {', '.join(str(t) for t in sampled)}, but slime scores them at --rollout-temperature"
+            f" {slime}: {fix}"
+        )
 
     def _slime_group(self, key: GroupKey, group: dict[str, Any]) -> list[Any]:
         make = self._sample_class or _slime_sample_class()

@@ -443,6 +443,7 @@ class TinkerComponent:
             step_tokens=step_tokens,
             optimizer_steps=moved,
             teacher_kl=teacher_kl,
+            tempered=False,  # Tinker's losses take the policy's log probabilities at 1
         )
         outcome = JobOutcome(data.id, self._name, "finished", metrics=metrics)
         if moved:
