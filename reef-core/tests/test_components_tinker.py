@@ -20,6 +20,8 @@ from doubles.tinker_service import ProcessKilled, TinkerStandIn  # noqa: E402
 from tinker import types  # noqa: E402
 
 from reef.components.interface import JobHandle  # noqa: E402
+from reef.components.local.causal_lm import torch_generator  # noqa: E402
+from reef.components.local.tiny_gpt import TinyGPT  # noqa: E402
 from reef.components.scheduling import PlannedStep  # noqa: E402
 from reef.components.tinker.component import (  # noqa: E402
     TinkerComponent,
@@ -488,6 +490,67 @@ def test_the_student_is_its_own_teacher_at_the_jobs_start_weights(
     assert same.event == "finished", same.error
     assert same.metrics["teacher_kl"] == 0.0
     assert same.metrics["samples_without_teacher"] == 1
+
+
+def test_a_teacher_tinker_hosts_scores_with_compute_logprobs(
+    tmp_path: Path, service: TinkerStandIn
+) -> None:
+    """tinker-cookbook's on-policy distillation: the teacher is a sampling client on a base
+    model Tinker hosts, and each teacher sequence is scored with its ``compute_logprobs``;
+    ``teacher_kl`` is the mean of the student's start log probability less the teacher's over
+    the trained tokens. The sampling client is made once, for every job."""
+    with torch_generator(7):
+        teacher_model = TinyGPT(service.config)
+    service.host("stand-in/teacher", teacher_model)
+    tinker = component(tmp_path, service)
+    start_checkpoint = json_of(tinker.publish().path)["checkpoint"]
+    sample = TrajectorySample(exchange("q?", "blue red"), sample_id="s")
+    parameters = {
+        "objective": "importance_sampling",
+        "distillation": {"teacher": {"tinker_model": "stand-in/teacher"}},
+    }
+    outcome = tinker.wait(tinker.submit(JobData("d:0", (sample,)), parameters), timeout=60)
+    assert outcome.event == "finished", outcome.error
+    (sequence,) = tinker.renderer.render_sample(sample.trajectory).sequences
+
+    def marked(model: Any) -> list[float]:
+        with torch.no_grad():
+            row = torch.log_softmax(model(torch.tensor([list(sequence.token_ids)]))[0], -1)
+        ids = sequence.token_ids
+        return [float(row[j - 1, ids[j]]) for j in range(1, len(ids)) if sequence.loss_mask[j]]
+
+    student = marked(service.model_of(start_checkpoint))
+    differences = [s - t for s, t in zip(student, marked(teacher_model), strict=True)]
+    assert outcome.metrics["teacher_kl"] == pytest.approx(
+        sum(differences) / len(differences), abs=1e-5
+    )
+    again = tinker.wait(tinker.submit(JobData("d:1", (sample,)), parameters), timeout=60)
+    assert again.event == "finished", again.error
+    assert service.calls.count("create_sampling_client") == 1
+    # A base model the service does not host fails the job, naming it.
+    unknown = {**parameters, "distillation": {"teacher": {"tinker_model": "stand-in/absent"}}}
+    failed = tinker.wait(tinker.submit(JobData("d:2", (sample,)), unknown), timeout=60)
+    assert failed.event == "failed"
+    assert "stand-in/absent" in (failed.error or "")
+
+
+def test_a_teacher_tinker_hosts_is_refused_by_the_local_component(tmp_path: Path) -> None:
+    from reef.testing.components import tiny_local_component
+
+    local = tiny_local_component(tmp_path)
+    parameters = {
+        "objective": "importance_sampling",
+        "distillation": {"teacher": {"tinker_model": "Qwen/Qwen3-8B"}},
+    }
+    data = JobData("d:0", (TrajectorySample(exchange("q?", "a"), sample_id="s"),))
+    with pytest.raises(PluginConfigError, match="scored by the tinker component") as refused:
+        local.submit(data, parameters)
+    assert refused.value.errors[0].key == "$.parameters.distillation.teacher"
+    with pytest.raises(PluginConfigError, match="leave out model_path"):
+        local.submit(
+            data,
+            {**parameters, "distillation": {"teacher": {"tinker_model": "m", "model_path": "p"}}},
+        )
 
 
 def json_of(folder: Path) -> dict[str, Any]:

@@ -25,9 +25,13 @@ documentation defines it:
   ``tinker://<run>/weights/<name>``; a name saved before is refused;
 - ``save_weights_for_sampler(name)``: ``tinker://<run>/sampler_weights/<name>``;
 - ``create_training_client_from_state_with_optimizer(path)``: a new run from a checkpoint;
-- ``create_sampling_client(model_path)``: a sampler on sampler weights; its ``sample(prompt,
-  num_samples, SamplingParams)`` draws tokens (greedy at temperature 0, seeded otherwise) until
-  a stop token or ``max_tokens``, with each token's log probability;
+- ``create_sampling_client(model_path, base_model)``: a sampler on sampler weights, or on a
+  base model the service hosts (:meth:`TinkerStandIn.host`; neither is a ``ValueError``, as
+  the SDK's); its ``sample(prompt, num_samples, SamplingParams)`` draws tokens (greedy at
+  temperature 0, seeded otherwise) until a stop token or ``max_tokens``, with each token's log
+  probability; its ``compute_logprobs(prompt)`` is ``SamplingClient.compute_logprobs``
+  (``tinker/lib/public_interfaces/sampling_client.py``): the ``prompt_logprobs`` of a one-token
+  sample, one per prompt token, the first ``None``;
 - ``list_checkpoints(run)``: the run's checkpoints.
 
 Requests of a service run one at a time, in order, on its own thread; each call returns a
@@ -91,6 +95,8 @@ class TinkerStandIn:
         self.checkpoints: dict[str, dict[str, Any]] = {}
         self.checkpoint_times: dict[str, datetime] = {}
         self.sampler_weights: dict[str, dict[str, torch.Tensor]] = {}
+        #: the base models a sampling client can be made on by name (:meth:`host`)
+        self.base_models: dict[str, TinyGPT] = {}
         self.calls: list[str] = []
         #: each ``forward_backward``'s ``loss_fn`` and ``loss_fn_config``, in order
         self.losses: list[tuple[str, Mapping[str, float | str] | None]] = []
@@ -194,9 +200,24 @@ class TinkerStandIn:
 
         return self._call("create_training_client_from_state_with_optimizer", load)
 
-    def create_sampling_client(self, model_path: str) -> Future[StandInSamplingClient]:
+    def host(self, base_model: str, model: TinyGPT) -> None:
+        """Serve ``model`` as the base model ``base_model`` (a teacher, for sampling clients)."""
+        model.eval()
+        self.base_models[base_model] = model
+
+    def create_sampling_client(
+        self, model_path: str | None = None, base_model: str | None = None
+    ) -> Future[StandInSamplingClient]:
+        if model_path is None and base_model is None:
+            raise ValueError("Either model_path or base_model must be provided")
+
         def create() -> StandInSamplingClient:
-            return StandInSamplingClient(self.model_of(model_path))
+            if model_path is not None:
+                return StandInSamplingClient(self.model_of(model_path))
+            assert base_model is not None
+            if base_model not in self.base_models:
+                raise ValueError(f"the stand-in hosts no base model {base_model!r}")
+            return StandInSamplingClient(self.base_models[base_model])
 
         return self._call("create_sampling_client", create)
 
@@ -358,6 +379,16 @@ class StandInSamplingClient:
         self._model = model
         self._stops = set(ByteTokenizer().stop_token_ids)
         self._ids = itertools.count()
+
+    def compute_logprobs(self, prompt: types.ModelInput) -> Future[list[float | None]]:
+        answer: Future[list[float | None]] = Future()
+        ids = prompt.to_ints()
+        with torch.no_grad():
+            rows = torch.log_softmax(self._model(torch.tensor([ids]))[0].float(), -1)
+        values: list[float | None] = [None]
+        values += [float(rows[i - 1, ids[i]]) for i in range(1, len(ids))]
+        answer.set_result(values)
+        return answer
 
     def sample(
         self, prompt: types.ModelInput, num_samples: int, sampling_params: types.SamplingParams

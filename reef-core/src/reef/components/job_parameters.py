@@ -60,7 +60,8 @@ class TeacherSettings(PluginSettings):
     the job's start weights, or with ``update_rate`` an exponential moving average of the
     student (lasgroup/SDPO's ``teacher_update_rate``): a copy of the weights the component first
     taught with, moved ``update_rate`` of the way to the student after each job that stepped
-    (0 keeps that copy: the frozen initial model).
+    (0 keeps that copy: the frozen initial model). With ``tinker_model`` or
+    ``tinker_model_path``, a model Tinker hosts (the ``tinker`` component only).
     """
 
     model_path: str | None = config_option(
@@ -87,6 +88,16 @@ class TeacherSettings(PluginSettings):
         3, help="engine calls per sequence before the job fails", validator=attrs.validators.ge(1)
     )
 
+    tinker_model: str | None = config_option(
+        None,
+        help="a base model Tinker hosts (the tinker component only), scored with a Tinker "
+        "sampling client's compute_logprobs, as tinker-cookbook's on-policy distillation does",
+    )
+    tinker_model_path: str | None = config_option(
+        None,
+        help="a tinker:// sampler weights path as the Tinker-hosted teacher (with or without "
+        "tinker_model, the cookbook's load_checkpoint_path)",
+    )
     update_rate: float | None = config_option(
         None,
         help="the student as its teacher: an exponential moving average of it, moved this far "
@@ -95,9 +106,19 @@ class TeacherSettings(PluginSettings):
         validator=attrs.validators.optional([attrs.validators.ge(0.0), attrs.validators.le(1.0)]),
     )
 
+    @property
+    def on_tinker(self) -> bool:
+        """Whether the teacher is a model Tinker hosts."""
+        return self.tinker_model is not None or self.tinker_model_path is not None
+
     def __attrs_post_init__(self) -> None:
         if self.model_path is not None and self.base_url is not None:
             raise ValueError("a teacher is a model_path or a base_url, not both")
+        if self.on_tinker and (self.model_path or self.base_url or self.update_rate is not None):
+            raise ValueError(
+                "tinker_model and tinker_model_path name a teacher Tinker hosts: leave out "
+                "model_path, base_url and update_rate"
+            )
         if self.update_rate is not None and (self.model_path or self.base_url):
             raise ValueError(
                 "update_rate makes the student its own moving-average teacher: leave out"
@@ -188,7 +209,7 @@ class DistillationParameters(PluginSettings):
     def __attrs_post_init__(self) -> None:
         if self.full_logit is None:
             return
-        if self.teacher.base_url is not None:
+        if self.teacher.base_url is not None or self.teacher.on_tinker:
             raise ValueError(
                 "full_logit reads the teacher's distribution at every trained token, which an "
                 "engine does not return: use a model_path teacher or the student itself, or "

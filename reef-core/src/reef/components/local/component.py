@@ -91,7 +91,7 @@ from reef.components.task_rollouts import roll_out_tasks, task_metrics
 from reef.components.teacher_scores import TeacherError
 from reef.core.chat_rendering import ChatRenderer, RenderedSequence, Tokenizer
 from reef.core.job_data import JobData, JobOutcome
-from reef.core.plugins import PluginSettings
+from reef.core.plugins import PluginConfigError, PluginSettings
 from reef.core.records import JSON
 
 _CURRENT: Final = "current"
@@ -204,6 +204,14 @@ class LocalComponent:
         :raises reef.core.plugins.PluginConfigError: for parameters it does not take.
         """
         job = JobParameters.parse(parameters, plugin_class=type(self), path="$.parameters")
+        if job.distillation is not None and job.distillation.teacher.on_tinker:
+            raise PluginConfigError(
+                type(self).__name__,
+                "$.parameters.distillation.teacher",
+                "a teacher Tinker hosts (tinker_model, tinker_model_path) is scored by the tinker "
+                "component: train with it, or give this component the teacher as a model_path "
+                "or a base_url",
+            )
         return self.jobs.submit(data.id, lambda: self._run(data, job))
 
     def poll(self, handle: JobHandle) -> JobOutcome | None:

@@ -84,11 +84,17 @@ from reef.components.scheduling import SequenceRef, StepPlan, plan_steps
 from reef.components.task_rollouts import roll_out_tasks, task_group_advantages, task_metrics
 from reef.components.teacher_scores import (
     EngineTeacher,
+    TeacherError,
     TeacherScorer,
     marked_values,
     token_advantages,
 )
-from reef.components.tinker.connection import Connect, TinkerConnection, TrainingClientLike
+from reef.components.tinker.connection import (
+    Connect,
+    SamplingClientLike,
+    TinkerConnection,
+    TrainingClientLike,
+)
 from reef.components.tinker.datums import (
     cross_entropy_datum,
     policy_datum,
@@ -133,6 +139,43 @@ class _SelfTeacher:
         return [
             [v for _ in sample.sequences for v in marked_values(*next(rows))] for sample in samples
         ]
+
+
+class _HostedTeacher:
+    """A teacher Tinker hosts: a sampling client's ``compute_logprobs`` of each teacher
+    sequence, as tinker-cookbook's on-policy distillation scores its teacher
+    (``tinker_cookbook/distillation/train_on_policy.py``).
+
+    :param tinker: the connection that waits for the answers.
+    :param sampler: the teacher's sampling client.
+    :param name: how errors name the teacher.
+    """
+
+    def __init__(self, tinker: TinkerConnection, sampler: SamplingClientLike, name: str) -> None:
+        self.tinker = tinker
+        self.sampler = sampler
+        self.name = name
+
+    def logprobs(self, samples: Sequence[RenderedSample]) -> list[list[float]]:
+        """See :class:`~reef.components.teacher_scores.TeacherScorer`; the sequences are asked
+        all at once, then waited for in order."""
+        sequences = [sequence for sample in samples for sequence in sample.sequences]
+        futures = [
+            self.sampler.compute_logprobs(types.ModelInput.from_ints(list(s.token_ids)))
+            for s in sequences
+        ]
+        rows = []
+        for sequence, future in zip(sequences, futures, strict=True):
+            values = self.tinker.wait(future, f"the teacher {self.name}")
+            if len(values) != len(sequence.token_ids) or any(v is None for v in values[1:]):
+                raise TeacherError(
+                    f"Tinker's teacher {self.name} scored {len(values)} positions of a sequence "
+                    f"of {len(sequence.token_ids)} tokens: compute_logprobs must score each "
+                    "token after the first"
+                )
+            rows.append(marked_values(sequence, [float(v) for v in values[1:] if v is not None]))
+        answered = iter(rows)
+        return [[v for _ in sample.sequences for v in next(answered)] for sample in samples]
 
 
 def checkpoint_artifact_id(checkpoint: str) -> str:
@@ -187,6 +230,8 @@ class TinkerComponent:
         )
         self._client: TrainingClientLike | None = None
         self._tokenizer: Tokenizer | None = None
+        #: the sampling clients of Tinker-hosted teachers, by (base model, model path)
+        self._teacher_samplers: dict[tuple[str | None, str | None], SamplingClientLike] = {}
         self._recovered = False
         self._lock = threading.Lock()
 
@@ -590,10 +635,24 @@ class TinkerComponent:
         return dict(zip(refs, target_logprobs(output), strict=True))
 
     def _teacher(self, client: TrainingClientLike, settings: TeacherSettings) -> TeacherScorer:
-        """The job's teacher: an engine (``base_url``), or the student at the job's start
-        weights (asked before the job's first step)."""
+        """The job's teacher: an engine (``base_url``), a model Tinker hosts (its sampling
+        client made once), or the student at the job's start weights (asked before the job's
+        first step)."""
         if settings.base_url is not None:
             return EngineTeacher(settings)
+        if settings.on_tinker:
+            key = (settings.tinker_model, settings.tinker_model_path)
+            name = " ".join(k for k in key if k)
+            sampler = self._teacher_samplers.get(key)
+            if sampler is None:
+                sampler = self.tinker.wait(
+                    self.tinker.service.create_sampling_client(
+                        model_path=settings.tinker_model_path, base_model=settings.tinker_model
+                    ),
+                    f"the teacher {name}'s sampling client",
+                )
+                self._teacher_samplers[key] = sampler
+            return _HostedTeacher(self.tinker, sampler, name)
         return _SelfTeacher(self.tinker, client)
 
     def _commit(self, client: TrainingClientLike, outcome: JobOutcome) -> None:

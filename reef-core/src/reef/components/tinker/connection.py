@@ -56,11 +56,15 @@ class TrainingClientLike(Protocol):
 
 
 class SamplingClientLike(Protocol):
-    """The call Reef makes on ``tinker.SamplingClient``."""
+    """The calls Reef makes on ``tinker.SamplingClient``."""
 
     def sample(
         self, prompt: types.ModelInput, num_samples: int, sampling_params: types.SamplingParams
     ) -> TinkerFuture[types.SampleResponse]: ...
+
+    def compute_logprobs(self, prompt: types.ModelInput) -> TinkerFuture[list[float | None]]:
+        """The log probability of each prompt token given those before it (the first ``None``)."""
+        ...
 
 
 class TinkerService(Protocol):
@@ -74,7 +78,9 @@ class TinkerService(Protocol):
         self, path: str
     ) -> TinkerFuture[TrainingClientLike]: ...
 
-    def create_sampling_client(self, model_path: str) -> TinkerFuture[SamplingClientLike]: ...
+    def create_sampling_client(
+        self, model_path: str | None = None, base_model: str | None = None
+    ) -> TinkerFuture[SamplingClientLike]: ...
 
     def list_checkpoints(
         self, training_run_id: str
@@ -105,8 +111,10 @@ class _SdkService:
     ) -> TinkerFuture[TrainingClientLike]:
         return self._service.create_training_client_from_state_with_optimizer(path)
 
-    def create_sampling_client(self, model_path: str) -> TinkerFuture[SamplingClientLike]:
-        return self._service.create_sampling_client(model_path=model_path)
+    def create_sampling_client(
+        self, model_path: str | None = None, base_model: str | None = None
+    ) -> TinkerFuture[SamplingClientLike]:
+        return self._service.create_sampling_client(model_path=model_path, base_model=base_model)
 
     def list_checkpoints(self, training_run_id: str) -> TinkerFuture[types.CheckpointsListResponse]:
         return self._rest.list_checkpoints(training_run_id)
