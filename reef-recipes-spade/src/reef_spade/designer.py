@@ -15,11 +15,21 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+import attrs
 import httpx
 
 from reef import HarborTask, HarborTaskError, ReefError
 
-__all__ = ["Designer", "DesignerError", "design_prompt", "hint_of", "tasks_from_reply"]
+__all__ = [
+    "Designer",
+    "DesignerCall",
+    "DesignerError",
+    "DesignerReply",
+    "call_of",
+    "design_prompt",
+    "hint_of",
+    "tasks_from_reply",
+]
 
 #: The header that marks the designer's calls, where Reef records them.
 DESIGNER_TAG: Final = {"x-reef-tag-spade": "designer"}
@@ -27,7 +37,7 @@ DESIGNER_TAG: Final = {"x-reef-tag-spade": "designer"}
 _KEYS: Final = ("slug", "instruction", "test_sh", "solve_sh", "hint")
 
 _GUIDE: Final = """\
-You design tasks for training an AI agent. Write {count} new tasks: {description}
+You design tasks for training an AI agent. Write {count} new {tasks}: {description}
 
 Each task is checked by a bash verifier, tests/test.sh, that runs in /app after the agent and
 writes its reward (1 for success, 0 otherwise) to /logs/verifier/reward.txt. The agent answers
@@ -67,6 +77,7 @@ def design_prompt(
         lines += [f"- {line}" for line in sources]
     return _GUIDE.format(
         count=count,
+        tasks="task" if count == 1 else "tasks",
         description=description or "short, self-contained tasks with one checkable answer.",
         answer_file=answer_file,
         feedback="\n".join(lines) + ("\n" if lines else ""),
@@ -88,14 +99,27 @@ def _toml_string(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
+@attrs.frozen
+class DesignerCall:
+    """The designer call a task came from, where the designer is trained on its regret: the
+    call's record id in the Reef scenario that serves the designer, and the comparison group of
+    the generation's calls (kept in ``task.toml`` under ``[metadata.spade]``)."""
+
+    record_id: str
+    group: str
+
+
 def tasks_from_reply(
     reply: str,
     *,
     generation: int,
     sources: tuple[str, ...],
     verifier_timeout_seconds: float,
+    first_index: int = 0,
+    call: DesignerCall | None = None,
 ) -> tuple[HarborTask, ...]:
-    """The tasks of the designer's ``reply``, named ``spade-<generation>-<n>-<digest>``.
+    """The tasks of the designer's ``reply``, named ``spade-<generation>-<n>-<digest>`` (``n``
+    from ``first_index``), each naming the designer ``call`` it came from when given.
 
     :raises DesignerError: when the reply is not the JSON asked for, or a task is not a valid
         Harbor task.
@@ -105,13 +129,19 @@ def tasks_from_reply(
     if not isinstance(entries, list):
         raise DesignerError("the designer's JSON has no tasks list")
     tasks = []
-    for index, entry in enumerate(entries):
+    for index, entry in enumerate(entries, start=first_index):
         if not isinstance(entry, dict) or any(not isinstance(entry.get(k), str) for k in _KEYS):
             raise DesignerError(f"task {index} of the designer's reply needs {', '.join(_KEYS)}")
+        origin = (
+            ""
+            if call is None
+            else f"designer_record = {_toml_string(call.record_id)}\n"
+            f"designer_group = {_toml_string(call.group)}\n"
+        )
         toml = (
             'version = "1.0"\n\n[metadata]\nauthor_name = "spade"\n'
             f"generation = {generation}\n\n[metadata.spade]\n"
-            f"hint = {_toml_string(entry['hint'])}\n\n"
+            f"hint = {_toml_string(entry['hint'])}\n{origin}\n"
             f"[verifier]\ntimeout_sec = {float(verifier_timeout_seconds)}\n"
         )
         files = {
@@ -134,16 +164,39 @@ def tasks_from_reply(
     return tuple(tasks)
 
 
-def hint_of(task: HarborTask) -> str | None:
-    """The hint SPADE kept in the task's ``task.toml``, if any."""
+def _spade_metadata(task: HarborTask) -> Mapping[str, Any]:
+    """The task's ``[metadata.spade]`` table (empty when it has none or no readable toml)."""
     try:
         document = task.toml()
     except HarborTaskError:
-        return None
+        return {}
     metadata = document.get("metadata")
     spade = metadata.get("spade") if isinstance(metadata, dict) else None
-    hint = spade.get("hint") if isinstance(spade, dict) else None
+    return spade if isinstance(spade, dict) else {}
+
+
+def hint_of(task: HarborTask) -> str | None:
+    """The hint SPADE kept in the task's ``task.toml``, if any."""
+    hint = _spade_metadata(task).get("hint")
     return hint if isinstance(hint, str) and hint else None
+
+
+def call_of(task: HarborTask) -> DesignerCall | None:
+    """The designer call SPADE kept in the task's ``task.toml``, if any."""
+    spade = _spade_metadata(task)
+    record, group = spade.get("designer_record"), spade.get("designer_group")
+    if isinstance(record, str) and isinstance(group, str):
+        return DesignerCall(record, group)
+    return None
+
+
+@attrs.frozen
+class DesignerReply:
+    """The designer's reply text, and the id Reef recorded its call under (the
+    ``x-reef-record-id`` header; ``None`` where Reef does not serve the designer)."""
+
+    text: str
+    record_id: str | None
 
 
 class Designer:
@@ -171,7 +224,7 @@ class Designer:
             "max_tokens": max_tokens,
         }
 
-    async def ask(self, prompt: str) -> str:
+    async def ask(self, prompt: str) -> DesignerReply:
         """The designer's reply to ``prompt``. :raises DesignerError: when it does not answer."""
         body = {**self._body, "messages": [{"role": "user", "content": prompt}]}
         # A client per call: the generator's calls may run on different event loops.
@@ -190,4 +243,4 @@ class Designer:
             raise DesignerError("the designer's answer is not a chat completion") from exc
         if not isinstance(content, str):
             raise DesignerError("the designer's answer has no text")
-        return content
+        return DesignerReply(content, response.headers.get("x-reef-record-id"))
