@@ -31,8 +31,18 @@ fell mostly because the student learned to stop after three tokens, a token it n
 and with the sampled tokens alone it stayed flat: 2.49 -> 2.68, 2.80 -> 2.36, 2.63 -> 2.63 over
 8 jobs.)
 
-    .venv/bin/python benchmarks/bench_distill.py --recipe distill --jobs 4
-    .venv/bin/python benchmarks/bench_distill.py --recipe openclaw-rl --jobs 4
+The agent samples every reply with a seed (``--seed`` says where the seeds start), so the
+distillation run gives the same curve each time on the same machine. The OpenClaw runs vary a
+little even at one seed: which judged turns a job holds depends on when the judge's votes come
+back. Measured over seeds 0 to 9 (n = 10 each), with the criteria ``tests/test_e2e_distill.py``
+asserts: distill (4 jobs) passed 10 of 10, its first job's ``teacher_kl`` 1.58 to 5.11 (median
+3.02) and its last -0.01 to 0.52 (median 0.05); openclaw-hindsight (6 jobs) passed 10 of 10,
+the first two jobs' sum 4.32 to 8.44 (median 6.12), the last two's 2.07 to 4.15 (median 2.95);
+openclaw-rl (6 jobs) passed 10 of 10, the first two jobs' sum of mean rewards 0.63 to 1.50
+(median 0.94), the last two's 1.63 to 2.00 (median 1.88).
+
+    .venv/bin/python benchmarks/bench_distill.py --recipe distill --jobs 4 [--seed 0]
+    .venv/bin/python benchmarks/bench_distill.py --recipe openclaw-rl --jobs 6
     .venv/bin/python benchmarks/bench_distill.py --recipe openclaw-hindsight --jobs 6
 """
 
@@ -169,21 +179,25 @@ def _client(base_url: str) -> openai.OpenAI:
 
 
 def _ask(
-    client: openai.OpenAI, messages: list[dict[str, Any]], max_tokens: int = 3
+    client: openai.OpenAI, messages: list[dict[str, Any]], seed: int, max_tokens: int = 3
 ) -> tuple[str, str]:
+    """One reply, sampled at temperature 1 with ``seed``: the same weights and seed give the
+    same reply, so a run's curve is the same each time it runs."""
     raw = client.chat.completions.with_raw_response.create(
         model="local",
         messages=messages,  # type: ignore[arg-type]
         max_tokens=max_tokens,
         temperature=1.0,
+        seed=seed,
     )
     return raw.parse().choices[0].message.content or "", raw.headers["x-reef-record-id"]
 
 
-def _distill_round(base_url: str, number: int) -> None:
+def _distill_round(base_url: str, number: int, *, seed: int = 0) -> None:
     client = _client(base_url)
     for member in range(PER_JOB["distill"]):
-        _, record_id = _ask(client, [{"role": "user", "content": QUESTION}])
+        asked = seed * 100_000 + number * 1000 + member
+        _, record_id = _ask(client, [{"role": "user", "content": QUESTION}], asked)
         report = {
             "id": f"r{number}-{member}",
             "references": [record_id],
@@ -195,19 +209,21 @@ def _distill_round(base_url: str, number: int) -> None:
         assert answer.status_code in (200, 201), answer.text
 
 
-def _openclaw_round(base_url: str, number: int, *, recipe: str = "openclaw-rl") -> None:
-    del number
+def _openclaw_round(
+    base_url: str, number: int, *, recipe: str = "openclaw-rl", seed: int = 0
+) -> None:
     client = _client(base_url)
-    for _ in range(PER_JOB[recipe]):
+    for member in range(PER_JOB[recipe]):
+        asked = seed * 100_000 + number * 1000 + 2 * member
         messages: list[dict[str, Any]] = [{"role": "user", "content": QUESTION}]
         # The binary run judges one token; the hindsight run distils a reply like distill's.
-        reply, _ = _ask(client, messages, max_tokens=1 if recipe == "openclaw-rl" else 3)
+        reply, _ = _ask(client, messages, asked, max_tokens=1 if recipe == "openclaw-rl" else 3)
         # The second turn is the first one's next state: the judge reads it.
         messages += [
             {"role": "assistant", "content": reply},
             {"role": "user", "content": "Thanks. Another one."},
         ]
-        _ask(client, messages)
+        _ask(client, messages, asked + 1)
 
 
 def judged(messages: list[dict[str, Any]]) -> str:
@@ -229,8 +245,11 @@ def hinted(messages: list[dict[str, Any]]) -> str:
     return f"[HINT_START]{CONTEXT}[HINT_END]\n\\boxed{{1}}"
 
 
-def run(recipe: str, jobs: int, folder: Path, judge_url: str | None = None) -> list[float]:
-    """Train ``jobs`` jobs of ``recipe``; returns the figure of each job, in order."""
+def run(
+    recipe: str, jobs: int, folder: Path, judge_url: str | None = None, *, seed: int = 0
+) -> list[float]:
+    """Train ``jobs`` jobs of ``recipe``, the agent's replies sampled with seeds from ``seed``;
+    returns the figure of each job, in order."""
     metric = FIGURE[recipe]
     judging = (
         f'judge: {{base_url: "{judge_url}", model: judge, votes: 3, timeout_seconds: 10,'
@@ -244,11 +263,11 @@ def run(recipe: str, jobs: int, folder: Path, judge_url: str | None = None) -> l
         teacher = _teacher(folder / "teacher")
         recipe_section = f'{{class: distill, config: {{teacher: {{model_path: "{teacher}"}}}}}}'
         record2sample = "{max_staleness: 1}"
-        play = _distill_round
+        play = functools.partial(_distill_round, seed=seed)
     elif recipe == "openclaw-rl":
         recipe_section = "{class: openclaw-rl, config: {objective: binary}}"
         record2sample = f"{{{judging}}}"
-        play = _openclaw_round
+        play = functools.partial(_openclaw_round, seed=seed)
     else:
         teacher = _teacher(folder / "teacher")
         recipe_section = (
@@ -256,7 +275,7 @@ def run(recipe: str, jobs: int, folder: Path, judge_url: str | None = None) -> l
             f' teacher: {{model_path: "{teacher}"}}}}}}'
         )
         record2sample = f"{{{judging}, hints: true}}"
-        play = functools.partial(_openclaw_round, recipe=recipe)
+        play = functools.partial(_openclaw_round, recipe=recipe, seed=seed)
     (folder / "state").mkdir(parents=True, exist_ok=True)
     deployment = folder / "deployment.yaml"
     deployment.write_text(
@@ -307,14 +326,27 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--recipe", choices=tuple(FIGURE), default="distill")
     parser.add_argument("--jobs", type=int, default=4)
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="where the agent's sampling seeds start (a run's curve "
+        "is the same each time with the same seed)",
+    )
     arguments = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as folder:
         if arguments.recipe == "distill":
-            figures = run(arguments.recipe, arguments.jobs, Path(folder))
+            figures = run(arguments.recipe, arguments.jobs, Path(folder), seed=arguments.seed)
         else:
             script = judged if arguments.recipe == "openclaw-rl" else hinted
             with serve_on_loopback(judge_engine(script)) as judge:
-                figures = run(arguments.recipe, arguments.jobs, Path(folder), f"{judge}/v1")
+                figures = run(
+                    arguments.recipe,
+                    arguments.jobs,
+                    Path(folder),
+                    f"{judge}/v1",
+                    seed=arguments.seed,
+                )
     name = FIGURE[arguments.recipe]
     print(
         f"{arguments.recipe}: {name} first {figures[0]:.4f} last {figures[-1]:.4f}"
