@@ -173,9 +173,9 @@ class _PromptRunner(ToyRunner):
     """The toy runner asking every attempt from the task's prompt (no archive state), the
     prompt the warm-up taught the feedback's meaning for."""
 
-    def attempt(self, state: str) -> tuple[str, str]:
+    def attempt(self, state: str, seed: int | None = None) -> tuple[str, str]:
         del state
-        return super().attempt("")
+        return super().attempt("", seed)
 
 
 def test_sdpo_over_reef_serve_moves_the_served_policy_toward_the_better_score(

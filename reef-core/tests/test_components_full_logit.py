@@ -10,7 +10,6 @@ import math
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
@@ -29,34 +28,39 @@ from reef.testing.samples import exchange  # noqa: E402
 
 
 def reference_divergence(
-    student: np.ndarray, teacher: np.ndarray, *, add_tail: bool, alpha: float
+    student: list[float], teacher: list[float], *, add_tail: bool, alpha: float
 ) -> float:
     """One position's divergence, from the equations: the two distributions over the k tokens
     (with the rest as one more outcome, or renormalised), then KL(T || S) at alpha 0, KL(S || T)
     at 1, else (1 - alpha) KL(S || M) + alpha KL(T || M) with M the alpha-mix."""
 
-    def support(log_p: np.ndarray) -> np.ndarray:
-        p = np.exp(log_p.astype(np.float64))
+    def support(log_p: list[float]) -> list[float]:
+        p = [math.exp(v) for v in log_p]
         if add_tail:
-            return np.append(p, max(1.0 - p.sum(), 1.0 - math.exp(-1e-7)))
-        return p / p.sum()
+            return [*p, max(1.0 - sum(p), 1.0 - math.exp(-1e-7))]
+        return [v / sum(p) for v in p]
 
     s, t = support(student), support(teacher)
 
-    def kl(p: np.ndarray, q: np.ndarray) -> float:
-        return float(np.sum(p * (np.log(p) - np.log(q))))
+    def kl(p: list[float], q: list[float]) -> float:
+        return sum(a * (math.log(a) - math.log(b)) for a, b in zip(p, q, strict=True))
 
     if alpha == 0.0:
         return kl(t, s)
     if alpha == 1.0:
         return kl(s, t)
-    m = (1 - alpha) * s + alpha * t
+    m = [(1 - alpha) * a + alpha * b for a, b in zip(s, t, strict=True)]
     return (1 - alpha) * kl(s, m) + alpha * kl(t, m)
 
 
-def log_distribution(logits: list[float]) -> np.ndarray:
-    values = np.asarray(logits, dtype=np.float64)
-    return values - np.log(np.exp(values - values.max()).sum()) - values.max()
+def log_distribution(logits: list[float]) -> list[float]:
+    top = max(logits)
+    total = math.log(sum(math.exp(v - top) for v in logits)) + top
+    return [v - total for v in logits]
+
+
+def top_indices(values: list[float], k: int) -> list[int]:
+    return sorted(range(len(values)), key=lambda i: -values[i])[:k]
 
 
 @settings(max_examples=200, deadline=None)
@@ -76,14 +80,16 @@ def test_the_divergence_is_the_authors_generalised_jensen_shannon(
 ) -> None:
     student_logits, teacher_logits, k = case
     student, teacher = log_distribution(student_logits), log_distribution(teacher_logits)
-    top = np.argsort(-student, kind="stable")[:k]
+    top = top_indices(student, k)
     got = topk_divergence(
-        torch.tensor(student[top][None], dtype=torch.float64),
-        torch.tensor(teacher[top][None], dtype=torch.float64),
+        torch.tensor([[student[i] for i in top]], dtype=torch.float64),
+        torch.tensor([[teacher[i] for i in top]], dtype=torch.float64),
         add_tail=add_tail,
         alpha=alpha,
     )
-    expected = reference_divergence(student[top], teacher[top], add_tail=add_tail, alpha=alpha)
+    expected = reference_divergence(
+        [student[i] for i in top], [teacher[i] for i in top], add_tail=add_tail, alpha=alpha
+    )
     assert float(got[0]) == pytest.approx(expected, abs=1e-6)
 
 
@@ -171,9 +177,11 @@ def test_the_first_step_trains_the_divergence_computed_from_the_equations(
             for j, i in zip(student_marks, teacher_marks, strict=True):
                 s = log_distribution(student[j - 1].tolist())
                 t = log_distribution(taught[i - 1].tolist())
-                top = np.argsort(-s, kind="stable")[:topk]
+                top = top_indices(s, topk)
                 expected.append(
-                    reference_divergence(s[top], t[top], add_tail=add_tail, alpha=alpha)
+                    reference_divergence(
+                        [s[n] for n in top], [t[n] for n in top], add_tail=add_tail, alpha=alpha
+                    )
                 )
                 token = student_sequence.token_ids[j]
                 sampled_kl.append(float(s[token] - t[token]))

@@ -174,8 +174,10 @@ class ToyRunner:
         token: str | None = None,
         cell_key: str = "tttd",
         feedback: bool = False,
+        seed: int | None = None,
     ) -> None:
         self.url = url.rstrip("/")
+        self.seed = seed
         self.scenario = scenario
         self.groups = groups
         self.rollouts = rollouts
@@ -211,15 +213,18 @@ class ToyRunner:
                 return trainer
         raise LookupError(f"the service has no scenario {self.scenario!r}")
 
-    def attempt(self, state: str) -> tuple[str, str]:
-        """One attempt from ``state``: (the reply, its inference record's id)."""
+    def attempt(self, state: str, seed: int | None = None) -> tuple[str, str]:
+        """One attempt from ``state``, sampled with ``seed`` when given: (the reply, its
+        inference record's id)."""
         prompt = f"Improve: {state}" if state else "Write a string."
-        body = {
+        body: dict[str, Any] = {
             "model": "policy",
             "messages": [{"role": "user", "content": prompt}],
             "max_tokens": self.max_tokens,
             "temperature": 1.0,
         }
+        if seed is not None:
+            body["seed"] = seed
         reply, headers = self._request(
             "POST", f"/scenarios/{self.scenario}/v1/chat/completions", body
         )
@@ -257,7 +262,10 @@ class ToyRunner:
         for group in range(self.groups):
             state = states[group % len(states)]  # fewer separate lineages than groups
             for rollout in range(self.rollouts):
-                reply, record = self.attempt(state.text)
+                seed = None
+                if self.seed is not None:  # each rollout its own seed: a run repeats exactly
+                    seed = ((self.seed * 1000 + step) * 100 + group) * 1000 + rollout
+                reply, record = self.attempt(state.text, seed)
                 score = self.report(step, group, rollout, record, reply)
                 scores.append(score)
                 children.append(Child(state, reply, score))
@@ -349,6 +357,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--run", default="toy")
     parser.add_argument("--recipe", choices=("tttd", "sdpo"), default="tttd")
     parser.add_argument("--token")
+    parser.add_argument("--seed", type=int, help="sample every attempt with a seed from this one")
     args = parser.parse_args(argv)
     runner = ToyRunner(
         args.url,
@@ -359,6 +368,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         token=args.token,
         cell_key=args.recipe,
         feedback=args.recipe == "sdpo",
+        seed=args.seed,
     )
     try:
         for step in range(args.steps):
