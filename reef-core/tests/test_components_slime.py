@@ -58,6 +58,13 @@ def submit_all(reef: SlimeComponent, jobs: list[JobData], **parameters: Any) -> 
     reef.close()  # every job is in the exchange
 
 
+def loaded_source(args: Any, **settings: Any) -> ReefDataSource:
+    """The data source slime builds with ``args`` and ``settings`` over them, loaded fresh."""
+    source = ReefDataSource(SimpleNamespace(**{**vars(args), **settings}), sample_class=Sample)
+    source.load(-1)
+    return source
+
+
 def every_sample(jobs: list[JobData]) -> list[str]:
     return [str(s.sample_id) for data in jobs for s in data.samples]
 
@@ -180,19 +187,15 @@ def test_ppo_reaches_slime_only_with_slimes_clip_range_set_to_the_jobs(tmp_path:
     reef = component(tmp_path)
     submit_all(reef, [job(0)], objective="ppo", reward_baseline="none")
     args = SlimeRun(tmp_path).args
-    wrong = SimpleNamespace(**{**vars(args), "eps_clip": 0.2, "eps_clip_high": None})
-    source = ReefDataSource(wrong, sample_class=Sample)
-    source.load(-1)
+    wrong = loaded_source(args, eps_clip=0.2, eps_clip_high=None)
     with pytest.raises(
         ReefDataSourceError,
         match=r"clip_low 0.2 and clip_high 0.28, but slime clips the ratio with --eps-clip 0.2"
         r" --eps-clip-high 0.2: start slime with --eps-clip 0.2 --eps-clip-high 0.28",
     ):
-        generate_rollout(wrong, 0, source)
-    right = SimpleNamespace(**{**vars(args), "eps_clip": 0.2, "eps_clip_high": 0.28})
-    source = ReefDataSource(right, sample_class=Sample)
-    source.load(-1)
-    groups = generate_rollout(right, 0, source)
+        generate_rollout(wrong.args, 0, wrong)
+    right = loaded_source(args, eps_clip=0.2, eps_clip_high=0.28)
+    groups = generate_rollout(right.args, 0, right)
     # reward_baseline none: the reward as it is, not centred in its group.
     assert [s.reward for s in groups[0]] == [0.0, 1.0]
 
@@ -231,34 +234,23 @@ def test_slime_trains_samples_only_at_the_temperature_they_were_sampled_at(
     reef = component(tmp_path)
     submit_all(reef, [sampled(0, [0.6, 0.6])], objective="importance_sampling")
     args = SlimeRun(tmp_path).args
-    for temperature in (None, 1.0):
-        at = SimpleNamespace(**{**vars(args), "rollout_temperature": temperature or 1.0})
-        source = ReefDataSource(at, sample_class=Sample)
-        source.load(-1)
+    assert not hasattr(args, "rollout_temperature")  # slime's default, 1.0
+    for source in (loaded_source(args), loaded_source(args, rollout_temperature=1.0)):
         with pytest.raises(
             ReefDataSourceError,
             match=r"sampled at temperature 0.6, but slime scores them at --rollout-temperature"
             r" 1.0: start slime with --rollout-temperature 0.6",
         ):
             source.get_samples(1)
-    right = SimpleNamespace(**{**vars(args), "rollout_temperature": 0.6})
-    source = ReefDataSource(right, sample_class=Sample)
-    source.load(-1)
-    assert len(source.get_samples(1)[0]) == 2
+    assert len(loaded_source(args, rollout_temperature=0.6).get_samples(1)[0]) == 2
 
     mixed = tmp_path / "mixed"
     reef = component(mixed)
     submit_all(reef, [sampled(0, [0.6, 1.0])], objective="importance_sampling")
-    args = SlimeRun(mixed).args
-    source = ReefDataSource(args, sample_class=Sample)
-    source.load(-1)
     with pytest.raises(ReefDataSourceError, match="at one temperature"):
-        source.get_samples(1)
+        loaded_source(SlimeRun(mixed).args).get_samples(1)
     # Supervised samples have no sampling temperature to match.
     plain = tmp_path / "plain"
     reef = component(plain)
     submit_all(reef, [sampled(0, [0.6, 0.6])])
-    args = SlimeRun(plain).args
-    source = ReefDataSource(args, sample_class=Sample)
-    source.load(-1)
-    assert len(source.get_samples(1)[0]) == 2
+    assert len(loaded_source(SlimeRun(plain).args).get_samples(1)[0]) == 2
