@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from agent_ecc import ContentStore, DirectoryRegistry, RegistryError, World
-from agent_ecc.store import StoreError, get_json, get_text, put_json, put_text
+from agent_ecc.store import StoreError, get_json, get_text, is_blank, put_json, put_text
 from agent_ecc.synthetic import SyntheticWorld
 from agent_ecc.versions import IdentityMismatch, build_version, version_to_body
 
@@ -105,3 +105,31 @@ def test_store_is_content_addressed(store: ContentStore) -> None:
         get_text(store, key)
     with pytest.raises(StoreError, match="malformed"):
         get_text(store, "md5:abc")
+
+
+def _tamper(store: ContentStore, key: str, content: str) -> None:
+    path = store.root / "objects" / key[7:9] / key[9:]
+    path.chmod(0o644)
+    path.write_text(content)
+
+
+def test_a_patch_is_blank_only_when_its_checked_content_is_whitespace(store: ContentStore) -> None:
+    """An empty patch fails its member, so blankness is decided on checked content; a patch
+    that shows a byte of content in its first bytes is not blank, read no further (a "no"
+    decides no verdict: the member is graded the next way)."""
+    assert is_blank(store, put_text(store, ""))
+    assert is_blank(store, put_text(store, " \n\t\n"))
+    assert not is_blank(store, put_text(store, "diff --git a/x b/x\n"))
+    assert not is_blank(store, put_text(store, " " * 100 + "x"))  # content after the first bytes
+    assert not is_blank(store, put_text(store, " " * 5000))  # no patch anyone sends
+    # A patch is not read whole to say it is not blank: a tampered one is not looked at...
+    patch = put_text(store, "diff --git a/y b/y\n")
+    _tamper(store, patch, "--- tampered, but not blank")
+    assert not is_blank(store, patch)
+    # ...but one that looks blank is checked against its key before it can fail a member.
+    looks_blank = put_text(store, "\n\n")
+    _tamper(store, looks_blank, "   ")
+    with pytest.raises(StoreError, match="does not match"):
+        is_blank(store, looks_blank)
+    with pytest.raises(StoreError, match="no blob"):
+        is_blank(store, "sha256:" + "0" * 64)

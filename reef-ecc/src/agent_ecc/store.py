@@ -18,6 +18,7 @@ from agent_ecc.durable import create_exclusive
 
 _PREFIX = "sha256:"
 _BLANK_MAX = 4096  # a longer blob of whitespace only is no patch anyone sends
+_PROBE = 64  # the bytes a blank probe reads first
 _KEY = re.compile(r"sha256:[0-9a-f]{64}")
 
 
@@ -37,7 +38,7 @@ class ContentStore:
         # On every read of a seal's hot path: a regex and string joins, not pathlib.
         if not isinstance(key, str) or _KEY.fullmatch(key) is None:
             raise StoreError(f"malformed store key {key!r}")
-        return os.path.join(self._objects, key[7:9], key[9:])
+        return f"{self._objects}{os.sep}{key[7:9]}{os.sep}{key[9:]}"
 
     def put_bytes(self, data: bytes) -> str:
         """Store ``data``; return its key. Storing existing content changes nothing."""
@@ -58,6 +59,17 @@ class ContentStore:
         if _PREFIX + digest_bytes(data) != key:
             raise StoreError(f"blob {key} in store {self.root} does not match its key")
         return data
+
+    def head(self, key: str, count: int) -> bytes:
+        """The first ``count`` bytes of the blob named ``key``, *not* checked against its key:
+        for a probe that decides nothing from them alone (read the blob with
+        :meth:`get_bytes` before any verdict rests on its content). :class:`StoreError` when
+        missing."""
+        try:
+            with open(self._path(key), "rb") as handle:
+                return handle.read(count)
+        except FileNotFoundError:
+            raise StoreError(f"no blob {key} in store {self.root}") from None
 
     def size(self, key: str) -> int:
         """The size in bytes of the blob named ``key``; :class:`StoreError` when missing."""
@@ -87,9 +99,15 @@ def get_text(store: ContentStore, key: str) -> str:
 
 
 def is_blank(store: ContentStore, key: str) -> bool:
-    """Whether the blob is empty or only whitespace (an empty patch), read only when small."""
-    size = store.size(key)
-    return size == 0 or (size <= _BLANK_MAX and not store.get_bytes(key).strip())
+    """Whether the blob is empty or only whitespace (an empty patch).
+
+    A real patch shows it is not blank in its first bytes, so those are all that is read of
+    it, unchecked: a "no" decides no verdict (the next way to grade is tried). Only a blob that
+    may be blank (its first bytes whitespace, at most :data:`_BLANK_MAX` bytes long) is read
+    whole and checked against its key, since an empty patch fails its member."""
+    if store.head(key, _PROBE).strip():
+        return False
+    return store.size(key) <= _BLANK_MAX and not store.get_bytes(key).strip()
 
 
 def get_json(store: ContentStore, key: str) -> Any:
