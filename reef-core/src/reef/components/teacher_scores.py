@@ -49,11 +49,20 @@ class TeacherScorer(Protocol):
         ...
 
 
-def marked_values(sequence: RenderedSequence, values: Sequence[float]) -> list[float]:
-    """The values of ``sequence``'s marked tokens, from one value per token after the first."""
+def marked_positions(sequence: RenderedSequence) -> list[int]:
+    """Where ``sequence``'s marked tokens are predicted: for each token after the first whose
+    loss mask is 1, the position before it (an index into one value per token after the first).
+
+    :raises TeacherError: when the first token is marked (nothing precedes it).
+    """
     if sequence.loss_mask and sequence.loss_mask[0]:
         raise TeacherError("a teacher sequence cannot score its first token: nothing precedes it")
-    return [values[j - 1] for j in range(1, len(sequence.token_ids)) if sequence.loss_mask[j]]
+    return [j - 1 for j in range(1, len(sequence.token_ids)) if sequence.loss_mask[j]]
+
+
+def marked_values(sequence: RenderedSequence, values: Sequence[float]) -> list[float]:
+    """The values of ``sequence``'s marked tokens, from one value per token after the first."""
+    return [values[i] for i in marked_positions(sequence)]
 
 
 class EngineTeacher:

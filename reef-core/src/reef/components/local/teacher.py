@@ -47,6 +47,7 @@ from reef.components.teacher_scores import (
     EngineTeacher,
     TeacherError,
     TeacherScorer,
+    marked_positions,
     marked_values,
     token_advantages,
 )
@@ -105,18 +106,12 @@ class ModelTeacher:
             rows: list[torch.Tensor] = []
             with torch.no_grad():
                 for sequence in sample.sequences:
-                    if sequence.loss_mask and sequence.loss_mask[0]:
-                        raise TeacherError(
-                            "a teacher sequence cannot score its first token: nothing precedes it"
-                        )
+                    marked = torch.tensor(
+                        marked_positions(sequence), dtype=torch.long, device=self.device
+                    )
                     scales = [sequence.temperatures] if self.sampling_temperature else None
                     batch = token_batch([sequence.token_ids], None, self.device, scales)
                     log_softmax = next_token_log_softmax(self.model, batch)[0]
-                    marked = torch.tensor(
-                        [j - 1 for j in range(1, len(sequence.token_ids)) if sequence.loss_mask[j]],
-                        dtype=torch.long,
-                        device=self.device,
-                    )
                     sampled.append(next_token_logprobs(log_softmax[None], batch)[0][marked])
                     rows.append(log_softmax[marked])
             every = torch.cat(rows)
@@ -262,11 +257,7 @@ def full_logit_rows(
         sequences = job.rendered[position][1].sequences
         refs = [(position, k) for k in range(len(sequences))]
         marks = [
-            torch.tensor(
-                [j - 1 for j in range(1, len(s.token_ids)) if s.loss_mask[j]],
-                dtype=torch.long,
-                device=start[ref].device,
-            )
+            torch.tensor(marked_positions(s), dtype=torch.long, device=start[ref].device)
             for ref, s in zip(refs, sequences, strict=True)
         ]
         sampled, values = teacher.topk_logprobs(
