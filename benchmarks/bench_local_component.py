@@ -1,8 +1,9 @@
 """The local component's trained tokens per second against a bare PyTorch loop.
 
 The bare loop is the limit of the machine: the same model, the same token batches (rendered
-and padded beforehand, not timed), and per step the same forward pass, masked cross-entropy,
-backward pass, gradient clipping and AdamW step, with nothing else, on a worker thread as the
+and padded beforehand, not timed), and per step the same forward pass, the cross-entropy of
+the trained positions alone (picked out by indices made beforehand), backward pass, gradient
+clipping and PyTorch's fused AdamW step, with nothing else, on a worker thread as the
 component's jobs run. The component runs what a trainer runs: for each job ``submit``,
 ``wait`` and ``publish`` (rendering, scheduling, the steps, durable saves of weights,
 optimizer state and outcome, the artifact). Each measurement runs in a fresh process,
@@ -129,7 +130,9 @@ def run_component(model: str, model_folder: Path | None, work: list[list[Any]]) 
 
 def bare_steps(local: Any, work: list[list[Any]]) -> list[list[tuple[Any, ...]]]:
     """Each job's steps as the component cuts them, rendered and padded beforehand:
-    ``(ids, attention mask or None, loss mask, trained tokens)`` per step."""
+    ``(ids, attention mask or None, trained positions, their targets, trained tokens)`` per
+    step, the trained positions as indices into the flattened next-token predictions (so the
+    loss is computed at those alone)."""
     import torch
 
     from reef.components.interface import Scheduling
@@ -150,13 +153,15 @@ def bare_steps(local: Any, work: list[list[Any]]) -> list[list[tuple[Any, ...]]]
             ids = [[*r.token_ids, *[0] * p] for r, p in zip(rows, pad, strict=True)]
             masks = [[*r.loss_mask[1:], *[0] * p] for r, p in zip(rows, pad, strict=True)]
             attention = [[1] * len(r.token_ids) + [0] * p for r, p in zip(rows, pad, strict=True)]
-            mask = torch.tensor(masks, dtype=torch.float32, device=device)
+            tokens = torch.tensor(ids, device=device)
+            trained = torch.tensor(masks, device=device).reshape(-1).nonzero().squeeze(1)
             steps.append(
                 (
-                    torch.tensor(ids, device=device),
+                    tokens,
                     torch.tensor(attention, device=device) if any(pad) else None,
-                    mask,
-                    int(mask.sum()),
+                    trained,
+                    tokens[:, 1:].reshape(-1).index_select(0, trained),
+                    len(trained),
                 )
             )
         jobs_steps.append(steps)
@@ -176,7 +181,7 @@ def run_bare(model: str, model_folder: Path | None, work: list[list[Any]]) -> Ra
         model_ = local.model
         steps = bare_steps(local, work)
         parameters = model_.trainable_parameters()
-        optimizer = torch.optim.AdamW(parameters, lr=1e-4)
+        optimizer = torch.optim.AdamW(parameters, lr=1e-4, fused=True)
         model_.module.train()
 
         cuda = local.device.type == "cuda"
@@ -184,20 +189,16 @@ def run_bare(model: str, model_folder: Path | None, work: list[list[Any]]) -> Ra
         bf16 = cuda and torch.cuda.is_bf16_supported()
 
         def train(job_steps: list[tuple[Any, ...]]) -> int:
-            for ids, attention, mask, count in job_steps:
+            for ids, attention, trained, targets, count in job_steps:
                 with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
                     logits = model_.logits(ids, attention)
-                loss = F.cross_entropy(
-                    logits[:, :-1].reshape(-1, logits.shape[-1]).float(),
-                    ids[:, 1:].reshape(-1),
-                    reduction="none",
-                )
-                loss = (loss * mask.reshape(-1)).sum() / count
+                predictions = logits[:, :-1].reshape(-1, logits.shape[-1]).index_select(0, trained)
+                loss = F.cross_entropy(predictions.float(), targets, reduction="sum") / count
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(parameters, 1.0)
                 optimizer.step()
-            return sum(step[3] for step in job_steps)
+            return sum(step[4] for step in job_steps)
 
         def timed() -> Rate:
             train(steps[0])
