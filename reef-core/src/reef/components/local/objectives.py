@@ -98,13 +98,20 @@ def token_batch(
     )
 
 
+def _scaled_logits(model: CausalLM, batch: TokenBatch) -> torch.Tensor:
+    """``(batch, longest, vocabulary)``: the model's logits at every position, in float32,
+    divided by the sampling temperature of the token each position predicts."""
+    logits = model.logits(batch.ids, batch.attention_mask).float()
+    if batch.temperatures is not None:
+        logits = logits / batch.temperatures[:, :, None]
+    return logits
+
+
 def batch_logprobs(model: CausalLM, batch: TokenBatch) -> torch.Tensor:
     """``(batch, longest - 1)``: the log probability of each next token given the tokens
     before it, at its sampling temperature (values at padded positions are meaningless; the
     loss mask drops them)."""
-    logits = model.logits(batch.ids, batch.attention_mask).float()
-    if batch.temperatures is not None:
-        logits = logits / batch.temperatures[:, :, None]
+    logits = _scaled_logits(model, batch)
     rows, length, vocabulary = logits.shape
     # The targets shifted onto the logits' positions, so the logits need no sliced copy.
     targets = torch.zeros_like(batch.ids)
@@ -119,10 +126,7 @@ def next_token_log_softmax(model: CausalLM, batch: TokenBatch) -> torch.Tensor:
     """``(batch, longest - 1, vocabulary)``: the log distribution of each next token given the
     tokens before it, at its sampling temperature (what :func:`batch_logprobs` gathers from;
     the full-logit distillation reads it whole)."""
-    logits = model.logits(batch.ids, batch.attention_mask).float()[:, :-1]
-    if batch.temperatures is not None:
-        logits = logits / batch.temperatures[:, :-1, None]
-    return logits.log_softmax(-1)
+    return _scaled_logits(model, batch)[:, :-1].log_softmax(-1)
 
 
 def next_token_logprobs(log_softmax: torch.Tensor, batch: TokenBatch) -> torch.Tensor:
