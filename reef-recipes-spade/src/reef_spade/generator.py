@@ -47,7 +47,7 @@ from reef_spade.designer import (
     hint_of,
     tasks_from_reply,
 )
-from reef_spade.regret import RegretReports, designer_scenario, regret
+from reef_spade.regret import RegretReports, designer_scenario, mean_reward, regret
 
 __all__ = ["DesignerSettings", "SpadeGenerator", "SpadeSettings"]
 
@@ -241,8 +241,9 @@ class SpadeGenerator(TaskGenerator[SpadeSettings]):
             return await self._refused(call, "it has no hint for the hint plays")
         plays = self.settings.plays
         alone = await self.service.play(task, rollouts=plays, agent=self.agent)
+        solved_alone = self._solved(alone)
         helped = None
-        if call is not None or self._solved(alone) == 0:
+        if call is not None or solved_alone == 0:
             # The regret needs both arms; the frontier, the hinted arm only when alone failed.
             helped = await self.service.play(task, rollouts=plays, hint=hint, agent=self.agent)
         if call is not None and self.reports is not None and helped is not None:
@@ -252,14 +253,14 @@ class SpadeGenerator(TaskGenerator[SpadeSettings]):
                 call,
                 regret(without, withhint),
                 task=task.name,
-                r_no_hint=sum(r or 0.0 for r in without) / plays,
-                r_hint=sum(r or 0.0 for r in withhint) / plays,
+                r_no_hint=mean_reward(without),
+                r_hint=mean_reward(withhint),
             )
-        if self._solved(alone) == plays:
+        if solved_alone == plays:
             return TaskValidationResult(
                 errors=(f"too easy: the policy solved all {plays} plays without the hint",)
             )
-        if self._solved(alone) == 0 and helped is not None and self._solved(helped) == 0:
+        if solved_alone == 0 and helped is not None and self._solved(helped) == 0:
             return TaskValidationResult(
                 errors=(
                     f"beyond the policy's frontier: it solved none of {plays} plays, "

@@ -23,7 +23,7 @@ import httpx
 
 from reef_spade.designer import DesignerCall, DesignerError
 
-__all__ = ["RegretReports", "designer_scenario", "regret"]
+__all__ = ["RegretReports", "designer_scenario", "mean_reward", "regret"]
 
 logger = logging.getLogger(__name__)
 
@@ -37,14 +37,15 @@ def designer_scenario(url: str) -> tuple[str, str] | None:
     return (found["reef"], found["scenario"]) if found else None
 
 
-def _mean(rewards: Sequence[float | None]) -> float:
+def mean_reward(rewards: Sequence[float | None]) -> float:
+    """The mean reward of plays, a play without a reward counting 0 (0 for no plays)."""
     return sum(r or 0.0 for r in rewards) / len(rewards) if rewards else 0.0
 
 
 def regret(alone: Sequence[float | None], helped: Sequence[float | None]) -> float:
     """The hint-based regret of a task: the mean reward of the plays with the hint less that of
     the plays without it (a play without a reward counts 0), floored at 0."""
-    return max(0.0, _mean(helped) - _mean(alone))
+    return max(0.0, mean_reward(helped) - mean_reward(alone))
 
 
 class RegretReports:
