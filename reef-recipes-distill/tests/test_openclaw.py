@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import attrs
 import httpx
 import pytest
 from hypothesis import given, strategies as st
@@ -21,6 +22,7 @@ from reef import (
     PluginConfigError,
     PluginKind,
     RecipeConfigError,
+    ResponseChains,
     TrajectorySample,
 )
 from reef.embed import Plugins
@@ -33,6 +35,7 @@ from reef_distill.openclaw.recipe import OpenClawRLRecipe
 from reef_distill.recipe import DistillRecipe
 
 CTX = pipeline_context()
+RESPONSES = "openai.responses"  # InferenceRecord.api_format of a Responses API call
 HINT = "The user wanted the answer in kilometres, not miles."
 
 
@@ -383,3 +386,95 @@ def test_both_recipes_and_their_stages_are_registered() -> None:
     assert plugins.resolve(PluginKind.SAMPLE2JOB, "OpenClawRLJobData") is OpenClawRLJobData
     spec = OpenClawRLRecipe.pipeline_spec()
     assert (spec.record2sample, spec.sample2job) == ("OpenClawRLSamples", "OpenClawRLJobData")
+
+
+def responses_conversation(
+    *replies_and_next: tuple[str, str], chained: bool
+) -> list[InferenceRecord]:
+    """The calls of one Responses conversation: each resends the whole conversation, or, when
+    ``chained``, holds only its new turn and names the response it continues."""
+    conversation_items: list[dict[str, Any]] = [{"role": "user", "content": "How far is it?"}]
+    new_items = list(conversation_items)
+    calls = []
+    for number, (reply, following) in enumerate(replies_and_next):
+        request: dict[str, Any] = {"model": "m", "instructions": "Answer briefly."}
+        if chained and number:
+            request |= {"input": new_items, "previous_response_id": f"resp_{number - 1}"}
+        else:
+            request["input"] = list(conversation_items)
+        output = {
+            "type": "message",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": reply}],
+        }
+        response = {"id": f"resp_{number}", "object": "response", "output": [output]}
+        calls.append(
+            InferenceRecord(
+                f"resp_{number}", "s", request, response, api_format=RESPONSES, artifact_id="a"
+            )
+        )
+        new_items = [{"role": "user", "content": following}]
+        conversation_items += [output, *new_items]
+    return calls
+
+
+def test_a_chained_responses_turn_is_judged_and_trains_as_its_whole_conversation(
+    judge_url: Any,
+) -> None:
+    """A Responses call chained by ``previous_response_id`` holds only its new turn: its next
+    state, its sample and its teacher request are the ones of the same conversation resent."""
+    seen: list[str] = []
+
+    def answer(messages: list[dict[str, Any]]) -> str:
+        seen.append(next_state_of(messages))
+        return f"\\boxed{{1}} [HINT_START]{HINT}[HINT_END]"
+
+    made_by: dict[bool, dict[str, TrajectorySample]] = {}
+    states: dict[bool, list[str]] = {}
+    for chained in (False, True):
+        seen.clear()
+        samples = stage(judge_url(answer), hints=True)
+        turns = (("12 miles", "in km please"), ("19 km", "thanks"), ("bye", ""))
+        for record in responses_conversation(*turns, chained=chained):
+            samples.push(record)
+        settle(samples)
+        made_by[chained] = {s.source_record_ids[-1]: s for s in made(samples)}
+        states[chained] = sorted(seen)
+    assert states[True] == states[False]
+    assert any("in km please" in s for s in states[True])
+    assert any("thanks" in s for s in states[True])
+    assert sorted(made_by[True]) == sorted(made_by[False]) == ["resp_0", "resp_1"]
+    for call in ("resp_0", "resp_1"):
+        resent, chained_sample = made_by[False][call], made_by[True][call]
+        said = [
+            (s["source"], s.get("message"), s.get("is_copied_context"))
+            for s in resent.trajectory["steps"]
+        ]
+        assert [
+            (s["source"], s.get("message"), s.get("is_copied_context"))
+            for s in chained_sample.trajectory["steps"]
+        ] == said
+        extra = chained_sample.trajectory["extra"]["reef"]
+        assert extra["teacher"] == resent.trajectory["extra"]["reef"]["teacher"]
+    teacher = made_by[True]["resp_1"].trajectory["extra"]["reef"]["teacher"]
+    assert [m["role"] for m in teacher["messages"]] == ["system", "user", "assistant", "user"]
+    assert teacher["messages"][-1]["content"].startswith("in km please\n\n[user's hint")
+
+
+def test_a_chained_call_whose_start_is_not_kept_is_counted_not_judged(judge_url: Any) -> None:
+    samples = stage(judge_url(lambda _: "\\boxed{1}"))
+    _, second = responses_conversation(("12 miles", "in km please"), ("19 km", ""), chained=True)
+    samples.push(second)  # the response it continues never reached this stage
+    assert samples.ended_records()["resp_1"] == "not_judged"
+
+
+def test_response_chains_keep_the_latest_ended_calls() -> None:
+    chains = ResponseChains(keep_ended=1)
+    earlier, later = responses_conversation(("a", "b"), ("c", ""), chained=True)
+    assert chains.add(earlier) == (earlier,)
+    chains.end(earlier.id)
+    assert chains.add(later) == (earlier, later)  # an ended call is still kept
+    chains.end(later.id)  # ... until a later one ends: only the latest is kept
+    assert chains.chain(later) == (earlier, later)
+    retry = attrs.evolve(later, id="resp_retry")
+    assert chains.add(retry) is None

@@ -73,7 +73,10 @@ from .recipe.grouped.processor import (
     GroupedReportSamplesSettings as GroupedReportSamplesSettings,
     ReportGroups as ReportGroups,
 )
-from .record2sample.assembly import SampleAssembly as SampleAssembly
+from .record2sample.assembly import (
+    ResponseChains as ResponseChains,
+    SampleAssembly as SampleAssembly,
+)
 from .record2sample.distill import (
     DistillSamples as DistillSamples,
     DistillSamplesSettings as DistillSamplesSettings,

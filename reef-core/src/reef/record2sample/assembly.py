@@ -14,11 +14,13 @@ how a sample knows the artifact that produced it (P-STALE-4).
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 
-from reef.core.api_formats import previous_response_id
+from reef.core.api_formats import RESPONSES, previous_response_id
 from reef.core.atif import trajectory_to_json
-from reef.core.atif_build import chain_of, trajectory_from_records
+from reef.core.atif_build import chain_of, chat_requests, trajectory_from_records
 from reef.core.job_data import TrajectorySample
 from reef.core.records import JSON, InferenceRecord
 from reef.record2sample.record_sets import ReportContext
@@ -94,6 +96,60 @@ class SampleAssembly:
         return TrajectorySample(
             {**trajectory, "steps": steps}, source_record_ids=tuple(c.id for c in calls)
         )
+
+
+class ResponseChains:
+    """The calls each Responses call resolves through, for a stage that correlates calls one
+    at a time (a judging): a call chained by ``previous_response_id`` holds only its new turn,
+    and its conversation is read through the calls before it.
+
+    A Responses call's chain (oldest first, itself last) is kept while the stage holds the call
+    and, once :meth:`end` says it no longer does, among the ``keep_ended`` latest ended ones, so
+    that a call chained to it later still resolves. Calls of the other formats hold their whole
+    conversation: nothing of them is kept. Safe to use from the trainer's thread and a worker.
+    """
+
+    def __init__(self, keep_ended: int = 4096) -> None:
+        self.keep_ended = keep_ended
+        self._held: dict[str, tuple[InferenceRecord, ...]] = {}
+        self._ended: OrderedDict[str, tuple[InferenceRecord, ...]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def add(self, call: InferenceRecord) -> tuple[InferenceRecord, ...] | None:
+        """Keep ``call``'s chain and return it; ``None`` for a chained call whose earlier call
+        is no longer kept (its conversation cannot be read)."""
+        previous = previous_response_id(call.api_format, call.request)
+        before = () if previous is None else self._get(previous)
+        if before is None:
+            return None
+        chain = (*before, call)
+        if call.api_format == RESPONSES and call.reply_messages:
+            with self._lock:
+                self._held[call.id] = chain
+        return chain
+
+    def chain(self, call: InferenceRecord) -> tuple[InferenceRecord, ...]:
+        """``call``'s chain: the kept one, or ``call`` alone."""
+        return self._get(call.id) or (call,)
+
+    def conversation(self, call: InferenceRecord) -> list[JSON]:
+        """``call``'s whole input as chat messages (system prompt first), a chained call's
+        resolved through its chain."""
+        return chat_requests(self.chain(call))[-1]
+
+    def end(self, call_id: str) -> None:
+        """The stage no longer holds the call: keep its chain among the latest ended ones."""
+        with self._lock:
+            chain = self._held.pop(call_id, None)
+            if chain is None:
+                return
+            self._ended[call_id] = chain
+            while len(self._ended) > self.keep_ended:
+                self._ended.popitem(last=False)
+
+    def _get(self, call_id: str) -> tuple[InferenceRecord, ...] | None:
+        with self._lock:
+            return self._held.get(call_id) or self._ended.get(call_id)
 
 
 def _continues(call: InferenceRecord, previous: InferenceRecord) -> bool:

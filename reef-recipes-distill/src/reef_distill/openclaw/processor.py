@@ -20,6 +20,12 @@ turns copied context, only the reply trains):
 
 A judge that fails or never answers ends the turn untrained and counted (``judge_failed``).
 :class:`OpenClawRLJobData` reads the judging from the record-to-sample stage (P-STG-9).
+
+A Responses call chained by ``previous_response_id`` holds only its new turn, so the judging
+keeps each Responses call's chain (:class:`ResponseChains`): the next state, the sample and
+the teacher requests of a chained turn are those of its whole conversation, as for a call that
+resends it. A chained call whose chain reaches a call no longer kept ends untrained
+(``not_judged``).
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ from reef import (
     Record,
     Record2SampleSettings,
     RecordJudging,
+    ResponseChains,
     Sample,
     Sample2Job,
     Sample2JobSettings,
@@ -91,6 +98,7 @@ class OpenClawJudging(RecordJudging):
         self.settings = settings
         self.judge_model = Judge(settings.judge, hints=settings.hints)
         self.index = TrajectoryIndex()
+        self.chains = ResponseChains()
         self._next_states: dict[str, list[Any]] = {}
 
     def observe(self, record: Record, now: float, stage: JudgedSamples) -> None:
@@ -100,11 +108,14 @@ class OpenClawJudging(RecordJudging):
         if not isinstance(record, InferenceRecord) or record.id in self.index:
             return
         self.index.add(record)
+        if self.chains.add(record) is None:
+            return  # a chained call whose conversation is no longer kept: not judged
         parent_id = self.index.parent(record.id)
         parent = stage.tracked_record(parent_id) if parent_id is not None else None
         if parent is not None:
-            # The child's request is the parent's, its reply, then the next state.
-            self._next_states[parent.id] = record.messages[len(parent.messages) + 1 :]
+            # The child's conversation is the parent's, its reply, then the next state.
+            before = self.chains.conversation(parent)
+            self._next_states[parent.id] = self.chains.conversation(record)[len(before) + 1 :]
             stage.dispatch(parent)
         if record.reply_messages:
             stage.track(record)
@@ -112,7 +123,10 @@ class OpenClawJudging(RecordJudging):
     async def judge(self, record: InferenceRecord) -> Judgment:
         """The turn's verdict, on the stage's worker."""
         next_state = self._next_states.pop(record.id)
-        verdict = await self.judge_model.verdict(record.reply_messages[0], next_state)
+        try:
+            verdict = await self.judge_model.verdict(record.reply_messages[0], next_state)
+        finally:
+            self.chains.end(record.id)
         return Judgment(
             score=float(verdict.score),
             metadata={
@@ -123,7 +137,10 @@ class OpenClawJudging(RecordJudging):
 
     def expire(self, record: InferenceRecord, now: float) -> bool:
         """The last turn: nothing continued it in ``next_state_timeout_seconds``."""
-        return now - record.ended_at > self.settings.next_state_timeout_seconds
+        expired = now - record.ended_at > self.settings.next_state_timeout_seconds
+        if expired:
+            self.chains.end(record.id)
+        return expired
 
     async def aclose(self) -> None:
         """Close the judge's HTTP client, on the stage's worker as the stage closes."""
@@ -148,7 +165,8 @@ class OpenClawRLSamples(JudgedSamples[OpenClawRLSamplesSettings]):
     def make_sample(self, record: InferenceRecord, judgment: Judgment) -> Sample | None:
         """The judged turn's sample, or ``None`` for a turn that does not train."""
         score = judgment.score or 0.0
-        sample = SampleAssembly().trajectory_sample([record], trajectory_id=record.id)
+        chain = self.judging.chains.chain(record)
+        sample = SampleAssembly().trajectory_sample(chain, trajectory_id=record.id)
         sample = attrs.evolve(sample, reward=score, metadata={"judgment": judgment.metadata})
         settings = self.judging.settings
         if not settings.hints:
@@ -158,7 +176,9 @@ class OpenClawRLSamples(JudgedSamples[OpenClawRLSamplesSettings]):
         hints = verdict.hints(settings.min_hint_chars)
         if not hints:
             return None
-        candidates = [compose_teacher_request(record, context=hint_context(h)) for h in hints]
+        candidates = [
+            compose_teacher_request(record, context=hint_context(h), calls=chain) for h in hints
+        ]
         return with_teacher(sample, teacher=candidates[0], candidates=candidates)
 
 
