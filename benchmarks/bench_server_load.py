@@ -26,8 +26,20 @@ report ids are its own); the figures compared are the medians over the rounds.
 afterwards) instead of SQLite. ``--busy N`` keeps N more processes spinning on the CPU for the
 whole run (both targets), to see how much room is left when the machine has other work.
 
+**The cpu check.** Each target's own cpu per request it was sent is printed, and Reef's over
+the bare endpoint's (the median of the rounds' ratios). ``--cpu-reference FILE`` holds that
+ratio to the one ``FILE`` records for the same workload, and exits 1 when it grew by more than
+25%: a change that makes each call dearer fails, whatever the machine's speed, because both
+targets are measured in the same run. ``benchmarks/server_cpu_reference.json`` is the
+reference the test suite checks against (``tests/test_benchmark_server_load.py``);
+``--write-cpu-reference FILE`` records a new one (after a change that is meant to cost more,
+or that made calls cheaper).
+
     .venv/bin/python benchmarks/bench_server_load.py [--rate 500] [--seconds 10] [--warmup 3]
         [--busy 0] [--rounds 3] [--postgres postgresql+psycopg://postgres@127.0.0.1:5432/test]
+        [--cpu-reference FILE] [--write-cpu-reference FILE]
+    .venv/bin/python benchmarks/bench_server_load.py --rate 200 --seconds 2 --warmup 0.5 \
+        --cpu-reference benchmarks/server_cpu_reference.json
 """
 
 from __future__ import annotations
@@ -44,9 +56,12 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 GOAL_RATE = 500
+#: How much Reef's cpu per request over the bare endpoint's may grow against its reference.
+CPU_GROWTH_LIMIT = 1.25
 GOAL_P99_MS = 50.0
 #: Keep-alive connections of the load generator (more are opened only up to this).
 CONNECTIONS = 128
@@ -235,6 +250,7 @@ async def generate(
             str(status) for _, _, _, status in results if status >= 400 or status == 0
         ),
         "send_lag_p99_ms": _percentile(late, 0.99) * 1000,
+        "requests": n,
     }
     for kind in ("all", "chat", "report"):
         latencies = [done - due for k, due, done, _ in results if kind in ("all", k)]
@@ -271,9 +287,10 @@ def measure(
         raise RuntimeError(f"the load generator failed against {name}: {generator.returncode}")
     figures: dict[str, Any] = json.loads(out)
     # CPU over the whole run of the generator (warm-up, window, drain), as cores busy.
-    figures["cpu"] = {
-        kind: (cpu_seconds(pid) - before[kind]) / wall for kind, pid in servers.items()
-    }
+    used = {kind: cpu_seconds(pid) - before[kind] for kind, pid in servers.items()}
+    figures["cpu"] = {kind: seconds / wall for kind, seconds in used.items()}
+    # The target's own CPU per request it was sent (warm-up and window), in milliseconds.
+    figures["cpu_per_request_ms"] = used[name] / figures["requests"] * 1000
     figures["cpu"]["load generator"] = figures.pop("generator_cpu") / wall
     return figures
 
@@ -290,7 +307,7 @@ def show(name: str, figures: dict[str, Any]) -> None:
             p50, p99 = figures[kind]["p50_ms"], figures[kind]["p99_ms"]
             print(f"  {kind:<7} p50 {p50:8.1f} ms   p99 {p99:8.1f} ms")
     cpu = ", ".join(f"{kind} {share:.2f}" for kind, share in figures["cpu"].items())
-    print(f"  cpu (cores busy): {cpu}")
+    print(f"  cpu (cores busy): {cpu}; its cpu per request {figures['cpu_per_request_ms']:.3f} ms")
 
 
 def run_round(
@@ -364,6 +381,19 @@ def main() -> int:
         "--rounds", type=int, default=3, help="rounds, each with fresh processes and store"
     )
     parser.add_argument("--run", default="", help="(child) the load generator's report ids")
+    parser.add_argument(
+        "--cpu-reference",
+        type=Path,
+        metavar="FILE",
+        help="fail (exit 1) when Reef's cpu per request over the bare endpoint's grows by more"
+        f" than {CPU_GROWTH_LIMIT - 1:.0%} against the ratio this file records",
+    )
+    parser.add_argument(
+        "--write-cpu-reference",
+        type=Path,
+        metavar="FILE",
+        help="record this run's cpu ratio in FILE, as the reference of later checks",
+    )
     args = parser.parse_args()
     if args.serve:
         serve(args.serve, args.port, args.engine, args.storage)
@@ -375,6 +405,8 @@ def main() -> int:
         return 0
     from reef.testing.service import free_port
 
+    if args.cpu_reference:
+        reference_ratio(args)  # before the run: a reference of another workload fails at once
     print(
         f"open loop at {args.rate:.0f} req/s, {args.warmup:.0f} s warm-up then {args.seconds:.0f} s"
         f" measured; cpus: {os.cpu_count()}; load average before: {os.getloadavg()};"
@@ -417,7 +449,58 @@ def main() -> int:
         f"{aside}"
     )
     print(f"load average after: {os.getloadavg()}")
-    return 0
+    return check_cpu(args, rounds)
+
+
+def reference_ratio(args: argparse.Namespace) -> float:
+    """The ratio ``--cpu-reference`` records, once its workload is found to be this run's.
+
+    :raises SystemExit: when the run's workload is another (a ratio measured on another workload
+        says nothing of this one).
+    """
+    reference = json.loads(args.cpu_reference.read_text())
+    run = {"rate": args.rate, "seconds": args.seconds, "warmup": args.warmup}
+    if reference["workload"] != run:
+        raise SystemExit(
+            f"{args.cpu_reference} records the ratio of the workload {reference['workload']};"
+            f" this run's is {run}: run that one, or write a new reference"
+        )
+    return float(reference["ratio"])
+
+
+def check_cpu(args: argparse.Namespace, rounds: dict[str, list[dict[str, Any]]]) -> int:
+    """Print Reef's cpu per request over the bare endpoint's (the median of the rounds' ratios,
+    each round's two targets measured beside each other), and hold it to ``--cpu-reference``."""
+    ratios = [
+        reef["cpu_per_request_ms"] / bare["cpu_per_request_ms"]
+        for reef, bare in zip(rounds["reef"], rounds["bare"], strict=True)
+    ]
+    ratio = statistics.median(ratios)
+    reef_ms = statistics.median(f["cpu_per_request_ms"] for f in rounds["reef"])
+    bare_ms = statistics.median(f["cpu_per_request_ms"] for f in rounds["bare"])
+    print(
+        f"cpu per request: Reef {reef_ms:.3f} ms, bare {bare_ms:.3f} ms;"
+        f" Reef / bare {ratio:.2f} (rounds: {', '.join(f'{r:.2f}' for r in ratios)})"
+    )
+    if args.write_cpu_reference:
+        reference = {
+            "ratio": round(ratio, 3),
+            "workload": {"rate": args.rate, "seconds": args.seconds, "warmup": args.warmup},
+            "rounds": [round(r, 3) for r in ratios],
+            "cpus": os.cpu_count(),
+        }
+        args.write_cpu_reference.write_text(json.dumps(reference, indent=2) + "\n")
+        print(f"wrote the reference ratio {ratio:.2f} to {args.write_cpu_reference}")
+    if not args.cpu_reference:
+        return 0
+    expected = reference_ratio(args)
+    limit = expected * CPU_GROWTH_LIMIT
+    passed = ratio <= limit
+    print(
+        f"cpu check: Reef / bare {ratio:.2f} against the reference {expected:.2f}"
+        f" (limit {limit:.2f}): {'passed' if passed else 'FAILED'}"
+    )
+    return 0 if passed else 1
 
 
 if __name__ == "__main__":
