@@ -31,6 +31,7 @@ from starlette.testclient import TestClient
 
 from reef.components.interface import Artifact
 from reef.core.deployment import DeploymentError
+from reef.core.records import InferenceRecord
 from reef.engines.admin import PublicationError
 from reef.engines.publisher import (
     FIRST_BACKOFF,
@@ -55,7 +56,7 @@ SCENARIO = "support"
 
 DEPLOYMENT = """
 storage: {url: "%(url)s"}
-serving: {engine: %(engine)s, url: "%(engine_url)s", model: %(model)s}
+serving: {engine: %(engine)s, url: "%(engine_url)s", model: %(model)s, native_formats: %(native)s}
 scenarios:
   support:
     recipe: servicetest
@@ -126,13 +127,22 @@ def loop_of(storage_url: str, storage_database: Database, tmp_path: Path) -> Ite
     """Makes a :class:`Loop` on a vllm or sglang stand-in, adapters or full weights."""
     stack: list[Any] = []
 
-    def make(engine: Literal["vllm", "sglang"], *, full: bool = False, keep: int = 1) -> Loop:
+    def make(
+        engine: Literal["vllm", "sglang"], *, full: bool = False, keep: int = 1, native: str = "[]"
+    ) -> Loop:
         app, state = (vllm_standin if engine == "vllm" else sglang_standin)(BASE)
         server = serve_on_loopback(app)
         url = server.__enter__()
         stack.append(server)
         deployment = load_deployment(
-            DEPLOYMENT % {"url": storage_url, "engine": engine, "engine_url": url, "model": BASE},
+            DEPLOYMENT
+            % {
+                "url": storage_url,
+                "engine": engine,
+                "engine_url": url,
+                "model": BASE,
+                "native": native,
+            },
             plugins=service_test_plugins(),
         )
         admin = (
@@ -172,6 +182,37 @@ def loop_of(storage_url: str, storage_database: Database, tmp_path: Path) -> Ite
             thing.stop()
         else:
             thing.__exit__(None, None, None)
+
+
+def test_a_call_forwarded_natively_goes_to_the_published_adapter_and_its_record_names_it(
+    loop_of: Any, tmp_path: Path
+) -> None:
+    """docs/api-formats.md#native-forwarding: a Responses or Messages call vLLM answers itself
+    is routed and confirmed as a chat call is, so staleness counts it the same way."""
+    loop: Loop = loop_of("vllm", native="[openai.responses, anthropic.messages]")
+    first = artifact(tmp_path, 1)
+    loop.source.current = first
+    loop.publisher.step()
+    name = adapter_name(SCENARIO, first.artifact_id)
+    calls: dict[str, dict[str, Any]] = {
+        "/v1/responses": {"model": "whatever", "input": "hi"},
+        "/v1/messages": {"model": "whatever", "max_tokens": 8,
+                         "messages": [{"role": "user", "content": "hi"}]},
+    }  # fmt: skip
+    for path, body in calls.items():
+        for stream in (False, True):
+            answered = loop.client.post(
+                f"/scenarios/{SCENARIO}{path}", json={**body, "stream": stream}
+            )
+            assert answered.status_code == 200, answered.text
+            stored = loop.records.get(answered.headers["x-reef-record-id"])
+            assert stored is not None
+            assert isinstance(stored.record, InferenceRecord)
+            assert stored.record.artifact_id == first.artifact_id
+            assert stored.record.response is not None
+            assert stored.record.response["model"] == name
+    assert [body["model"] for _, body in loop.engine.received] == [name] * 4
+    assert "/v1/chat/completions" not in loop.engine.calls
 
 
 def test_vllm_adapters_are_loaded_and_each_record_names_the_one_that_answered(
@@ -690,7 +731,6 @@ def test_the_tokens_each_engine_sampled_are_recorded_and_trained_as_they_are(
     from reef.core.atif import trajectory_to_json
     from reef.core.atif_build import trajectory_from_records
     from reef.core.chat_rendering import ChatRenderer
-    from reef.core.records import InferenceRecord
 
     loop: Loop = loop_of(engine)
     renderer = ChatRenderer(ByteTokenizer())

@@ -28,6 +28,26 @@ the re-encoding of the text by any real tokenizer, which is what a test of train
   then one per loaded adapter in the order they were loaded, with ``id`` its name, ``root`` its
   path and ``parent`` the served model's name (the base model's ``parent`` is ``null``); the
   cards' ``permission`` lists are left out.
+- ``POST /v1/responses``: the Responses API as vllm/entrypoints/openai/serving_responses.py
+  answers a model without a reasoning parser or harmony: ``model`` checked as for chat (404);
+  ``previous_response_id`` is answered 404 ``invalid_request_error`` "Response with id '<id>'
+  not found." with ``param`` ``response_id`` (vLLM stores no response unless
+  ``VLLM_ENABLE_RESPONSES_API_STORE`` is set, ``_make_not_found_error``); the answer is a
+  ``ResponsesResponse`` (``id`` ``resp_...``, one ``message`` item of one ``output_text``,
+  ``usage`` with ``input_tokens_details`` and ``output_tokens_details``) and never carries token
+  ids. Streamed (``responses_stream_generator``, ``_process_simple_streaming_events``): each
+  event as ``event: <type>`` and ``data: <json>`` with its ``sequence_number``, from
+  ``response.created`` and ``response.in_progress`` through the item's, part's and text's events
+  to ``response.completed``, and no ``[DONE]`` (vllm/entrypoints/openai/api_server.py,
+  ``_convert_stream_to_sse_events``).
+- ``POST /v1/messages``: the Messages API as vllm/entrypoints/anthropic/serving.py answers it
+  (the chat answer converted): ``{id, type: "message", role, content: [{type: "text", text}],
+  model, stop_reason, usage: {input_tokens, output_tokens}}`` without ``null`` fields; an
+  unknown model 404 as ``{"type": "error", "error": {"type": "NotFoundError", "message"}}``
+  (vllm/entrypoints/anthropic/api_router.py, ``translate_error_response``). Streamed
+  (``message_stream_converter``): ``message_start``, ``content_block_start``,
+  ``content_block_delta`` (``text_delta``), ``content_block_stop``, ``message_delta``,
+  ``message_stop``, then ``data: [DONE]``.
 
 :func:`sglang_standin` (SGLang's server with ``--enable-lora``):
 
@@ -51,14 +71,18 @@ the re-encoding of the text by any real tokenizer, which is what a test of train
 - ``GET /v1/models``: as vLLM's (without ``permission``), the loaded adapters listed after the
   served model, each with ``parent`` the served model's name, as SGLang lists them since 0.5.5.
 
-Both count the calls they received (:attr:`StandInState.calls`) and fail on request: the next
-``n`` weight loads answer 500 (:meth:`StandInState.refuse_loads`), to test retries.
+Both count the calls they received (:attr:`StandInState.calls`, the vLLM stand-in also keeps
+the bodies of its Responses and Messages calls in :attr:`StandInState.received`) and fail on
+request: the next ``n`` weight loads answer 500 (:meth:`StandInState.refuse_loads`), to test
+retries; with :attr:`StandInState.break_streams` set, a streamed Responses or Messages answer
+stops after its first text delta, as an engine that dies mid-answer.
 """
 
 from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -90,6 +114,10 @@ class StandInState:
     refused_loads: int = 0
     #: (path, monotonic time) of each weight load that succeeded, in order.
     loads: list[tuple[str, float]] = attrs.field(factory=list)
+    #: (path, body) of each Responses and Messages call, in order.
+    received: list[tuple[str, JSON]] = attrs.field(factory=list)
+    #: Streamed Responses and Messages answers stop after their first text delta.
+    break_streams: bool = False
 
     def refuse_loads(self, count: int) -> None:
         """Answer the next ``count`` weight loads with a 500, as an engine that is down."""
@@ -183,8 +211,109 @@ def _model_list(state: StandInState, owner: str) -> JSONResponse:
     return JSONResponse({"object": "list", "data": cards})
 
 
-def _vllm_error(message: str, kind: str, code: int) -> JSONResponse:
-    return JSONResponse({"error": {"message": message, "type": kind, "code": code}}, code)
+def _vllm_error(message: str, kind: str, code: int, param: str | None = None) -> JSONResponse:
+    error: JSON = {"message": message, "type": kind, "code": code}
+    if param is not None:
+        error["param"] = param
+    return JSONResponse({"error": error}, code)
+
+
+def _last_text(turns: Any) -> str:
+    """The text of a request's last turn (a Responses ``input`` or Messages ``messages``)."""
+    if isinstance(turns, str):
+        return turns
+    last = turns[-1] if isinstance(turns, list) and turns else {}
+    content = last.get("content") if isinstance(last, dict) else None
+    if isinstance(content, list):
+        content = "".join(str(p.get("text") or "") for p in content if isinstance(p, dict))
+    return str(content)
+
+
+def _events(events: list[tuple[str, JSON]], state: StandInState, done: bool) -> Response:
+    """A stream of named events (``event:`` and ``data:`` lines); ``data: [DONE]`` after them
+    when ``done``. A stand-in told to break streams stops after the first text delta."""
+
+    async def lines() -> AsyncIterator[bytes]:
+        for kind, data in events:
+            yield f"event: {kind}\ndata: {json.dumps(data)}\n\n".encode()
+            if state.break_streams and kind in (
+                "response.output_text.delta",
+                "content_block_delta",
+            ):
+                return
+        if done:
+            yield b"data: [DONE]\n\n"
+
+    return StreamingResponse(lines(), media_type="text/event-stream")
+
+
+def _responses(request: JSON, model: str, state: StandInState) -> Response:
+    """vLLM's answer to a Responses request (see the module documentation)."""
+    text = f"{model} answers {_last_text(request.get('input'))[:40]}"
+    item_id = f"msg_{uuid.uuid4().hex}"
+    part: JSON = {"type": "output_text", "text": text, "annotations": [], "logprobs": None}
+    message = {"id": item_id, "type": "message", "role": "assistant", "status": "completed",
+               "content": [part]}  # fmt: skip
+    usage = {"input_tokens": 4, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 3,
+             "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 7}  # fmt: skip
+    whole: JSON = {
+        "id": f"resp_{uuid.uuid4().hex}", "created_at": int(time.time()),
+        "incomplete_details": None, "instructions": request.get("instructions"),
+        "metadata": request.get("metadata"), "model": model, "object": "response",
+        "output": [message], "parallel_tool_calls": request.get("parallel_tool_calls", True),
+        "temperature": request.get("temperature", 1.0),
+        "tool_choice": request.get("tool_choice", "auto"), "tools": request.get("tools") or [],
+        "top_p": request.get("top_p", 1.0), "background": False,
+        "max_output_tokens": request.get("max_output_tokens") or 4092, "max_tool_calls": None,
+        "previous_response_id": None, "prompt": None, "reasoning": None,
+        "service_tier": "auto", "status": "completed", "text": None, "top_logprobs": None,
+        "truncation": "disabled", "usage": usage, "user": None,
+    }  # fmt: skip
+    if not request.get("stream"):
+        return JSONResponse(whole)
+    started = {**whole, "output": [], "status": "in_progress", "usage": None}
+    where = {"item_id": item_id, "output_index": 0, "content_index": 0}
+    events: list[tuple[str, JSON]] = [
+        ("response.created", {"response": started}),
+        ("response.in_progress", {"response": started}),
+        ("response.output_item.added", {"output_index": 0,
+         "item": {**message, "status": "in_progress", "content": []}}),
+        ("response.content_part.added", {**where, "part": {**part, "text": "", "logprobs": []}}),
+        ("response.output_text.delta", {**where, "delta": text, "logprobs": []}),
+        ("response.output_text.done", {**where, "text": text, "logprobs": []}),
+        ("response.content_part.done", {**where, "part": {**part, "logprobs": None}}),
+        ("response.output_item.done", {"output_index": 0, "item": message}),
+        ("response.completed", {"response": whole}),
+    ]  # fmt: skip
+    numbered = [
+        (kind, {"type": kind, "sequence_number": number, **data})
+        for number, (kind, data) in enumerate(events)
+    ]
+    return _events(numbered, state, done=False)
+
+
+def _messages(request: JSON, model: str, state: StandInState) -> Response:
+    """vLLM's answer to a Messages request (see the module documentation)."""
+    text = f"{model} answers {_last_text(request.get('messages'))[:40]}"
+    message_id = f"chatcmpl-{uuid.uuid4().hex}"
+    if not request.get("stream"):
+        return JSONResponse({
+            "id": message_id, "type": "message", "role": "assistant",
+            "content": [{"type": "text", "text": text}], "model": model,
+            "stop_reason": "end_turn", "usage": {"input_tokens": 4, "output_tokens": 3},
+        })  # fmt: skip
+    start = {"id": message_id, "type": "message", "role": "assistant", "content": [],
+             "model": model, "usage": {"input_tokens": 4, "output_tokens": 0}}  # fmt: skip
+    events: list[tuple[str, JSON]] = [
+        ("message_start", {"message": start}),
+        ("content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}}),
+        ("content_block_delta", {"index": 0, "delta": {"type": "text_delta", "text": text}}),
+        ("content_block_stop", {"index": 0}),
+        ("message_delta", {"delta": {"stop_reason": "end_turn"},
+         "usage": {"input_tokens": 4, "output_tokens": 3}}),
+        ("message_stop", {}),
+    ]  # fmt: skip
+    return _events([(kind, {"type": kind, **data}) for kind, data in events], state, done=True)
 
 
 async def _json(request: Request) -> dict[str, Any]:
@@ -245,11 +374,36 @@ def vllm_standin(served_model: str) -> tuple[Starlette, StandInState]:
         state._count("/v1/models")
         return _model_list(state, "vllm")
 
+    async def responses(request: Request) -> Response:
+        state._count("/v1/responses")
+        body = await _json(request)
+        state.received.append(("/v1/responses", body))
+        model = body.get("model") or served_model
+        if model != served_model and model not in state.adapters:
+            return _vllm_error(f"The model `{model}` does not exist.", "NotFoundError", 404)
+        previous = body.get("previous_response_id")
+        if previous is not None:
+            message = f"Response with id '{previous}' not found."
+            return _vllm_error(message, "invalid_request_error", 404, "response_id")
+        return _responses(body, model, state)
+
+    async def messages(request: Request) -> Response:
+        state._count("/v1/messages")
+        body = await _json(request)
+        state.received.append(("/v1/messages", body))
+        model = body.get("model") or served_model
+        if model != served_model and model not in state.adapters:
+            error = {"type": "NotFoundError", "message": f"The model `{model}` does not exist."}
+            return JSONResponse({"type": "error", "error": error}, 404)
+        return _messages(body, model, state)
+
     app = Starlette(
         routes=[
             Route("/v1/load_lora_adapter", load, methods=["POST"]),
             Route("/v1/unload_lora_adapter", unload, methods=["POST"]),
             Route("/v1/chat/completions", complete, methods=["POST"]),
+            Route("/v1/responses", responses, methods=["POST"]),
+            Route("/v1/messages", messages, methods=["POST"]),
             Route("/v1/models", models, methods=["GET"]),
         ]
     )

@@ -143,6 +143,12 @@ class ServingSection(PluginSettings):
         help="seconds a trainer waits for the engine to serve new weights before it goes on",
         validator=attrs.validators.gt(0),
     )
+    native_formats: tuple[Literal["openai.responses", "anthropic.messages"], ...] = config_option(
+        factory=tuple,
+        help="the API formats the engine is asked in their own form (its /v1/responses,"
+        " /v1/messages) instead of through chat completions: it then renders their prompts by"
+        " its own rules and returns no token ids (docs/api-formats.md#native-forwarding)",
+    )
     max_failed_publications: int = config_option(
         3,
         help="publications in a row the engine may fail to take before the trainer pauses "
@@ -165,6 +171,11 @@ class ServingSection(PluginSettings):
             raise ValueError(
                 "url and artifacts_path are for engine vllm or sglang; engine"
                 f" {self.engine!r} is reached at its own address"
+            )
+        if self.engine == LOCAL_ENGINE and self.native_formats:
+            raise ValueError(
+                "native_formats: the local engine answers chat completions only; Reef"
+                " translates the other formats for it"
             )
 
 

@@ -18,13 +18,22 @@ import ssl
 import urllib.parse
 import urllib.request
 from collections.abc import AsyncIterator
+from typing import Final
 
 import attrs
 
+from reef.core.api_formats import CHAT_COMPLETIONS, MESSAGES, RESPONSES
 from reef.core.records import JSON
 from reef.engines.interface import ARTIFACT_HEADER, EngineAnswer, EngineError, EngineStream
 
 __all__ = ["IDLE_CONNECTIONS", "MAX_CONNECTIONS", "HttpEngine"]
+
+#: Where each format is asked, after the base URL.
+_PATHS: Final = {
+    CHAT_COMPLETIONS: "/chat/completions",
+    RESPONSES: "/responses",
+    MESSAGES: "/messages",
+}
 
 
 class HttpEngine:
@@ -41,6 +50,9 @@ class HttpEngine:
     :param returns_tokens: the engine answers ``return_token_ids`` and ``logprobs`` with the
         tokens it sampled (vLLM, SGLang), so the service asks for them
         (:attr:`reef.engines.interface.ChatEngine.returns_tokens`).
+    :param native_formats: the API formats it is asked in their own form, at ``/responses``
+        and ``/messages`` beside ``/chat/completions``
+        (:attr:`reef.engines.interface.ChatEngine.native_formats`).
     :raises ValueError: for a URL that is not http(s), or a proxy setting that applies to it
         and is not an ``http://`` proxy.
     """
@@ -53,9 +65,11 @@ class HttpEngine:
         model: str | None = None,
         timeout: float = 600.0,
         returns_tokens: bool = False,
+        native_formats: frozenset[str] = frozenset(),
     ) -> None:
         self.returns_tokens = returns_tokens
-        url = urllib.parse.urlsplit(base_url.rstrip("/") + "/chat/completions")
+        self.native_formats = native_formats
+        url = urllib.parse.urlsplit(base_url.rstrip("/"))
         if url.scheme not in ("http", "https") or not url.hostname:
             raise ValueError(f"engine URL {base_url!r} is not an http(s) URL")
         self.model = model
@@ -65,17 +79,23 @@ class HttpEngine:
         self._timeout = timeout
         self._proxy = _proxy_for(url)
         netloc = url.netloc.rpartition("@")[2]
-        target = url.path + (f"?{url.query}" if url.query else "")
         headers = f"authorization: Bearer {api_key}\r\n" if api_key else ""
+        prefix = ""
         if self._proxy is not None and self._ssl is None:
             # Plain HTTP through a proxy: the whole URL as the target, the proxy's credentials.
-            target = f"http://{netloc}{target}"
+            prefix = f"http://{netloc}"
             headers += self._proxy.authorization
-        # Everything but the length and the body is the same on every call: built once.
-        self._head = (
-            f"POST {target} HTTP/1.1\r\nhost: {netloc}\r\n"
-            f"accept: */*\r\ncontent-type: application/json\r\n{headers}"
-        ).encode("latin-1")
+        query = f"?{url.query}" if url.query else ""
+        # Everything but the length and the body is the same on every call of a format: built
+        # once for each.
+        self._heads = {
+            api_format: (
+                f"POST {prefix}{url.path}{path}{query} HTTP/1.1\r\nhost: {netloc}\r\n"
+                f"accept: */*\r\ncontent-type: application/json\r\n{headers}"
+            ).encode("latin-1")
+            for api_format, path in _PATHS.items()
+            if api_format == CHAT_COMPLETIONS or api_format in native_formats
+        }
         self._idle: list[_Connection] = []
         self._semaphore: tuple[asyncio.AbstractEventLoop, asyncio.Semaphore] | None = None
 
@@ -92,9 +112,9 @@ class HttpEngine:
             return {**request, "model": self.model}
         return request
 
-    async def complete(self, request: JSON) -> EngineAnswer:
+    async def complete(self, request: JSON, *, api_format: str = CHAT_COMPLETIONS) -> EngineAnswer:
         async with self._slots():
-            connection, response = await self._send(self._body(request))
+            connection, response = await self._send(self._body(request), api_format)
             try:
                 content = await response.read_all(connection, self._timeout)
             except _BROKEN as exc:
@@ -111,11 +131,13 @@ class HttpEngine:
             raise EngineError(502, "the engine answered JSON that is not an object")
         return EngineAnswer(body, response.headers.get(ARTIFACT_HEADER), content)
 
-    async def stream(self, request: JSON) -> EngineStream:
+    async def stream(self, request: JSON, *, api_format: str = CHAT_COMPLETIONS) -> EngineStream:
         slots = self._slots()
         await slots.acquire()
         try:
-            connection, response = await self._send({**self._body(request), "stream": True})
+            connection, response = await self._send(
+                {**self._body(request), "stream": True}, api_format
+            )
         except BaseException:
             slots.release()
             raise
@@ -154,10 +176,12 @@ class HttpEngine:
 
         return EngineStream(events(), response.headers.get(ARTIFACT_HEADER))
 
-    async def _send(self, body: JSON) -> tuple[_Connection, _Response]:
-        """Send one call and read the answer's head, on an idle connection or a new one."""
+    async def _send(self, body: JSON, api_format: str) -> tuple[_Connection, _Response]:
+        """Send one call (to ``api_format``'s path) and read the answer's head, on an idle
+        connection or a new one."""
         payload = json.dumps(body).encode()
-        message = b"%scontent-length: %d\r\n\r\n%s" % (self._head, len(payload), payload)
+        head = self._heads[api_format]
+        message = b"%scontent-length: %d\r\n\r\n%s" % (head, len(payload), payload)
         while True:
             reused = bool(self._idle)
             connection = self._idle.pop() if reused else await self._connect()

@@ -22,6 +22,7 @@ from typing import Any, Final, Protocol
 import anyio.to_thread
 import attrs
 
+from reef.core.api_formats import CHAT_COMPLETIONS
 from reef.core.records import JSON
 from reef.errors import ReefError
 
@@ -153,18 +154,26 @@ class ChatEngine(Protocol):
     ``returns_tokens``: the engine answers :data:`TOKEN_FIELDS` with the token ids it sampled
     (``prompt_token_ids``, each choice's ``token_ids``) and their log probabilities, so the
     service asks for them on every call (:func:`asking_for_tokens`).
+
+    ``native_formats``: the API formats besides chat completions that the engine is asked in
+    their own form (``openai.responses`` on its ``/responses``, ``anthropic.messages`` on its
+    ``/messages``) instead of through chat completions (``docs/api-formats.md``).
     """
 
     returns_tokens: bool
+    native_formats: frozenset[str]
 
-    async def complete(self, request: JSON) -> EngineAnswer:
-        """Answer ``request`` whole. :raises EngineError: when it does not answer."""
+    async def complete(self, request: JSON, *, api_format: str = CHAT_COMPLETIONS) -> EngineAnswer:
+        """Answer ``request`` (of ``api_format``: chat completions unless one of
+        :attr:`native_formats`) whole, in that format. :raises EngineError: when it does not
+        answer."""
         ...
 
-    async def stream(self, request: JSON) -> EngineStream:
-        """Start streaming the answer to ``request``.
+    async def stream(self, request: JSON, *, api_format: str = CHAT_COMPLETIONS) -> EngineStream:
+        """Start streaming the answer to ``request`` (of ``api_format``), in that format's
+        events.
 
-        :raises EngineError: when the engine refuses before the first chunk.
+        :raises EngineError: when the engine refuses before the first event.
         """
         ...
 
@@ -189,11 +198,13 @@ class FunctionEngine:
     """
 
     returns_tokens = True
+    native_formats: frozenset[str] = frozenset()
 
     def __init__(self, engine: CompletionFunction) -> None:
         self.engine = engine
 
-    async def complete(self, request: JSON) -> EngineAnswer:
+    async def complete(self, request: JSON, *, api_format: str = CHAT_COMPLETIONS) -> EngineAnswer:
+        _chat_only(api_format)
         try:
             body = await anyio.to_thread.run_sync(self.engine.complete, request)
         except EngineUnavailable as exc:
@@ -203,7 +214,8 @@ class FunctionEngine:
         fingerprint = body.get("system_fingerprint")
         return EngineAnswer(body, fingerprint if isinstance(fingerprint, str) else None)
 
-    async def stream(self, request: JSON) -> EngineStream:
+    async def stream(self, request: JSON, *, api_format: str = CHAT_COMPLETIONS) -> EngineStream:
+        _chat_only(api_format)
         answer = await self.complete(request)
         include_usage = bool((request.get("stream_options") or {}).get("include_usage"))
 
@@ -216,6 +228,11 @@ class FunctionEngine:
 
     async def aclose(self) -> None:
         return None
+
+
+def _chat_only(api_format: str) -> None:
+    if api_format != CHAT_COMPLETIONS:
+        raise ValueError(f"a function engine answers chat completions, not {api_format}")
 
 
 def chunks_of(body: JSON, *, include_usage: bool) -> list[JSON]:

@@ -27,11 +27,25 @@ from sqlalchemy.exc import OperationalError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from reef.core.api_formats import MESSAGES, RESPONSES, FormatError, chat_request, image_parts
+from reef.core.api_formats import (
+    CHAT_COMPLETIONS,
+    MESSAGES,
+    RESPONSES,
+    FormatError,
+    chat_request,
+    image_parts,
+)
 from reef.core.records import JSON, TAG_HEADER_PREFIX, InferenceRecord
 from reef.engines.interface import ChunkAssembler, EngineError
+from reef.engines.native import NativeStream, with_record_id
 from reef.engines.publisher import EngineRoute, Publisher
-from reef.engines.translation import Translator, encode_event, translate_completion, translator_for
+from reef.engines.translation import (
+    Event,
+    Translator,
+    encode_event,
+    translate_completion,
+    translator_for,
+)
 from reef.server.bodies import (
     MessagesRequest,
     ModelEntry,
@@ -131,10 +145,18 @@ async def _answer(request: Request, api_format: str) -> Response:
     )
     chains = _chains(service, scenario)
     complete = await chains.complete(raw) if api_format == RESPONSES else raw
-    try:
-        forwarded = chat_request(api_format, complete)
-    except FormatError as exc:
-        raise ApiError.one(400, "invalid_request", exc.path, exc.reason) from None
+    native = scenario.engine is not None and api_format in scenario.engine.native_formats
+    if native:
+        # The engine answers the format itself (docs/api-formats.md#native-forwarding): the
+        # whole request, chained calls resolved, for the engine to keep nothing.
+        forwarded = dict(complete)
+        if api_format == RESPONSES:
+            forwarded["store"] = False
+    else:
+        try:
+            forwarded = chat_request(api_format, complete)
+        except FormatError as exc:
+            raise ApiError.one(400, "invalid_request", exc.path, exc.reason) from None
     images = image_parts(api_format, raw) if scenario.text_only else []
     if images:
         # The engine would refuse the translated request naming its chat path; the client
@@ -154,7 +176,9 @@ async def _answer(request: Request, api_format: str) -> Response:
     if publisher is not None:
         forwarded["model"] = publisher.base_model if route is None else route.model
     translator = translator_for(api_format, record.id, raw)
-    call = _Call(service, scenario, record, translator, publisher, route, chains, complete)
+    call = _Call(
+        service, scenario, record, translator, publisher, route, chains, complete, native=native
+    )
     if checked.stream:
         return await call.stream(forwarded)
     return await call.whole(forwarded)
@@ -170,7 +194,11 @@ def _chains(service: Service, scenario: ServedScenario) -> ResponseChains:
 
 @attrs.define
 class _Call:
-    """One call being answered: what recording it needs."""
+    """One call being answered: what recording it needs.
+
+    ``native``: the engine is asked in the call's own format, and answers in it; else it is
+    asked in chat completions, and ``translator`` makes the answer the format's.
+    """
 
     service: Service
     scenario: ServedScenario
@@ -180,28 +208,40 @@ class _Call:
     route: EngineRoute | None
     chains: ResponseChains
     complete: JSON
+    native: bool = False
 
-    def finished(self, chat: JSON, named: str | None, *, aborted: bool) -> InferenceRecord:
-        """The record of the call, answered as the translator has it; ``chat`` is the engine's
-        answer (which names the artifact that answered)."""
-        choice = (chat.get("choices") or [{}])[0]
+    def finished(
+        self, response: JSON, answer: JSON, named: str | None, *, aborted: bool
+    ) -> InferenceRecord:
+        """The record of the call, answered with ``response`` (the format's); ``answer`` is
+        the engine's own (which names the artifact that answered)."""
+        choice = (answer.get("choices") or [{}])[0]
         engine_abort = isinstance(choice, dict) and choice.get("finish_reason") == "abort"
         return attrs.evolve(
             self.record,
-            response=self.translator.body(),
-            artifact_id=answered_by(named, chat, self.publisher, self.route),
+            response=response,
+            artifact_id=answered_by(named, answer, self.publisher, self.route),
             ended_at=time.time(),
             aborted=aborted or engine_abort,
         )
 
     async def whole(self, forwarded: JSON) -> Response:
         assert self.scenario.engine is not None
+        api_format = self.record.api_format
         try:
-            reply = await self.scenario.engine.complete(forwarded)
+            reply = await self.scenario.engine.complete(
+                forwarded, api_format=api_format if self.native else CHAT_COMPLETIONS
+            )
         except EngineError as exc:
             return self.engine_failure(exc)
-        body = translate_completion(self.translator, reply.body)
-        record = self.finished(reply.body, reply.artifact_id, aborted=False)
+        if self.native:
+            body = with_record_id(api_format, reply.body, self.record.id)
+            record = self.finished(body, reply.body, reply.artifact_id, aborted=False)
+        else:
+            body = translate_completion(self.translator, reply.body)
+            record = self.finished(
+                self.translator.body(), reply.body, reply.artifact_id, aborted=False
+            )
         ledger = self.service.ledger(self.scenario)
         linked = await asyncio.wrap_future(ledger.append(record))
         note_call(record, linked, ledger)
@@ -219,44 +259,42 @@ class _Call:
 
     async def stream(self, forwarded: JSON) -> Response:
         assert self.scenario.engine is not None
+        api_format = self.record.api_format if self.native else CHAT_COMPLETIONS
         try:
-            started = await self.scenario.engine.stream(forwarded)
+            started = await self.scenario.engine.stream(forwarded, api_format=api_format)
         except EngineError as exc:
             return self.engine_failure(exc)
         ledger = self.service.ledger(self.scenario)
-        translator = self.translator
+        reading = _NativeReading(self) if self.native else _TranslatedReading(self)
 
         async def events() -> AsyncIterator[bytes]:
-            assembler = ChunkAssembler()
             stored = False
             cut = "client_left"  # unless the engine is found to have cut it
             try:
-                for event in translator.start():
+                for event in reading.start():
                     yield encode_event(event)
                 async for data in started.events:
-                    if data == "[DONE]":
-                        closing = translator.end()
-                        record = self.finished(assembler.body(), started.artifact_id, aborted=False)
+                    if stored:
+                        continue  # after the answer's end: not the answer's (vLLM's [DONE])
+                    shown = reading.take(data)
+                    if reading.ended:
+                        record = reading.record(started.artifact_id, aborted=False)
                         # Durable before the client sees the end, so a report posted right
                         # after the stream finds the record.
                         linked = await asyncio.wrap_future(ledger.append(record))
                         note_call(record, linked, ledger)
                         stored = True
                         self.chains.remember(record, self.complete)
-                        for event in closing:
-                            yield encode_event(event)
-                        return
-                    with contextlib.suppress(ValueError):
-                        chunk = json.loads(data)
-                        if isinstance(chunk, dict):
-                            assembler.add(chunk)
-                            for event in translator.add_chunk(chunk):
-                                yield encode_event(event)
+                    for event in shown:
+                        yield encode_event(event)
+                if stored:
+                    return
                 _log.warning(
-                    "scenario %r: the engine ended a stream without [DONE]", self.scenario.name
+                    "scenario %r: the engine ended a stream before its end", self.scenario.name
                 )
                 cut = "engine_ended"
-                yield encode_event(translator.error("the engine ended the stream without [DONE]"))
+                ended = f"the engine ended the stream {reading.cut}"
+                yield encode_event(self.translator.error(ended))
             except Exception as exc:
                 cut = "engine_error"
                 if isinstance(exc, OperationalError):
@@ -264,14 +302,12 @@ class _Call:
                 _log.warning(
                     "scenario %r: the engine broke off a stream: %r", self.scenario.name, exc
                 )
-                yield encode_event(translator.error(f"the engine broke off: {exc}"))
+                yield encode_event(self.translator.error(f"the engine broke off: {exc}"))
             finally:
                 if not stored:
                     # Broken off: recorded as aborted (docs/decisions.md#engine-abort); not
                     # awaited, the client may be gone.
-                    ledger.append(
-                        self.finished(assembler.body(), started.artifact_id, aborted=True)
-                    )
+                    ledger.append(reading.record(started.artifact_id, aborted=True))
                     stream_cut(self.service, self.record, cut)
 
         return StreamingResponse(
@@ -279,6 +315,67 @@ class _Call:
             media_type="text/event-stream",
             headers={RECORD_ID_HEADER: self.record.id, "cache-control": "no-cache"},
         )
+
+
+class _TranslatedReading:
+    """A chat-completions stream, translated into the call's format as it arrives; it ends
+    with ``[DONE]``."""
+
+    cut = "without [DONE]"
+
+    def __init__(self, call: _Call) -> None:
+        self.call = call
+        self.assembler = ChunkAssembler()
+        self.ended = False
+
+    def start(self) -> list[Event]:
+        return self.call.translator.start()
+
+    def take(self, data: str) -> list[Event]:
+        """The client's events of one ``data:`` payload of the engine's stream."""
+        if data == "[DONE]":
+            self.ended = True
+            return self.call.translator.end()
+        with contextlib.suppress(ValueError):
+            chunk = json.loads(data)
+            if isinstance(chunk, dict):
+                self.assembler.add(chunk)
+                return self.call.translator.add_chunk(chunk)
+        return []
+
+    def record(self, named: str | None, *, aborted: bool) -> InferenceRecord:
+        answer = self.assembler.body()
+        return self.call.finished(self.call.translator.body(), answer, named, aborted=aborted)
+
+
+class _NativeReading:
+    """A stream in the call's own format, passed on under the record's id; it ends with the
+    format's last event."""
+
+    cut = "before its last event"
+
+    def __init__(self, call: _Call) -> None:
+        self.call = call
+        self.native = NativeStream(call.record.api_format, call.record.id)
+
+    @property
+    def ended(self) -> bool:
+        return self.native.ended
+
+    def start(self) -> list[Event]:
+        return []
+
+    def take(self, data: str) -> list[Event]:
+        with contextlib.suppress(ValueError):
+            event = json.loads(data)
+            if isinstance(event, dict):
+                shown = self.native.add(event)
+                return [(str(shown.get("type") or "message"), shown)]
+        return []  # vLLM's [DONE] after message_stop, or a line that is not an event
+
+    def record(self, named: str | None, *, aborted: bool) -> InferenceRecord:
+        body = self.native.body()
+        return self.call.finished(body, body, named, aborted=aborted)
 
 
 async def models(request: Request) -> Response:

@@ -452,18 +452,19 @@ class TimedEngine:
     def __init__(self, engine: ChatEngine) -> None:
         self._engine = engine
         self.returns_tokens = engine.returns_tokens
+        self.native_formats = engine.native_formats
 
-    async def complete(self, request: JSON) -> EngineAnswer:
+    async def complete(self, request: JSON, *, api_format: str = CHAT_COMPLETIONS) -> EngineAnswer:
         started = time.perf_counter()
         try:
-            return await self._engine.complete(request)
+            return await self._engine.complete(request, api_format=api_format)
         finally:
             _add_engine_time(time.perf_counter() - started)
 
-    async def stream(self, request: JSON) -> EngineStream:
+    async def stream(self, request: JSON, *, api_format: str = CHAT_COMPLETIONS) -> EngineStream:
         started = time.perf_counter()
         try:
-            answer = await self._engine.stream(request)
+            answer = await self._engine.stream(request, api_format=api_format)
         finally:
             _add_engine_time(time.perf_counter() - started)
         return attrs.evolve(answer, events=_timed(answer.events))

@@ -227,6 +227,7 @@ class Service:
                 timeout=self.options.engine_timeout,
                 # vLLM and SGLang return the tokens they sampled; a server by URL may not.
                 returns_tokens=serving.engine in PUBLISHING_ENGINES,
+                native_formats=frozenset(serving.native_formats),
             )
         except ValueError as exc:
             raise ServiceConfigError(f"scenario {scenario!r}: {exc}") from None
