@@ -78,6 +78,11 @@ def refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
         ),
         (["--lease-ttl", "nan"], "argument --lease-ttl: 'nan' is not a duration"),
         (
+            ["--workers", "0"],
+            "argument --workers: '0' is not a number of processes: use a whole number from 1",
+        ),
+        (["--workers", "two"], "argument --workers: 'two' is not a number of processes"),
+        (
             ["--port", "99999"],
             "argument --port: '99999' is not a port: use a whole number from 1 to 65535",
         ),

@@ -32,6 +32,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import attrs
+
 from reef.components.interface import (
     Artifact,
     ArtifactSource,
@@ -43,6 +45,7 @@ from reef.core.deployment import (
     LOCAL_ENGINE,
     Deployment,
     ScenarioSection,
+    ServiceSection,
     ServingSection,
     TrainingSection,
 )
@@ -59,6 +62,7 @@ from reef.plugins import Plugins
 from reef.plugins.registrar import PluginKind
 from reef.plugins.scenarios import deployment_trackers, recipe_job_parameters, scenario_classes
 from reef.record2sample.generator.client import GENERATOR_URL
+from reef.server.connections import GuardedConfig
 from reef.server.service import engine_address
 from reef.server.service_runtime import ServiceRuntime
 from reef.storage import ArtifactEvaluations, Database, ScenarioSettings
@@ -470,17 +474,71 @@ def _client_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-def serve(
-    deployment: Deployment,
-    *,
-    plugins: Plugins,
-    host: str = "127.0.0.1",
-    port: int = 8000,
-    allow_unauthenticated: bool = False,
-    run_trainers: bool = True,
-    trainer_settings: TrainerSettings | None = None,
-    log_level: str = "info",
-) -> None:
+@attrs.frozen
+class ServeOptions:
+    """How ``reef serve`` runs a deployment's process (one, or each of ``--workers``).
+
+    :ivar host: the address it listens on.
+    :ivar port: the port it listens on.
+    :ivar allow_unauthenticated: run without tokens (loopback only).
+    :ivar run_trainers: run the trainers (each waits for its lease), or serve only.
+    :ivar trainer_settings: the trainers' lease timing.
+    :ivar log_level: uvicorn's and Reef's log level.
+    """
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    allow_unauthenticated: bool = False
+    run_trainers: bool = True
+    trainer_settings: TrainerSettings | None = None
+    log_level: str = "info"
+
+
+def _serving(
+    deployment: Deployment, plugins: Plugins, options: ServeOptions
+) -> tuple[Any, ReefRuntime, dict[str, Database]]:
+    """This process's service of ``deployment``: its application, its runtime (not started)
+    and the databases both use.
+
+    :raises reef.server.auth.UnauthenticatedServiceError: for a service without tokens that was
+        not allowed to run so, or that would listen beyond loopback.
+    """
+    from reef.server import ServerOptions, create_app, open_databases
+    from reef.server.auth import check_auth_mode
+    from reef.server.connections import raise_open_file_limit
+
+    # Before any work: nothing is opened, migrated or created for a service that may not run.
+    check_auth_mode(
+        authenticated=bool(deployment.auth.tokens),
+        allow_unauthenticated=options.allow_unauthenticated,
+        host=options.host,
+    )
+    databases = open_databases(deployment)
+    environ = dict(os.environ)
+    if deployment.generator is not None:
+        # Task generators reach the generator service that this process serves.
+        environ.setdefault(GENERATOR_URL, f"http://{_client_host(options.host)}:{options.port}")
+    runtime = ReefRuntime(
+        deployment,
+        plugins=plugins,
+        databases=databases,
+        environ=environ,
+        trainer_settings=options.trainer_settings,
+        run_trainers=options.run_trainers,
+    )
+    app = create_app(
+        deployment,
+        databases=databases,
+        plugins=plugins,
+        runtime=runtime,
+        options=ServerOptions(allow_unauthenticated=options.allow_unauthenticated),
+        environ=environ,
+    )
+    raise_open_file_limit(deployment.service)
+    return app, runtime, databases
+
+
+def serve(deployment: Deployment, *, plugins: Plugins, options: ServeOptions) -> None:
     """Serve ``deployment``: its trainers on their threads and the HTTP service on uvicorn,
     until SIGTERM or SIGINT; then the service stops taking requests and every trainer stops
     cleanly (its running job ends and commits, reserved data is released, leases are given up).
@@ -491,41 +549,15 @@ def serve(
     """
     import uvicorn
 
-    from reef.server import ServerOptions, create_app, open_databases
     from reef.server.access_log import redact_request_lines
-    from reef.server.auth import check_auth_mode
-    from reef.server.connections import GuardedConfig, raise_open_file_limit
 
-    # Before any work: nothing is opened, migrated or created for a service that may not run.
-    check_auth_mode(
-        authenticated=bool(deployment.auth.tokens),
-        allow_unauthenticated=allow_unauthenticated,
-        host=host,
-    )
-    databases = open_databases(deployment)
-    environ = dict(os.environ)
-    if deployment.generator is not None:
-        # Task generators reach the generator service that this process serves.
-        environ.setdefault(GENERATOR_URL, f"http://{_client_host(host)}:{port}")
-    runtime = ReefRuntime(
-        deployment,
-        plugins=plugins,
-        databases=databases,
-        environ=environ,
-        trainer_settings=trainer_settings,
-        run_trainers=run_trainers,
-    )
-    app = create_app(
-        deployment,
-        databases=databases,
-        plugins=plugins,
-        runtime=runtime,
-        options=ServerOptions(allow_unauthenticated=allow_unauthenticated),
-        environ=environ,
-    )
-    raise_open_file_limit(deployment.service)
+    app, runtime, databases = _serving(deployment, plugins, options)
     config = GuardedConfig(
-        app, limits=deployment.service, host=host, port=port, log_level=log_level
+        app,
+        limits=deployment.service,
+        host=options.host,
+        port=options.port,
+        log_level=options.log_level,
     )
     # Once uvicorn configured its loggers: no request line logs a credential.
     redact_request_lines(section.token for section in deployment.auth.tokens.values())
@@ -542,3 +574,102 @@ def serve(
         runtime.stop()
         for database in databases.values():
             database.dispose()
+
+
+def serve_workers(
+    deployment: Deployment, deployment_file: Path, *, options: ServeOptions, workers: int
+) -> None:
+    """Serve ``deployment`` (read from ``deployment_file``) in ``workers`` processes that share
+    one listening socket, each a whole ``reef serve`` process (its own ledgers, publishers and
+    trainers, a trainer running in the one process that holds its lease), under uvicorn's
+    process supervisor: it restarts a worker that dies, and SIGTERM or SIGINT stops every
+    worker cleanly (``docs/service.md#several-processes``).
+
+    Each worker reads ``deployment_file`` again (its ``${ENV}`` references from the same
+    environment) and opens its own connections: nothing of this process crosses to it but the
+    file's path, ``options`` and the socket.
+
+    :raises reef.server.auth.UnauthenticatedServiceError: for a service without tokens that was
+        not allowed to run so, or that would listen beyond loopback.
+    """
+    import uvicorn.supervisors
+
+    from reef.server.auth import check_auth_mode
+
+    # Before any worker starts: none is started for a service that may not run.
+    check_auth_mode(
+        authenticated=bool(deployment.auth.tokens),
+        allow_unauthenticated=options.allow_unauthenticated,
+        host=options.host,
+    )
+    config = WorkerConfig(deployment_file, options, deployment.service, workers)
+    uvicorn.supervisors.Multiprocess(config, sockets=[config.bind_socket()]).run()
+
+
+class WorkerConfig(GuardedConfig):
+    """The uvicorn configuration of one ``reef serve --workers`` process. It crosses to each
+    spawned worker as it is (pickled), and builds the worker's service there when uvicorn
+    loads it: the deployment read again, the databases opened, the trainers started with the
+    application's lifespan and stopped with it."""
+
+    def __init__(
+        self, deployment_file: Path, options: ServeOptions, limits: ServiceSection, workers: int
+    ) -> None:
+        super().__init__(
+            _NOT_BUILT,
+            limits=limits,
+            host=options.host,
+            port=options.port,
+            log_level=options.log_level,
+            workers=workers,
+        )
+        self.deployment_file = deployment_file
+        self.options = options
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The connection guard is the worker's own, made with its service's metrics.
+        return {key: value for key, value in self.__dict__.items() if key != "guard"}
+
+    def load(self) -> None:
+        if not self.loaded:
+            self.app = self._build()
+        super().load()
+
+    def _build(self) -> Any:
+        """The worker's application, its runtime tied to the application's lifespan."""
+        import contextlib
+
+        import anyio.to_thread
+
+        from reef.plugins.scenarios import load_deployment
+        from reef.server.access_log import redact_request_lines
+        from reef.server.connections import ConnectionGuard
+
+        plugins = Plugins()
+        plugins.load()
+        deployment = load_deployment(self.deployment_file, plugins=plugins)
+        app, runtime, databases = _serving(deployment, plugins, self.options)
+        metrics = app.state.service.metrics
+        self.guard = ConnectionGuard(
+            deployment.service, None if metrics is None else metrics.connection_dropped
+        )
+        redact_request_lines(section.token for section in deployment.auth.tokens.values())
+        served = app.router.lifespan_context
+
+        @contextlib.asynccontextmanager
+        async def lifespan(application: Any) -> Any:
+            async with served(application):
+                runtime.start()
+                try:
+                    yield
+                finally:
+                    await anyio.to_thread.run_sync(runtime.stop)
+                    for database in databases.values():
+                        database.dispose()
+
+        app.router.lifespan_context = lifespan
+        return app
+
+
+#: What a worker's configuration holds for its application until the worker builds it.
+_NOT_BUILT = "reef:not-built-here"

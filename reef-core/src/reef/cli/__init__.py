@@ -180,6 +180,13 @@ def _configure_serve(parser: argparse.ArgumentParser) -> None:
         "--no-trainers", action="store_true", help="serve only; trainers run in other processes"
     )
     parser.add_argument(
+        "--workers",
+        type=flags.workers,
+        default=1,
+        help="processes serving on the one port (each a whole reef serve: its trainers wait for"
+        " their leases); uvicorn's supervisor restarts one that dies",
+    )
+    parser.add_argument(
         "--lease-ttl",
         type=flags.positive_seconds,
         default=10.0,
@@ -210,7 +217,7 @@ def _run_serve(args: argparse.Namespace) -> int:
     import logging
 
     try:
-        from reef.runtime import serve
+        from reef.runtime import ServeOptions, serve, serve_workers
         from reef.server import ServiceConfigError, UnauthenticatedServiceError
     except ModuleNotFoundError as exc:
         return _needs_server_extra("serve", exc)
@@ -242,17 +249,19 @@ def _run_serve(args: argparse.Namespace) -> int:
     except DeploymentError as exc:
         print(exc, file=sys.stderr)
         return 1
+    options = ServeOptions(
+        host=args.host,
+        port=args.port,
+        allow_unauthenticated=args.allow_unauthenticated,
+        run_trainers=not args.no_trainers,
+        trainer_settings=TrainerSettings(lease_ttl=args.lease_ttl),
+        log_level=args.log_level,
+    )
     try:
-        serve(
-            deployment,
-            plugins=plugins,
-            host=args.host,
-            port=args.port,
-            allow_unauthenticated=args.allow_unauthenticated,
-            run_trainers=not args.no_trainers,
-            trainer_settings=TrainerSettings(lease_ttl=args.lease_ttl),
-            log_level=args.log_level,
-        )
+        if args.workers > 1:
+            serve_workers(deployment, args.deployment, options=options, workers=args.workers)
+        else:
+            serve(deployment, plugins=plugins, options=options)
     except (UnauthenticatedServiceError, ServiceConfigError, DeploymentError) as exc:
         print(f"reef serve: {exc}", file=sys.stderr)
         return 1

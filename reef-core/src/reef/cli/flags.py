@@ -42,6 +42,7 @@ __all__ = [
     "tag",
     "timestamp",
     "token",
+    "workers",
 ]
 
 #: The log levels ``reef serve`` takes: those of Python's logging that uvicorn knows too.
@@ -72,6 +73,15 @@ def _number(text: str) -> float:
         return float(text)
     except ValueError:
         return math.nan
+
+
+def workers(text: str) -> int:
+    """A number of worker processes: a whole number from 1."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a number of processes: use a whole number from 1, such as 4"
+        )
+    return int(text)
 
 
 def positive_seconds(text: str) -> float:
