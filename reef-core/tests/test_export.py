@@ -342,3 +342,40 @@ def test_an_iso_time_reads_as_utc() -> None:
 
     assert flags.timestamp("1970-01-01T00:01:00") == 60.0
     assert flags.timestamp("1970-01-01T01:00:00+01:00") == 0.0
+
+
+def test_a_datasets_folder_holds_every_batch_in_order_and_an_empty_one_loads(
+    tmp_path: Path,
+) -> None:
+    """The ``hf`` folder is written a batch at a time into one data file: several batches read
+    back in order as one dataset, and an export of no rows is a folder ``load_from_disk``
+    reads as empty."""
+    from datasets import load_from_disk
+
+    from reef.server.export import BATCH
+
+    rows = [
+        {"sample_id": f"s{i}", "origin": "report", "trainer": "t", "group_id": None,
+         "reward": i / 10, "feedback": None, "train_counts": {"t": 1}, "artifacts": ["a"],
+         "tags": {}, "recorded_at": 1.0, "trajectory": {"steps": [{"step_id": i}]}}
+        for i in range(2 * BATCH + 7)
+    ]  # fmt: skip
+    assert write_export(iter(rows), "hf", tmp_path / "many") == len(rows)
+    assert list(read_export(tmp_path / "many")) == rows
+    assert write_export(iter([]), "hf", tmp_path / "none") == 0
+    assert load_from_disk(str(tmp_path / "none")).num_rows == 0
+    assert list(read_export(tmp_path / "none")) == []
+
+
+def test_a_datasets_export_that_fails_leaves_nothing_behind(tmp_path: Path) -> None:
+    from reef.server.export import BATCH
+
+    def rows() -> Any:
+        for i in range(BATCH + 1):
+            yield {"sample_id": f"s{i}", "reward": 0.0, "trajectory": {}, "train_counts": {},
+                   "tags": {}, "artifacts": []}  # fmt: skip
+        raise RuntimeError("the store went away")
+
+    with pytest.raises(RuntimeError, match="the store went away"):
+        write_export(rows(), "hf", tmp_path / "out")
+    assert list(tmp_path.iterdir()) == []

@@ -20,6 +20,7 @@ row's sample id: every row is checked first, and a file with a bad row stores no
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import json
 import math
 import shutil
@@ -488,15 +489,46 @@ def write_export(
         return written
     if export_format == "parquet":
         return _write_parquet(rows, output, table)
-    # A datasets folder: Parquet beside it first, which datasets reads memory-mapped.
-    from datasets import Dataset
+    return _write_datasets_folder(rows, output, table)
 
+
+#: The one data file of a ``datasets`` folder that ``save_to_disk`` writes as one shard.
+_DATA_FILE: Final = "data-00000-of-00001.arrow"
+
+
+def _write_datasets_folder(rows: Iterable[JSON], output: Path, table: ExportTable) -> int:
+    """A ``datasets`` folder (``load_from_disk``) of ``rows``, written a batch at a time.
+
+    ``datasets``' own :class:`ArrowWriter` writes the rows into the folder's one data file as
+    they come, so nothing is read back: ``Dataset.save_to_disk`` would copy a dataset already
+    on disk through its memory map, every page of which stays resident
+    (docs/observe.md#export-and-import). The folder's two descriptions (``state.json``,
+    ``dataset_info.json``) are the ones ``save_to_disk`` writes for the same columns and one
+    data file, taken from saving the first batch alone; the data file is then written whole.
+    The folder is moved into place when it is complete, so a failed export leaves nothing at
+    ``output``. An export of no rows is a folder of no rows.
+    """
+    import pyarrow as pa
+    from datasets import Dataset, Features
+    from datasets.arrow_writer import ArrowWriter
+
+    schema = table.schema()
+    features = Features.from_arrow_schema(schema)
+    batches = (pa.Table.from_pylist([table.flat(r) for r in b], schema) for b in _batches(rows))
+    first = next(batches, None)
+    # save_to_disk writes no data file for no rows (which load_from_disk then cannot read): the
+    # descriptions of an empty export come from one row of nulls, and its data file has none.
+    template = first if first is not None else pa.Table.from_pylist([{}], schema)
     with tempfile.TemporaryDirectory(dir=output.parent, prefix=".reef-export-") as work:
-        parquet = Path(work) / "rows.parquet"
-        written = _write_parquet(rows, parquet, table)
-        dataset = Dataset.from_parquet(str(parquet), cache_dir=str(Path(work) / "cache"))
-        assert isinstance(dataset, Dataset)
-        dataset.save_to_disk(str(output))
+        folder = Path(work) / "dataset"
+        Dataset(template).save_to_disk(str(folder), num_shards=1)
+        written = 0
+        with ArrowWriter(features=features, path=str(folder / _DATA_FILE)) as writer:
+            for batch in itertools.chain([] if first is None else [first], batches):
+                writer.write_table(batch)
+                written += batch.num_rows
+            writer.finalize()
+        folder.rename(output)
     return written
 
 
