@@ -22,11 +22,11 @@ pytest.importorskip("openai")
 import anthropic
 import httpx
 import openai
+from sdk_streams import cut_stream
 
 from reef.core.api_formats import MESSAGES, RESPONSES
 from reef.core.atif_build import trajectory_from_records
 from reef.core.records import InferenceRecord
-from reef.server import RECORD_ID_HEADER
 from reef.storage import Database, RecordStore, open_database
 from reef.testing.engines import SCRIPTED_ARTIFACT, scripted_engine
 from reef.testing.service import ServiceToken, auth_section, serve_on_loopback, service_app
@@ -345,26 +345,9 @@ def test_a_broken_stream_ends_with_the_formats_error_event_and_is_recorded_abort
     _, opened = database
     with serve(database, engine_url) as reef:
         base = f"{reef}/scenarios/support"
-        if api_format == RESPONSES:
-            client = openai.OpenAI(base_url=f"{base}/v1", api_key=AGENT.secret)
-            answered = client.responses.with_raw_response.create(
-                model="m", input="BREAK now", stream=True
-            )
-            events = list(answered.parse())
-            assert events[-1].type == "error"
-            assert "broke off" in events[-1].message
-            broken = answered.headers[RECORD_ID_HEADER]
-        else:
-            claude = anthropic.Anthropic(base_url=base, api_key=AGENT.secret)
-            raw = claude.messages.with_raw_response.create(
-                model="m",
-                max_tokens=8,
-                messages=[{"role": "user", "content": "BREAK now"}],
-                stream=True,
-            )
-            with pytest.raises(anthropic.APIStatusError, match="broke off"):
-                list(raw.parse())
-            broken = raw.headers[RECORD_ID_HEADER]
+        broken = cut_stream(
+            base, api_format, secret=AGENT.secret, model="m", text="BREAK now", said="broke off"
+        )
         # The ledger writes in arrival order: once a later call is stored, so is the abort.
         httpx.post(f"{base}/v1/responses", json={"input": "after"}, headers=AGENT.headers)
     (record,) = stored(opened, [broken])

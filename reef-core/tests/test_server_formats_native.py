@@ -9,7 +9,6 @@ engine."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,13 +22,13 @@ import anthropic
 import httpx
 import openai
 from doubles.engine_standins import StandInState, vllm_standin
+from sdk_streams import cut_stream
 
 from reef.core.api_formats import MESSAGES, RESPONSES
 from reef.core.deployment import DeploymentError
 from reef.core.records import InferenceRecord
 from reef.plugins.scenarios import load_deployment
-from reef.server import RECORD_ID_HEADER
-from reef.storage import Database, RecordStore, open_database
+from reef.storage import Database, RecordStore
 from reef.testing.service import (
     ServiceToken,
     auth_section,
@@ -59,11 +58,9 @@ def engine() -> Iterator[tuple[str, StandInState]]:
 
 
 @pytest.fixture
-def database(tmp_path: Path) -> Iterator[tuple[str, Database]]:
-    url = f"sqlite:///{tmp_path / 'reef.db'}"
-    opened = open_database(url)
-    yield url, opened
-    opened.dispose()
+def database(storage_url: str, storage_database: Database) -> tuple[str, Database]:
+    """The store, on SQLite and on PostgreSQL when one is configured."""
+    return storage_url, storage_database
 
 
 def serve(database: tuple[str, Database], engine_url: str, native: str) -> Any:
@@ -206,24 +203,10 @@ def test_a_stream_the_engine_cuts_ends_with_the_formats_error_event_and_is_recor
     _, opened = database
     with serve(database, url, "[openai.responses, anthropic.messages]") as reef:
         base = f"{reef}/scenarios/support"
-        if api_format == RESPONSES:
-            client = openai.OpenAI(base_url=f"{base}/v1", api_key=AGENT.secret)
-            answered = client.responses.with_raw_response.create(
-                model=MODEL, input="hi", stream=True
-            )
-            events = list(answered.parse())
-            assert events[-2].type == "response.output_text.delta"
-            assert events[-1].type == "error"
-            assert "before its last event" in events[-1].message
-            cut = answered.headers[RECORD_ID_HEADER]
-        else:
-            claude = anthropic.Anthropic(base_url=base, api_key=AGENT.secret)
-            raw = claude.messages.with_raw_response.create(
-                model=MODEL, max_tokens=8, messages=[{"role": "user", "content": "hi"}], stream=True
-            )
-            with pytest.raises(anthropic.APIStatusError, match="before its last event"):
-                list(raw.parse())
-            cut = raw.headers[RECORD_ID_HEADER]
+        cut = cut_stream(
+            base, api_format, secret=AGENT.secret, model=MODEL, text="hi",
+            said="before its last event",
+        )  # fmt: skip
         state.break_streams = False
         # The ledger writes in arrival order: once a later call is stored, so is the cut one.
         httpx.post(f"{base}/v1/messages", headers=AGENT.headers,

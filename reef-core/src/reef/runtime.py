@@ -494,6 +494,18 @@ class ServeOptions:
     log_level: str = "info"
 
 
+def _check_auth_mode(deployment: Deployment, options: ServeOptions) -> None:
+    """:raises reef.server.auth.UnauthenticatedServiceError: when ``deployment`` may not be
+    served with ``options`` (no tokens, and not allowed to run so or beyond loopback)."""
+    from reef.server.auth import check_auth_mode
+
+    check_auth_mode(
+        authenticated=bool(deployment.auth.tokens),
+        allow_unauthenticated=options.allow_unauthenticated,
+        host=options.host,
+    )
+
+
 def _serving(
     deployment: Deployment, plugins: Plugins, options: ServeOptions
 ) -> tuple[Any, ReefRuntime, dict[str, Database]]:
@@ -504,15 +516,10 @@ def _serving(
         not allowed to run so, or that would listen beyond loopback.
     """
     from reef.server import ServerOptions, create_app, open_databases
-    from reef.server.auth import check_auth_mode
     from reef.server.connections import raise_open_file_limit
 
     # Before any work: nothing is opened, migrated or created for a service that may not run.
-    check_auth_mode(
-        authenticated=bool(deployment.auth.tokens),
-        allow_unauthenticated=options.allow_unauthenticated,
-        host=options.host,
-    )
+    _check_auth_mode(deployment, options)
     databases = open_databases(deployment)
     environ = dict(os.environ)
     if deployment.generator is not None:
@@ -594,14 +601,7 @@ def serve_workers(
     """
     import uvicorn.supervisors
 
-    from reef.server.auth import check_auth_mode
-
-    # Before any worker starts: none is started for a service that may not run.
-    check_auth_mode(
-        authenticated=bool(deployment.auth.tokens),
-        allow_unauthenticated=options.allow_unauthenticated,
-        host=options.host,
-    )
+    _check_auth_mode(deployment, options)  # before any worker starts
     config = WorkerConfig(deployment_file, options, deployment.service, workers)
     uvicorn.supervisors.Multiprocess(config, sockets=[config.bind_socket()]).run()
 

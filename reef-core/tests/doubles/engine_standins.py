@@ -374,13 +374,20 @@ def vllm_standin(served_model: str) -> tuple[Starlette, StandInState]:
         state._count("/v1/models")
         return _model_list(state, "vllm")
 
-    async def responses(request: Request) -> Response:
-        state._count("/v1/responses")
+    async def received(request: Request) -> tuple[JSON, str, str | None]:
+        """A Responses or Messages call's body, its model, and vLLM's 404 message when the model
+        is neither the served one nor a loaded adapter."""
+        state._count(request.url.path)
         body = await _json(request)
-        state.received.append(("/v1/responses", body))
+        state.received.append((request.url.path, body))
         model = body.get("model") or served_model
-        if model != served_model and model not in state.adapters:
-            return _vllm_error(f"The model `{model}` does not exist.", "NotFoundError", 404)
+        known = model == served_model or model in state.adapters
+        return body, model, None if known else f"The model `{model}` does not exist."
+
+    async def responses(request: Request) -> Response:
+        body, model, unknown = await received(request)
+        if unknown is not None:
+            return _vllm_error(unknown, "NotFoundError", 404)
         previous = body.get("previous_response_id")
         if previous is not None:
             message = f"Response with id '{previous}' not found."
@@ -388,12 +395,9 @@ def vllm_standin(served_model: str) -> tuple[Starlette, StandInState]:
         return _responses(body, model, state)
 
     async def messages(request: Request) -> Response:
-        state._count("/v1/messages")
-        body = await _json(request)
-        state.received.append(("/v1/messages", body))
-        model = body.get("model") or served_model
-        if model != served_model and model not in state.adapters:
-            error = {"type": "NotFoundError", "message": f"The model `{model}` does not exist."}
+        body, model, unknown = await received(request)
+        if unknown is not None:
+            error = {"type": "NotFoundError", "message": unknown}
             return JSONResponse({"type": "error", "error": error}, 404)
         return _messages(body, model, state)
 
