@@ -81,8 +81,10 @@ class Loop:
 
     def __init__(self, serve: ServeProcess) -> None:
         self.base_url = serve.base_url
+        # The SDK's own retries (2): a kept-alive connection the service closed while the test
+        # waited for a job (uvicorn's keep-alive timeout) is a connection error, tried again.
         self.client = openai.OpenAI(
-            base_url=f"{serve.base_url}/scenarios/{SCENARIO}/v1", api_key="unused", max_retries=0
+            base_url=f"{serve.base_url}/scenarios/{SCENARIO}/v1", api_key="unused"
         )
         self.groups = 0
 
