@@ -643,16 +643,12 @@ class WorkerConfig(GuardedConfig):
 
         from reef.plugins.scenarios import load_deployment
         from reef.server.access_log import redact_request_lines
-        from reef.server.connections import ConnectionGuard
 
         plugins = Plugins()
         plugins.load()
         deployment = load_deployment(self.deployment_file, plugins=plugins)
         app, runtime, databases = _serving(deployment, plugins, self.options)
-        metrics = app.state.service.metrics
-        self.guard = ConnectionGuard(
-            deployment.service, None if metrics is None else metrics.connection_dropped
-        )
+        self.guard_connections_of(app)
         redact_request_lines(section.token for section in deployment.auth.tokens.values())
         served = app.router.lifespan_context
 

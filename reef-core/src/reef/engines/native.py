@@ -32,9 +32,9 @@ __all__ = ["NativeStream", "with_record_id"]
 _RESPONSE_ENDS: Final = frozenset({"response.completed", "response.failed", "response.incomplete"})
 
 
-def with_record_id(api_format: str, body: JSON, record_id: str) -> JSON:
-    """A whole answer of ``api_format`` under the record's id."""
-    del api_format  # both formats put the id at the top of the answer
+def with_record_id(body: JSON, record_id: str) -> JSON:
+    """A whole Responses or Messages answer under the record's id (both formats put it at the
+    top of the answer)."""
     return {**body, "id": record_id}
 
 

@@ -170,10 +170,16 @@ class GuardedConfig(uvicorn.Config):
 
     def __init__(self, app: Any, *, limits: ServiceSection, **kwargs: Any) -> None:
         super().__init__(app, http=GuardedProtocol, **kwargs)
+        self.limits = limits
+        self.guard_connections_of(app)
+
+    def guard_connections_of(self, app: Any) -> None:
+        """Guard the connections with a new :class:`ConnectionGuard` of the limits, counting
+        into the metrics of ``app`` where it has them."""
         service = getattr(getattr(app, "state", None), "service", None)
         metrics = getattr(service, "metrics", None)
         self.guard = ConnectionGuard(
-            limits, None if metrics is None else metrics.connection_dropped
+            self.limits, None if metrics is None else metrics.connection_dropped
         )
 
 

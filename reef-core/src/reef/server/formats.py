@@ -235,7 +235,7 @@ class _Call:
         except EngineError as exc:
             return self.engine_failure(exc)
         if self.native:
-            body = with_record_id(api_format, reply.body, self.record.id)
+            body = with_record_id(reply.body, self.record.id)
             record = self.finished(body, reply.body, reply.artifact_id, aborted=False)
         else:
             body = translate_completion(self.translator, reply.body)
