@@ -210,6 +210,11 @@ class _Call:
     complete: JSON
     native: bool = False
 
+    @property
+    def engine_format(self) -> str:
+        """The format the engine is asked in: the call's own when native, else chat."""
+        return self.record.api_format if self.native else CHAT_COMPLETIONS
+
     def finished(
         self, response: JSON, answer: JSON, named: str | None, *, aborted: bool
     ) -> InferenceRecord:
@@ -227,11 +232,8 @@ class _Call:
 
     async def whole(self, forwarded: JSON) -> Response:
         assert self.scenario.engine is not None
-        api_format = self.record.api_format
         try:
-            reply = await self.scenario.engine.complete(
-                forwarded, api_format=api_format if self.native else CHAT_COMPLETIONS
-            )
+            reply = await self.scenario.engine.complete(forwarded, api_format=self.engine_format)
         except EngineError as exc:
             return self.engine_failure(exc)
         if self.native:
@@ -259,9 +261,8 @@ class _Call:
 
     async def stream(self, forwarded: JSON) -> Response:
         assert self.scenario.engine is not None
-        api_format = self.record.api_format if self.native else CHAT_COMPLETIONS
         try:
-            started = await self.scenario.engine.stream(forwarded, api_format=api_format)
+            started = await self.scenario.engine.stream(forwarded, api_format=self.engine_format)
         except EngineError as exc:
             return self.engine_failure(exc)
         ledger = self.service.ledger(self.scenario)
