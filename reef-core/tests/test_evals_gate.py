@@ -732,3 +732,34 @@ def test_a_judge_model_grades_each_reply(storage_database: Database, tmp_path: P
 def test_a_judge_section_goes_with_the_judge_verifier(tmp_path: Path) -> None:
     problems = problems_of(tmp_path, "    evals:\n      j: {data: x.jsonl, verifier: judge}")
     assert any("verifier judge and a judge section go together" in p for p in problems)
+
+
+def test_a_verifier_reads_the_tool_calls_of_a_reply(tmp_path: Path) -> None:
+    """A reply that calls a tool is scored on its calls (a line of JSON each, after the
+    content), not as an empty reply: the local engine parses a ``<tool_call>`` block out of the
+    content into ``tool_calls``, as vLLM's tool parsers do."""
+    call = {"name": "weather", "arguments": {"city": "oslo", "day": "today"}}
+    data = tmp_path / "calls.jsonl"
+    data.write_text(json.dumps({"prompt": "Rain in oslo today?", "expected": json.dumps(call)}))
+    calls = load_eval_set("calls", EvalSetSection(data=str(data)))
+
+    def answer(message: JSON) -> Callable[[JSON], JSON]:
+        return lambda request: {"choices": [{"message": message}]}
+
+    tool_call = {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "weather", "arguments": json.dumps(call["arguments"])},
+    }
+    right = {"role": "assistant", "content": None, "tool_calls": [tool_call]}
+    scored = calls.evaluate(answer(right), scenario=SCENARIO, trainer=TRAINER, artifact_id="a")
+    assert scored.score == 1.0
+    assert scored.items[0].reply == json.dumps(call)
+    wrong_day = json.dumps({**call["arguments"], "day": "monday"})
+    function = {**tool_call["function"], "arguments": wrong_day}
+    wrong = {**right, "tool_calls": [{**tool_call, "function": function}]}
+    scored = calls.evaluate(answer(wrong), scenario=SCENARIO, trainer=TRAINER, artifact_id="b")
+    assert scored.score == 0.0
+    said = {"role": "assistant", "content": "Let me look.", "tool_calls": [tool_call]}
+    scored = calls.evaluate(answer(said), scenario=SCENARIO, trainer=TRAINER, artifact_id="c")
+    assert scored.items[0].reply == "Let me look.\n" + json.dumps(call)

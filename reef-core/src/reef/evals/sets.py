@@ -12,7 +12,9 @@ or the Docker backend its ``sandbox`` names (:mod:`reef.containers`).
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import json
 import tempfile
 import time
 from collections.abc import Callable, Mapping
@@ -118,10 +120,28 @@ class EvalSet:
 
 
 def _reply_text(body: Mapping[str, Any]) -> str:
+    """What a verifier reads of a ``chat.completion`` body: its first choice's content, then a
+    line per tool call it made, ``{"name": ..., "arguments": ...}`` as JSON (the arguments
+    parsed when they are JSON, else their text), so a tool-calling reply is not scored as
+    empty."""
     choices = body.get("choices")
     message = choices[0].get("message") if isinstance(choices, list) and choices else None
-    content = message.get("content") if isinstance(message, dict) else None
-    return content if isinstance(content, str) else ""
+    if not isinstance(message, dict):
+        return ""
+    content = message.get("content")
+    lines = [content] if isinstance(content, str) and content else []
+    for call in message.get("tool_calls") or ():
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict):
+            continue
+        arguments = function.get("arguments")
+        if isinstance(arguments, str):
+            with contextlib.suppress(json.JSONDecodeError):
+                arguments = json.loads(arguments)
+        lines.append(
+            json.dumps({"name": function.get("name"), "arguments": arguments}, ensure_ascii=False)
+        )
+    return "\n".join(lines)
 
 
 def _function_verifier(reference: str) -> Verifier:
