@@ -130,8 +130,9 @@ def corpus(size: int = 6000) -> str:
     return "\n".join(lines)
 
 
-def make_tokenizer(vocab_size: int = 512) -> PreTrainedTokenizerFast:
-    """A byte-level BPE tokenizer trained on :func:`corpus`, with the ChatML template."""
+def make_tokenizer(vocab_size: int = 512, *, text: str | None = None) -> PreTrainedTokenizerFast:
+    """A byte-level BPE tokenizer trained on ``text`` (:func:`corpus` by default), with the
+    ChatML template."""
     backend = Tokenizer(models.BPE())
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     backend.decoder = decoders.ByteLevel()
@@ -141,7 +142,7 @@ def make_tokenizer(vocab_size: int = 512) -> PreTrainedTokenizerFast:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    backend.train_from_iterator([corpus()], trainer=trainer)
+    backend.train_from_iterator([corpus() if text is None else text], trainer=trainer)
     tokenizer = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
         tokenizer_object=backend,
         eos_token="<|im_end|>",
@@ -154,13 +155,19 @@ def make_tokenizer(vocab_size: int = 512) -> PreTrainedTokenizerFast:
 
 
 def make_hf_model_folder(
-    target: Path, *, config: Mapping[str, Any] | None = None, seed: int = 0
+    target: Path,
+    *,
+    config: Mapping[str, Any] | None = None,
+    seed: int = 0,
+    text: str | None = None,
+    vocab_size: int = 512,
 ) -> Path:
     """Write a model folder at ``target`` (made if missing): the tokenizer of
-    :func:`make_tokenizer`, and a causal LM built from ``config`` (a transformers configuration
-    as ``config.json`` holds it, :data:`LLAMA_CONFIG` by default) with weights seeded by
-    ``seed``, saved as safetensors. Returns ``target``."""
-    tokenizer = make_tokenizer()
+    :func:`make_tokenizer` (``vocab_size`` tokens trained on ``text``, :func:`corpus` by
+    default), and a causal LM built from ``config`` (a transformers configuration as
+    ``config.json`` holds it, :data:`LLAMA_CONFIG` by default) with weights seeded by ``seed``,
+    saved as safetensors. Returns ``target``."""
+    tokenizer = make_tokenizer(vocab_size, text=text)
     settings = dict(config or LLAMA_CONFIG)
     model_type = str(settings.pop("model_type"))
     model_config = AutoConfig.for_model(
