@@ -763,3 +763,21 @@ def test_a_verifier_reads_the_tool_calls_of_a_reply(tmp_path: Path) -> None:
     said = {"role": "assistant", "content": "Let me look.", "tool_calls": [tool_call]}
     scored = calls.evaluate(answer(said), scenario=SCENARIO, trainer=TRAINER, artifact_id="c")
     assert scored.items[0].reply == "Let me look.\n" + json.dumps(call)
+
+
+def test_each_item_is_sampled_with_a_seed_of_its_own(tmp_path: Path) -> None:
+    """One seed for every item would draw the same random numbers for each: at a temperature,
+    items would pass or fail together. Each item's seed comes from the set's seed and its id,
+    the same in every run; the result keeps the set's settings."""
+    data = tmp_path / "items.jsonl"
+    data.write_text("".join(json.dumps({"prompt": p, "expected": "r"}) + "\n" for p in PROMPTS))
+    sampling = EvalSamplingSection(temperature=1.0, seed=7)
+    items = load_eval_set("letters", EvalSetSection(data=str(data), sampling=sampling)).items
+    seeds = [item.request(sampling)["seed"] for item in items]
+    assert len(set(seeds)) == len(items)
+    assert all(isinstance(seed, int) and 0 <= seed < 2**31 for seed in seeds)
+    assert seeds == [item.request(sampling)["seed"] for item in items]
+    other = EvalSamplingSection(temperature=1.0, seed=8)
+    assert not set(seeds) & {item.request(other)["seed"] for item in items}
+    unseeded = EvalSamplingSection(temperature=1.0, seed=None)
+    assert all("seed" not in item.request(unseeded) for item in items)

@@ -14,6 +14,7 @@ up (:mod:`reef.evals`).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -240,8 +241,15 @@ class EvalItem:
     fields: JSON
 
     def request(self, sampling: EvalSamplingSection) -> JSON:
-        """The chat-completions request of this item (without ``model``)."""
-        return {"messages": [dict(m) for m in self.messages], **sampling.request_fields()}
+        """The chat-completions request of this item (without ``model``). With a seed, the
+        item is sampled with its own, drawn from the set's seed and its id: one seed for every
+        item would draw the same random numbers for each, and items sampled at a temperature
+        would then fail or pass together instead of each by its own chance."""
+        fields = sampling.request_fields()
+        if "seed" in fields:
+            digest = hashlib.sha256(f"{fields['seed']}:{self.item_id}".encode()).digest()
+            fields["seed"] = int.from_bytes(digest[:4], "big") >> 1
+        return {"messages": [dict(m) for m in self.messages], **fields}
 
 
 def _item(line: int, body: Any, section: EvalSetSection) -> EvalItem:
